@@ -1,0 +1,107 @@
+"""ferroload-format: the on-disk format, its writer and its reader.
+
+Samples live in plain USTAR tar shards (readable by WebDataset unchanged), one row per
+sample in a sharded, zstd Parquet index that DuckDB reads directly, and a JSON manifest
+per version whose put-if-absent is the commit point. See docs/format.md for the spec.
+
+- `Writer` adds samples and commits them as a new version.
+- `Dataset` opens a version: random access, projection, coalesced batch reads, SQL
+  subsets, history, verification.
+- `gc` removes what crashed writers left behind.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from ferroload_format._commit import MAX_COMMIT_ATTEMPTS
+from ferroload_format._dataset import Dataset, VersionInfo
+from ferroload_format._errors import (
+    ChecksumMismatchError,
+    ColumnNotFoundError,
+    CommitConflictError,
+    DatasetDamagedError,
+    DatasetNameError,
+    DatasetNotFoundError,
+    DuplicateSampleError,
+    FormatError,
+    InvalidModalityError,
+    InvalidPayloadError,
+    InvalidSampleIdError,
+    ManifestError,
+    NotADatasetError,
+    QueryError,
+    SampleIndexError,
+    SchemaConflictError,
+    ShardNotFoundError,
+    ShardTruncatedError,
+    UndeclaredModalityError,
+    UnsafeQueryError,
+    UnsupportedFormatVersionError,
+    VersionNotFoundError,
+    WriterClosedError,
+)
+from ferroload_format._gc import DEFAULT_GRACE, GcReport, gc
+from ferroload_format._index import ROW_GROUP_SIZE, ModalityArrays
+from ferroload_format._manifest import (
+    FORMAT_MINOR,
+    FORMAT_VERSION,
+    IndexPart,
+    Manifest,
+    Modality,
+    ShardInfo,
+)
+from ferroload_format._verify import Problem, VerifyReport
+from ferroload_format._versions import latest_version, list_versions, read_manifest
+from ferroload_format._writer import DEFAULT_SHARD_SIZE, Writer
+
+try:
+    __version__ = version("ferroload-format")
+except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
+    __version__ = "0.0.0"
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "DEFAULT_SHARD_SIZE",
+    "FORMAT_MINOR",
+    "FORMAT_VERSION",
+    "MAX_COMMIT_ATTEMPTS",
+    "ROW_GROUP_SIZE",
+    "ChecksumMismatchError",
+    "ColumnNotFoundError",
+    "CommitConflictError",
+    "Dataset",
+    "DatasetDamagedError",
+    "DatasetNameError",
+    "DatasetNotFoundError",
+    "DuplicateSampleError",
+    "FormatError",
+    "GcReport",
+    "IndexPart",
+    "InvalidModalityError",
+    "InvalidPayloadError",
+    "InvalidSampleIdError",
+    "Manifest",
+    "ManifestError",
+    "Modality",
+    "ModalityArrays",
+    "NotADatasetError",
+    "Problem",
+    "QueryError",
+    "SampleIndexError",
+    "SchemaConflictError",
+    "ShardInfo",
+    "ShardNotFoundError",
+    "ShardTruncatedError",
+    "UndeclaredModalityError",
+    "UnsafeQueryError",
+    "UnsupportedFormatVersionError",
+    "VerifyReport",
+    "VersionInfo",
+    "VersionNotFoundError",
+    "Writer",
+    "WriterClosedError",
+    "__version__",
+    "gc",
+    "latest_version",
+    "list_versions",
+    "read_manifest",
+]

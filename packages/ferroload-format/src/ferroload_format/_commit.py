@@ -1,0 +1,306 @@
+"""Atomic, versioned commits on any backend (docs/format.md §7).
+
+The commit point is a put-if-absent of the next version's manifest. Everything a writer
+produced before that point is invisible; a part committed but not yet published is
+published by the next writer, by `gc`, or read from staging by readers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
+
+from ferroload_format._errors import (
+    CommitConflictError,
+    DatasetNotFoundError,
+    DuplicateSampleError,
+)
+from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
+from ferroload_format._manifest import (
+    IndexPart,
+    Manifest,
+    Modality,
+    ShardInfo,
+    part_path,
+    staged_part_path,
+    utc_now,
+    version_path,
+)
+from ferroload_format._types import type_name
+from ferroload_format._versions import read_manifest, write_hint
+
+logger = logging.getLogger(__name__)
+
+MAX_COMMIT_ATTEMPTS = 50
+
+
+def _checkpoint(name: str) -> None:
+    """A named point of the commit protocol.
+
+    Does nothing. Crash tests replace it, in a child process, with a function that kills
+    the process at one of: `shards-written`, `part-staged`, `before-commit`, `committed`,
+    `published`.
+    """
+
+
+@dataclass
+class PendingCommit:
+    """What one writer session adds, waiting to become a version.
+
+    Attributes:
+        name: dataset name (used when the commit creates the dataset).
+        txn: the writer's transaction id.
+        base_version: the version the writer started from (None: created the dataset).
+        modalities: modalities of the written part, in column order.
+        shards: shards written (their `version` is set at commit).
+        table: the index part as an Arrow table.
+        operation: recorded in the manifest (`create`, `append`).
+    """
+
+    name: str
+    txn: str
+    base_version: int | None
+    modalities: tuple[Modality, ...]
+    shards: list[ShardInfo]
+    table: pa.Table
+    operation: str = "append"
+    row_group_size: int = ROW_GROUP_SIZE
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+
+def ensure_published(store: Store, manifest: Manifest) -> list[str]:
+    """Publish the parts that `manifest`'s own version added, if a writer died first.
+
+    Only the newest version can have an unpublished part: every commit publishes its
+    predecessor's parts before it commits. Returns the keys it published.
+    """
+    done = []
+    for part in manifest.index_parts:
+        if part.version != manifest.version or store.exists(part.path):
+            continue
+        try:
+            data = store.get(part.staged)
+        except ObjectNotFoundError:
+            # Published and staging collected between the exists() check and now.
+            if store.exists(part.path):
+                continue
+            raise
+        try:
+            store.put_if_absent(part.path, data)
+            done.append(part.path)
+            logger.info("published index part %s of %s (its writer stopped early)", part.path, store.uri)
+        except ObjectExistsError:
+            pass
+    return done
+
+
+def _latest(store: Store) -> Manifest | None:
+    try:
+        return read_manifest(store)
+    except DatasetNotFoundError:
+        return None
+
+
+def _conform(pending: PendingCommit, latest: Manifest, store: Store) -> pa.Table:
+    """Check that `pending` fits the schema of `latest`; cast its table where it can."""
+    mine = [m.name for m in pending.modalities]
+    theirs = [m.name for m in latest.modalities]
+    for a in pending.modalities:
+        b = latest.modality(a.name)
+        if b is not None and (a.ext, a.kind, a.codec_hint) != (b.ext, b.kind, b.codec_hint):
+            raise CommitConflictError(
+                f"modality {a.name!r} is declared as ({a.ext}, {a.kind}, {a.codec_hint}) here "
+                f"but as ({b.ext}, {b.kind}, {b.codec_hint}) in version {latest.version} "
+                f"of {store.uri}",
+                uri=store.uri,
+                column=a.name,
+            )
+    if mine != theirs:
+        raise CommitConflictError(
+            f"this write has modalities {mine}, but version {latest.version} of {store.uri} "
+            f"has {theirs}",
+            uri=store.uri,
+        )
+    target = index_schema(theirs, latest.metadata)
+    table = pending.table
+    if table.schema.equals(target):
+        return table
+    if table.schema.names == target.names:
+        try:
+            return table.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass
+    have = ", ".join(f"{f.name}: {type_name(f.type)}" for f in table.schema)
+    want = ", ".join(f"{f.name}: {type_name(f.type)}" for f in target)
+    raise CommitConflictError(
+        f"the metadata of this write ({have}) does not match version {latest.version} "
+        f"of {store.uri} ({want})",
+        uri=store.uri,
+    )
+
+
+def _check_duplicates(
+    store: Store, ids: pa.Array, parts: Sequence[IndexPart], base_version: int | None
+) -> None:
+    for part in parts:
+        theirs = read_part_table(store, part, ["sample_id"]).column("sample_id")
+        hit = pc.is_in(ids, value_set=theirs.combine_chunks())
+        if not pc.any(hit).as_py():
+            continue
+        first = ids[int(np.flatnonzero(hit.to_numpy(zero_copy_only=False))[0])].as_py()
+        if base_version is not None and part.version <= base_version:
+            raise DuplicateSampleError(
+                f"sample id {first!r} is already in {store.uri} (added in version "
+                f"{part.version}); sample ids must be unique",
+                uri=store.uri,
+                sample_id=first,
+            )
+        raise CommitConflictError(
+            f"sample id {first!r} was also added by a concurrent commit (version "
+            f"{part.version}) of {store.uri}; nothing of this write was committed",
+            uri=store.uri,
+            sample_id=first,
+        )
+
+
+def _statistics(latest: Manifest | None, table: pa.Table, pending: PendingCommit,
+                part_size: int) -> dict[str, Any]:
+    old = dict(latest.statistics) if latest is not None else {}
+    mods = {k: dict(v) for k, v in old.get("modalities", {}).items()}
+    for m in pending.modalities:
+        struct = table.column(m.name)
+        present = pc.struct_field(struct, "present")
+        entry = mods.setdefault(m.name, {"count": 0, "bytes": 0})
+        entry["count"] += int(pc.sum(present).as_py() or 0)
+        entry["bytes"] += int(pc.sum(pc.struct_field(struct, "length")).as_py() or 0)
+    return {
+        **old,
+        "num_samples": int(old.get("num_samples", 0)) + table.num_rows,
+        "num_shards": int(old.get("num_shards", 0)) + len(pending.shards),
+        "shard_bytes": int(old.get("shard_bytes", 0)) + sum(s.size for s in pending.shards),
+        "index_bytes": int(old.get("index_bytes", 0)) + part_size,
+        "modalities": mods,
+    }
+
+
+def commit(store: Store, pending: PendingCommit) -> Manifest:
+    """Commit `pending` as the next version of the dataset at `store`.
+
+    Concurrent writers are serialized by the put-if-absent of the manifest: the loser
+    re-reads the new version, checks that the two writes do not collide (no shared sample
+    id, same schema) and tries the next version number.
+
+    Returns:
+        The committed manifest.
+
+    Raises:
+        DuplicateSampleError: a sample id the dataset already had when the writer started.
+        CommitConflictError: a concurrent commit added one of the same sample ids, or
+            created the dataset with a different schema.
+    """
+    staged = staged_part_path(pending.txn)
+    table = pending.table
+    part_bytes = write_part(table, row_group_size=pending.row_group_size)
+    store.put(staged, part_bytes)
+    _checkpoint("part-staged")
+    ids = table.column("sample_id").combine_chunks()
+    checked_upto = 0
+    for _attempt in range(MAX_COMMIT_ATTEMPTS):
+        latest = _latest(store)
+        if latest is not None:
+            ensure_published(store, latest)
+            conformed = _conform(pending, latest, store)
+            if conformed is not table:
+                table = conformed
+                part_bytes = write_part(table, row_group_size=pending.row_group_size)
+                store.put(staged, part_bytes)
+            _check_duplicates(
+                store,
+                ids,
+                [p for p in latest.index_parts if p.version > checked_upto],
+                pending.base_version,
+            )
+            checked_upto = latest.version
+        elif pending.base_version is not None:
+            raise CommitConflictError(
+                f"{store.uri} had version {pending.base_version} when this writer started "
+                "but now has none; was it deleted?",
+                uri=store.uri,
+            )
+        manifest = _next_manifest(latest, pending, table, part_bytes, staged)
+        _checkpoint("before-commit")
+        try:
+            store.put_if_absent(version_path(manifest.version), manifest.to_bytes())
+        except ObjectExistsError:
+            logger.info("version %d of %s was taken by a concurrent writer; retrying",
+                        manifest.version, store.uri)
+            continue
+        break
+    else:
+        raise CommitConflictError(
+            f"gave up committing to {store.uri} after {MAX_COMMIT_ATTEMPTS} attempts: "
+            "other writers kept committing first",
+            uri=store.uri,
+        )
+    _checkpoint("committed")
+    try:
+        store.put_if_absent(part_path(manifest.version), part_bytes)
+    except ObjectExistsError:
+        pass
+    _checkpoint("published")
+    write_hint(store, manifest.version)
+    try:
+        store.delete(staged)
+    except OSError:
+        logger.warning("could not remove staged part %s; gc will", staged, exc_info=True)
+    return manifest
+
+
+def _next_manifest(
+    latest: Manifest | None,
+    pending: PendingCommit,
+    table: pa.Table,
+    part_bytes: bytes,
+    staged: str,
+) -> Manifest:
+    version = latest.version + 1 if latest is not None else 1
+    shards = tuple(
+        ShardInfo(s.path, s.side_index, s.size, s.num_samples, s.num_members, version, s.extra)
+        for s in pending.shards
+    )
+    part = IndexPart(part_path(version), staged, table.num_rows, len(part_bytes), version)
+    stats = _statistics(latest, table, pending, len(part_bytes))
+    if latest is None:
+        metadata = tuple(table.schema)[2 + len(pending.modalities) :]
+        return Manifest(
+            name=pending.name,
+            version=version,
+            parent_version=None,
+            created_at=utc_now(),
+            txn=pending.txn,
+            operation="create",
+            modalities=pending.modalities,
+            metadata=metadata,
+            shards=shards,
+            index_parts=(part,),
+            statistics=stats,
+            extensions=dict(pending.extensions),
+        )
+    return latest.derive(
+        version=version,
+        parent_version=latest.version,
+        created_at=utc_now(),
+        txn=pending.txn,
+        operation=pending.operation,
+        shards=latest.shards + shards,
+        index_parts=latest.index_parts + (part,),
+        statistics=stats,
+    )

@@ -1,0 +1,468 @@
+"""`Dataset`: random access, projection, coalesced batch reads and SQL subsets of a version."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import xxhash
+
+from ferroload_store import (
+    ObjectNotFoundError,
+    ObjectTruncatedError,
+    Store,
+    open_store,
+)
+
+from ferroload_format._errors import (
+    ChecksumMismatchError,
+    ColumnNotFoundError,
+    SampleIndexError,
+    ShardNotFoundError,
+    ShardTruncatedError,
+)
+from ferroload_format._index import IndexColumns, ModalityArrays
+from ferroload_format._manifest import Manifest, Modality
+from ferroload_format._versions import list_versions, read_manifest
+
+if TYPE_CHECKING:
+    from ferroload_format._verify import VerifyReport
+
+IndexLike = int | np.integer[Any]
+_ITER_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One entry of a dataset's history (see `Dataset.versions`)."""
+
+    version: int
+    created_at: str
+    operation: str
+    num_samples: int
+    num_shards: int
+    txn: str
+
+
+class Dataset:
+    """A committed version of a ferroload dataset, or a view (subset) of one.
+
+    Open one with `Dataset.open`. Opening reads only the manifest; index columns load on
+    first use, only those needed. Positions are 0-based row numbers; a view created by
+    `subset()` or `take()` renumbers its rows from 0.
+
+    Example:
+        >>> ds = Dataset.open("memory://docs/writer-example")
+        >>> len(ds), ds.get(0, ["label"])
+        (1, {'label': 3})
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        manifest: Manifest,
+        *,
+        index: IndexColumns | None = None,
+        rows: npt.NDArray[np.int64] | None = None,
+        verify_checksums: bool = False,
+    ) -> None:
+        self._store = store
+        self._manifest = manifest
+        self._index = index if index is not None else IndexColumns(store, manifest)
+        self._rows = rows
+        self._verify = verify_checksums
+        self._modalities = {m.name: m for m in manifest.modalities}
+        self._meta_names = tuple(f.name for f in manifest.metadata)
+        self._all_columns = ("sample_id", *self._modalities, *self._meta_names)
+
+    @classmethod
+    def open(
+        cls,
+        uri: str | os.PathLike[str],
+        *,
+        version: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        verify_checksums: bool = False,
+    ) -> Dataset:
+        """Open a dataset, reading only its manifest.
+
+        Args:
+            uri: dataset root: a local path, `memory://…`, `s3://…`, `gs://…`, `az://…`.
+            version: the version to open (default: the latest).
+            storage_options: backend options for obstore (credentials, endpoint, …).
+            verify_checksums: check every payload read against its recorded xxh3-64.
+
+        Raises:
+            DatasetNotFoundError: if nothing is at `uri` (`NotADatasetError` if something
+                that is not a dataset is).
+            VersionNotFoundError: if `version` does not exist.
+            UnsupportedFormatVersionError: if the dataset needs a newer ferroload.
+        """
+        store = open_store(uri, storage_options=storage_options)
+        return cls(store, read_manifest(store, version), verify_checksums=verify_checksums)
+
+    # ----------------------------------------------------------------- description
+
+    @property
+    def uri(self) -> str:
+        """The dataset root."""
+        return self._store.uri
+
+    @property
+    def store(self) -> Store:
+        """The storage backend (its `stats` count requests and bytes)."""
+        return self._store
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest of the opened version."""
+        return self._manifest
+
+    @property
+    def name(self) -> str:
+        """The dataset's name."""
+        return self._manifest.name
+
+    @property
+    def version(self) -> int:
+        """The opened version."""
+        return self._manifest.version
+
+    @property
+    def modalities(self) -> tuple[Modality, ...]:
+        """Declared modalities, in column order."""
+        return self._manifest.modalities
+
+    @property
+    def metadata_columns(self) -> tuple[str, ...]:
+        """Names of the metadata columns."""
+        return self._meta_names
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """What a sample dict holds: `sample_id`, the modalities, the metadata columns."""
+        return self._all_columns
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the Parquet index (sample_id, shard, modalities, metadata)."""
+        return self._index.schema
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in this dataset or view."""
+        return len(self)
+
+    @property
+    def num_shards(self) -> int:
+        """Tar shards of the opened version."""
+        return len(self._manifest.shards)
+
+    @property
+    def is_view(self) -> bool:
+        """True for a subset of a version rather than the whole of it."""
+        return self._rows is not None
+
+    def __len__(self) -> int:
+        return self._manifest.num_samples if self._rows is None else len(self._rows)
+
+    def __repr__(self) -> str:
+        view = ", view" if self.is_view else ""
+        mods = [m.name for m in self.modalities]
+        return (
+            f"Dataset({self.uri!r}, name={self.name!r}, version={self.version}, "
+            f"samples={len(self)}, modalities={mods}{view})"
+        )
+
+    # ----------------------------------------------------------------- positions
+
+    def _row(self, i: IndexLike) -> int:
+        n = len(self)
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+            raise TypeError(f"sample positions are ints, got {type(i).__name__}")
+        j = int(i)
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise SampleIndexError(
+                f"position {int(i)} is out of range for {self.uri} ({n} samples)", uri=self.uri
+            )
+        return j if self._rows is None else int(self._rows[j])
+
+    def _rows_of(self, indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        idx = np.asarray(indices)
+        if idx.dtype == bool or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+            raise TypeError(f"sample positions are ints, got dtype {idx.dtype}")
+        idx = idx.astype(np.int64, copy=False).reshape(-1)
+        n = len(self)
+        if idx.size:
+            bad = (idx < -n) | (idx >= n)
+            if bad.any():
+                raise SampleIndexError(
+                    f"position {int(idx[bad][0])} is out of range for {self.uri} ({n} samples)",
+                    uri=self.uri,
+                )
+            idx = np.where(idx < 0, idx + n, idx)
+        return idx if self._rows is None else self._rows[idx]
+
+    def _resolve(self, columns: Sequence[str] | str | None) -> tuple[list[str], list[str]]:
+        """Split requested columns into (modalities, index columns), in request order."""
+        if columns is None:
+            return list(self._modalities), ["sample_id", *self._meta_names]
+        if isinstance(columns, str):
+            columns = [columns]
+        mods, meta = [], []
+        for c in columns:
+            if c in self._modalities:
+                mods.append(c)
+            elif c in self._meta_names or c in ("sample_id", "shard"):
+                meta.append(c)
+            else:
+                raise ColumnNotFoundError(
+                    f"{self.uri} has no column {c!r}; columns are {', '.join(self._all_columns)}",
+                    uri=self.uri,
+                    column=str(c),
+                )
+        return mods, meta
+
+    # ----------------------------------------------------------------- reading
+
+    @overload
+    def __getitem__(self, i: IndexLike) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Dataset: ...
+
+    def __getitem__(self, i: IndexLike | slice) -> dict[str, Any] | Dataset:
+        """The full sample at position `i` (a dict), or a view for a slice."""
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        return self.get(i)
+
+    def get(self, i: IndexLike, columns: Sequence[str] | str | None = None) -> dict[str, Any]:
+        """One sample, optionally only some of its columns.
+
+        Args:
+            i: position (negative counts from the end).
+            columns: modality and metadata names to return (default: all, plus
+                `sample_id`). Modalities come back as `bytes`, or None when the sample
+                lacks them.
+
+        Raises:
+            SampleIndexError: if `i` is out of range.
+            ColumnNotFoundError: for an unknown column.
+            ShardNotFoundError, ShardTruncatedError: if the shard is missing or short.
+            ChecksumMismatchError: with `verify_checksums`, if the bytes are damaged.
+        """
+        row = self._row(i)
+        mods, meta = self._resolve(columns)
+        out: dict[str, Any] = {}
+        if meta:
+            for name, arr in self._index.columns(meta).items():
+                out[name] = arr[row].as_py()
+        for m in mods:
+            a = self._index.modality(m)
+            if not a.present[row]:
+                out[m] = None
+                continue
+            shard = self._manifest.shards[a.shard[row]].path
+            off, length = int(a.offset[row]), int(a.length[row])
+            try:
+                data = self._store.get_range(shard, off, length)
+            except (ObjectNotFoundError, ObjectTruncatedError) as exc:
+                raise self._read_error(exc, shard, np.asarray([row]), a) from exc
+            if self._verify:
+                self._check(data, int(a.checksum[row]), row, m, shard)
+            out[m] = data
+        if columns is None:
+            return {c: out[c] for c in self._all_columns}
+        return out
+
+    def get_many(
+        self, indices: npt.ArrayLike, columns: Sequence[str] | str | None = None
+    ) -> list[dict[str, Any]]:
+        """Several samples, with the reads of each shard coalesced into few requests.
+
+        Args:
+            indices: positions, in any order, repeats allowed.
+            columns: as in `get`.
+
+        Returns:
+            One dict per position, in the order given.
+        """
+        rows = self._rows_of(indices)
+        mods, meta = self._resolve(columns)
+        n = len(rows)
+        values: dict[str, list[Any]] = {}
+        if meta:
+            for name, arr in self._index.columns(meta).items():
+                values[name] = arr.take(pa.array(rows)).to_pylist()
+        for m in mods:
+            values[m] = self._payloads(rows, m)
+        order = self._all_columns if columns is None else [*meta, *mods]
+        cols = [(c, values[c]) for c in order if c in values]
+        return [{c: v[k] for c, v in cols} for k in range(n)]
+
+    def _payloads(self, rows: npt.NDArray[np.int64], modality: str) -> list[bytes | None]:
+        """Bytes of `modality` for each row (None where absent), one coalesced read per region."""
+        a = self._index.modality(modality)
+        out: list[bytes | None] = [None] * len(rows)
+        present = np.flatnonzero(a.present[rows])
+        if not len(present):
+            return out
+        sel = rows[present]
+        codes = a.shard[sel]
+        order = np.argsort(codes, kind="stable")
+        bounds = np.flatnonzero(np.diff(codes[order])) + 1
+        for group in np.split(order, bounds):
+            shard = self._manifest.shards[int(codes[group[0]])].path
+            grows = sel[group]
+            try:
+                views = self._store.get_ranges(shard, a.offset[grows], a.length[grows])
+            except (ObjectNotFoundError, ObjectTruncatedError) as exc:
+                raise self._read_error(exc, shard, grows, a) from exc
+            for k, view in zip(present[group].tolist(), views, strict=True):
+                out[k] = bytes(view)
+            if self._verify:
+                for k, r in zip(present[group].tolist(), grows.tolist(), strict=True):
+                    data = out[k]
+                    assert data is not None
+                    self._check(data, int(a.checksum[r]), r, modality, shard)
+        return out
+
+    def _sample_id(self, row: int) -> str:
+        return str(self._index.column("sample_id")[row].as_py())
+
+    def _read_error(
+        self, exc: Exception, shard: str, rows: npt.NDArray[np.int64], a: ModalityArrays
+    ) -> Exception:
+        if isinstance(exc, ObjectTruncatedError):
+            ends = a.offset[rows] + a.length[rows]
+            short = rows[ends > exc.size]
+            row = int(short[0]) if len(short) else int(rows[0])
+            sid = self._sample_id(row)
+            return ShardTruncatedError(
+                f"shard {shard} of {self.uri} is truncated at {exc.size} bytes; sample "
+                f"{sid!r} needs bytes up to {int(a.offset[row] + a.length[row])}. Run "
+                "verify() to list every damaged sample",
+                uri=self.uri,
+                shard=shard,
+                sample_id=sid,
+            )
+        sid = self._sample_id(int(rows[0]))
+        return ShardNotFoundError(
+            f"shard {shard} of {self.uri} is missing (needed for sample {sid!r})",
+            uri=self.uri,
+            shard=shard,
+            sample_id=sid,
+        )
+
+    def _check(self, data: bytes, expected: int, row: int, column: str, shard: str) -> None:
+        got = xxhash.xxh3_64_intdigest(data)
+        if got != expected:
+            sid = self._sample_id(row)
+            raise ChecksumMismatchError(
+                f"{column!r} of sample {sid!r} in shard {shard} of {self.uri} is damaged: "
+                f"checksum {got:016x}, expected {expected:016x}",
+                uri=self.uri,
+                shard=shard,
+                sample_id=sid,
+                column=column,
+            )
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Every sample, in order, read in coalesced chunks."""
+        for start in range(0, len(self), _ITER_CHUNK):
+            yield from self.get_many(np.arange(start, min(start + _ITER_CHUNK, len(self))))
+
+    # ----------------------------------------------------------------- tables and views
+
+    def to_table(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """Index columns as an Arrow table (default: every column of the index).
+
+        Modalities appear as their location structs (present, offset, length, checksum),
+        not as bytes.
+        """
+        names = list(self._index.column_names if columns is None else columns)
+        arrays = self._index.columns(names)
+        table = pa.table({n: arrays[n] for n in names})
+        return table if self._rows is None else table.take(pa.array(self._rows))
+
+    def take(self, indices: npt.ArrayLike) -> Dataset:
+        """A view of the samples at `indices` (in that order)."""
+        return Dataset(
+            self._store,
+            self._manifest,
+            index=self._index,
+            rows=self._rows_of(indices),
+            verify_checksums=self._verify,
+        )
+
+    @overload
+    def subset(self, where: str, *, return_indices: Literal[True]) -> npt.NDArray[np.int64]: ...
+    @overload
+    def subset(self, where: str, *, return_indices: Literal[False] = ...) -> Dataset: ...
+
+    def subset(
+        self, where: str, *, return_indices: bool = False
+    ) -> Dataset | npt.NDArray[np.int64]:
+        """Samples matching a SQL WHERE clause, evaluated by DuckDB over the index.
+
+        The clause sees one table, `samples`, with the index columns (`sample_id`,
+        `shard`, one struct per modality with `present`/`offset`/`length`/`checksum`,
+        and the metadata columns). It can read nothing else: DuckDB's external access is
+        off and configuration is locked, and only a single SELECT is run.
+
+        Args:
+            where: the condition, e.g. `"label = 3 AND caption LIKE '%cat%'"`.
+            return_indices: return positions (int64, ascending) instead of a view.
+
+        Raises:
+            UnsafeQueryError: if the clause tries to read files, attach databases, change
+                settings or run more than one statement.
+            QueryError: if DuckDB cannot run the clause (syntax, unknown column, …).
+
+        Example:
+            >>> ds = Dataset.open("memory://docs/writer-example")
+            >>> ds.subset("label = 3", return_indices=True).tolist()
+            [0]
+        """
+        from ferroload_format._query import where_positions
+
+        positions = where_positions(self._index, self._rows, where, uri=self.uri)
+        return positions if return_indices else self.take(positions)
+
+    # ----------------------------------------------------------------- history and health
+
+    def versions(self) -> list[VersionInfo]:
+        """Every committed version of the dataset, oldest first."""
+        out = []
+        for v in list_versions(self._store):
+            m = self._manifest if v == self.version else read_manifest(self._store, v)
+            out.append(
+                VersionInfo(m.version, m.created_at, m.operation, m.num_samples,
+                            len(m.shards), m.txn)
+            )
+        return out
+
+    def verify(self, *, raise_on_error: bool = False) -> VerifyReport:
+        """Check every shard and payload of this version against the index and checksums.
+
+        Args:
+            raise_on_error: raise `DatasetDamagedError` (listing the problems) instead of
+                returning a report with problems.
+
+        Returns:
+            A report: `ok`, the problems found (each naming shard, sample and column),
+            and how much was checked.
+        """
+        from ferroload_format._verify import verify_dataset
+
+        report = verify_dataset(self._store, self._manifest, self._index)
+        if raise_on_error:
+            report.raise_for_problems()
+        return report

@@ -1,0 +1,127 @@
+"""Errors of the format layer. Each names what was wrong: dataset, shard, sample, column."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferroload_store import FerroloadError
+
+
+class FormatError(FerroloadError):
+    """Base of the format layer's errors; carries the context that explains them.
+
+    Attributes:
+        uri: the dataset root.
+        shard: the shard involved, relative to the root.
+        sample_id: the sample involved.
+        column: the modality or metadata column involved.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        uri: str | None = None,
+        shard: str | None = None,
+        sample_id: str | None = None,
+        column: str | None = None,
+        **extra: Any,
+    ) -> None:
+        self.uri = uri
+        self.shard = shard
+        self.sample_id = sample_id
+        self.column = column
+        for key, value in extra.items():
+            setattr(self, key, value)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetNotFoundError(FormatError, FileNotFoundError):
+    """No dataset at the given URI."""
+
+
+class NotADatasetError(DatasetNotFoundError):
+    """The URI holds files, but not a ferroload dataset."""
+
+
+class DatasetNameError(FormatError, ValueError):
+    """A writer named a dataset differently from the one at its URI."""
+
+
+class VersionNotFoundError(FormatError, FileNotFoundError):
+    """The dataset has no such version."""
+
+
+class ManifestError(FormatError, ValueError):
+    """A manifest that cannot be parsed or is inconsistent."""
+
+
+class UnsupportedFormatVersionError(ManifestError):
+    """The dataset was written in a format version this ferroload cannot read."""
+
+
+class InvalidSampleIdError(FormatError, ValueError):
+    """A sample id that could escape the shard or confuse WebDataset."""
+
+
+class DuplicateSampleError(FormatError, ValueError):
+    """A sample id that the dataset or this writer already has."""
+
+
+class InvalidModalityError(FormatError, ValueError):
+    """A modality declaration with a bad name, extension, kind or codec hint."""
+
+
+class UndeclaredModalityError(FormatError, ValueError):
+    """A payload for a modality that was never declared."""
+
+
+class InvalidPayloadError(FormatError, TypeError):
+    """A payload that is not bytes-like."""
+
+
+class SchemaConflictError(FormatError, TypeError):
+    """Metadata whose type conflicts with earlier samples or with the dataset's schema."""
+
+
+class WriterClosedError(FormatError, ValueError):
+    """The writer was already closed or aborted."""
+
+
+class CommitConflictError(FormatError, RuntimeError):
+    """A concurrent commit changed the dataset in a way this commit cannot be merged with."""
+
+
+class ColumnNotFoundError(FormatError, KeyError):
+    """A modality or metadata column the dataset does not have."""
+
+
+class SampleIndexError(FormatError, IndexError):
+    """A sample position outside the dataset."""
+
+
+class ShardNotFoundError(FormatError, FileNotFoundError):
+    """A shard listed in the manifest is missing."""
+
+
+class ShardTruncatedError(FormatError, EOFError):
+    """A shard ends before a sample's bytes do."""
+
+
+class ChecksumMismatchError(FormatError, ValueError):
+    """Bytes read back differ from the checksum recorded when they were written."""
+
+
+class DatasetDamagedError(FormatError, ValueError):
+    """`verify()` found problems; `problems` lists them."""
+
+
+class QueryError(FormatError, ValueError):
+    """A WHERE clause DuckDB could not run."""
+
+
+class UnsafeQueryError(QueryError, PermissionError):
+    """A WHERE clause that tries to reach beyond the dataset's own index."""

@@ -1,0 +1,442 @@
+"""The Parquet index (docs/format.md §5): building parts and reading their columns lazily."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ferroload_store import ObjectNotFoundError, Store
+
+from ferroload_format._errors import ColumnNotFoundError, ManifestError, SchemaConflictError
+from ferroload_format._manifest import IndexPart, Manifest
+from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
+from ferroload_format._types import (
+    PY_SCALARS,
+    TypeConflict,
+    fits_in,
+    infer_type,
+    merge_types,
+    type_name,
+)
+
+ROW_GROUP_SIZE = 65_536
+MODALITY_TYPE = pa.struct(
+    [
+        pa.field("present", pa.bool_(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("length", pa.int64(), nullable=False),
+        pa.field("checksum", pa.uint64(), nullable=False),
+    ]
+)
+
+
+def index_schema(modalities: Iterable[str], metadata: Iterable[pa.Field]) -> pa.Schema:
+    """The Arrow schema every index part of a dataset has."""
+    return pa.schema(
+        [
+            pa.field("sample_id", pa.string(), nullable=False),
+            pa.field("shard", pa.string(), nullable=False),
+            *(pa.field(m, MODALITY_TYPE, nullable=False) for m in modalities),
+            *metadata,
+        ]
+    )
+
+
+def write_part(table: pa.Table, *, row_group_size: int = ROW_GROUP_SIZE) -> bytes:
+    """Serialize an index part: zstd, statistics, page index, bounded row groups."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        table,
+        sink,
+        row_group_size=row_group_size,
+        compression="zstd",
+        write_statistics=True,
+        write_page_index=True,
+    )
+    return sink.getvalue().to_pybytes()
+
+
+class _MetaColumn:
+    """Values of one metadata column, type-checked as they arrive."""
+
+    __slots__ = ("chunks", "fast", "locked", "name", "type", "values")
+
+    def __init__(self, name: str, dtype: pa.DataType, *, locked: bool, pad: int = 0) -> None:
+        self.name = name
+        self.type = dtype
+        self.locked = locked
+        self.values: list[Any] = [None] * pad
+        self.chunks: list[pa.Array] = []
+        # The Python type whose values need no checking (the column's exact scalar type).
+        self.fast: type | None = next((t for t, a in PY_SCALARS.items() if a == dtype), None)
+
+    def accept(self, value: Any, sample_id: str, uri: str | None) -> None:
+        try:
+            vtype = infer_type(value)
+        except TypeConflict as exc:
+            raise SchemaConflictError(
+                f"metadata {self.name!r} of sample {sample_id!r}: {exc}",
+                uri=uri,
+                sample_id=sample_id,
+                column=self.name,
+            ) from None
+        if self.locked:
+            if not fits_in(vtype, self.type):
+                raise SchemaConflictError(
+                    f"metadata {self.name!r} of sample {sample_id!r} is {type_name(vtype)}, "
+                    f"but the dataset's column is {type_name(self.type)}",
+                    uri=uri,
+                    sample_id=sample_id,
+                    column=self.name,
+                )
+            return
+        try:
+            self.type = merge_types(self.type, vtype)
+        except TypeConflict:
+            raise SchemaConflictError(
+                f"metadata {self.name!r} of sample {sample_id!r} is {type_name(vtype)}, "
+                f"but earlier samples gave {type_name(self.type)}",
+                uri=uri,
+                sample_id=sample_id,
+                column=self.name,
+            ) from None
+        self.fast = next((t for t, a in PY_SCALARS.items() if a == self.type), None)
+
+    def freeze(self) -> None:
+        if self.values:
+            self.chunks.append(pa.array(self.values, type=self.type))
+            self.values = []
+
+    def array(self) -> pa.ChunkedArray:
+        self.freeze()
+        out = []
+        for chunk in self.chunks:
+            if chunk.type == self.type:
+                out.append(chunk)
+                continue
+            try:
+                out.append(chunk.cast(self.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                out.append(pa.array(chunk.to_pylist(), type=self.type))
+        return pa.chunked_array(out, type=self.type)
+
+
+class IndexBuilder:
+    """Collects the index rows of one writer session and turns them into a part.
+
+    Rows are frozen into Arrow/numpy chunks every `row_group_size` rows so that a large
+    write holds compact arrays, not Python objects.
+    """
+
+    def __init__(
+        self,
+        modalities: Sequence[str],
+        metadata: Sequence[pa.Field] = (),
+        *,
+        locked: bool = False,
+        uri: str | None = None,
+        row_group_size: int = ROW_GROUP_SIZE,
+    ) -> None:
+        self.uri = uri
+        self.locked = locked
+        self.row_group_size = row_group_size
+        self.num_rows = 0
+        self._modalities = list(modalities)
+        self._cols: dict[str, _MetaColumn] = {
+            f.name: _MetaColumn(f.name, f.type, locked=locked) for f in metadata
+        }
+        self._ids: list[str] = []
+        self._id_chunks: list[pa.Array] = []
+        self._shard: list[int] = []
+        self._shard_chunks: list[npt.NDArray[np.int32]] = []
+        # per modality: [present, offset, length, checksum] lists, and frozen chunks
+        self._mod: dict[str, list[list[int]]] = {m: [[], [], [], []] for m in modalities}
+        self._mod_chunks: dict[str, list[list[npt.NDArray[Any]]]] = {m: [] for m in modalities}
+
+    def add_modality(self, name: str) -> None:
+        """Start a modality column (earlier rows lack it)."""
+        self._modalities.append(name)
+        n_open = len(self._ids)
+        self._mod[name] = [[0] * n_open, [0] * n_open, [0] * n_open, [0] * n_open]
+        frozen = self.num_rows - n_open
+        self._mod_chunks[name] = (
+            [[np.zeros(frozen, np.bool_), *(np.zeros(frozen, np.int64) for _ in range(2)),
+              np.zeros(frozen, np.uint64)]]
+            if frozen
+            else []
+        )
+
+    def add(
+        self,
+        sample_id: str,
+        shard: int,
+        members: Mapping[str, tuple[int, int, int]],
+        meta: Mapping[str, Any] | None,
+    ) -> None:
+        """Append one row. `members` maps modality -> (offset, length, checksum).
+
+        `meta` must have passed `check_meta` first.
+        """
+        self._ids.append(sample_id)
+        self._shard.append(shard)
+        for name, cols in self._mod.items():
+            entry = members.get(name)
+            if entry is None:
+                cols[0].append(0)
+                cols[1].append(0)
+                cols[2].append(0)
+                cols[3].append(0)
+            else:
+                cols[0].append(1)
+                cols[1].append(entry[0])
+                cols[2].append(entry[1])
+                cols[3].append(entry[2])
+        if meta:
+            for name, col in self._cols.items():
+                col.values.append(meta.get(name))
+        else:
+            for col in self._cols.values():
+                col.values.append(None)
+        self.num_rows += 1
+        if len(self._ids) >= self.row_group_size:
+            self._freeze()
+
+    def check_meta(self, sample_id: str, meta: Mapping[str, Any]) -> None:
+        """Type-check one sample's metadata, growing the schema where it may.
+
+        Raises:
+            SchemaConflictError: for a reserved or (in an append) unknown key, or a value
+                whose type conflicts with the column's.
+        """
+        cols = self._cols
+        for name, value in meta.items():
+            col = cols.get(name)
+            if col is None:
+                col = self._new_column(name, sample_id)
+            if value is not None and type(value) is not col.fast:
+                col.accept(value, sample_id, self.uri)
+
+    def _new_column(self, name: str, sample_id: str) -> _MetaColumn:
+        if not isinstance(name, str) or not name:
+            raise SchemaConflictError(
+                f"metadata keys must be non-empty str, got {name!r} in sample {sample_id!r}",
+                uri=self.uri,
+                sample_id=sample_id,
+            )
+        if name in RESERVED_COLUMNS or name.startswith(RESERVED_PREFIX) or name in self._mod:
+            raise SchemaConflictError(
+                f"metadata key {name!r} of sample {sample_id!r} is reserved "
+                "(sample_id, shard, modality names and _ferroload* are index columns)",
+                uri=self.uri,
+                sample_id=sample_id,
+                column=name,
+            )
+        if self.locked:
+            raise SchemaConflictError(
+                f"sample {sample_id!r} has metadata {name!r}, which the dataset has no column "
+                f"for; an append must keep the schema ({', '.join(self._cols) or 'no metadata'})",
+                uri=self.uri,
+                sample_id=sample_id,
+                column=name,
+            )
+        col = _MetaColumn(name, pa.null(), locked=False, pad=len(self._ids))
+        if self.num_rows > len(self._ids):
+            col.chunks.append(pa.nulls(self.num_rows - len(self._ids)))
+        self._cols[name] = col
+        return col
+
+    def _freeze(self) -> None:
+        if not self._ids:
+            return
+        self._id_chunks.append(pa.array(self._ids, type=pa.string()))
+        self._ids = []
+        self._shard_chunks.append(np.asarray(self._shard, dtype=np.int32))
+        self._shard = []
+        for name, cols in self._mod.items():
+            self._mod_chunks[name].append(
+                [
+                    np.asarray(cols[0], dtype=np.bool_),
+                    np.asarray(cols[1], dtype=np.int64),
+                    np.asarray(cols[2], dtype=np.int64),
+                    np.asarray(cols[3], dtype=np.uint64),
+                ]
+            )
+            self._mod[name] = [[], [], [], []]
+        for col in self._cols.values():
+            col.freeze()
+
+    def sample_ids(self) -> pa.ChunkedArray:
+        """Every sample id added so far."""
+        self._freeze()
+        return pa.chunked_array(self._id_chunks, type=pa.string())
+
+    @property
+    def metadata_fields(self) -> list[pa.Field]:
+        """The metadata schema as inferred so far."""
+        return [pa.field(c.name, c.type) for c in self._cols.values()]
+
+    def table(self, shard_paths: Sequence[str]) -> pa.Table:
+        """The part as an Arrow table with `index_schema(...)` as its schema."""
+        self._freeze()
+        schema = index_schema(self._modalities, self.metadata_fields)
+        codes = np.concatenate(self._shard_chunks) if self._shard_chunks else np.zeros(0, np.int32)
+        columns: list[Any] = [
+            self.sample_ids(),
+            pc.take(pa.array(list(shard_paths), type=pa.string()), pa.array(codes)),
+        ]
+        for name in self._modalities:
+            chunks = self._mod_chunks[name]
+            fields = [np.concatenate([c[i] for c in chunks]) if chunks else [] for i in range(4)]
+            columns.append(pa.StructArray.from_arrays(
+                [pa.array(f, type=t.type) for f, t in zip(fields, MODALITY_TYPE, strict=True)],
+                fields=list(MODALITY_TYPE),
+            ))
+        columns.extend(c.array() for c in self._cols.values())
+        return pa.Table.from_arrays(columns, schema=schema)
+
+
+@dataclass(frozen=True)
+class ModalityArrays:
+    """Where every sample's payload of one modality lives, as flat numpy arrays."""
+
+    present: npt.NDArray[np.bool_]
+    shard: npt.NDArray[np.int32]
+    offset: npt.NDArray[np.int64]
+    length: npt.NDArray[np.int64]
+    checksum: npt.NDArray[np.uint64]
+
+
+def read_part_table(
+    store: Store, part: IndexPart, columns: Sequence[str] | None, **kwargs: Any
+) -> pa.Table:
+    """Read some columns of one part, from its published path or, failing that, staging.
+
+    The published path is tried again last: the part may have been published, and its
+    staged copy removed, while this function was between the two.
+    """
+    last_exc: Exception | None = None
+    for key in (part.path, part.staged, part.path):
+        try:
+            local = store.local_path(key)
+            if local is not None:
+                return pq.read_table(local, columns=columns, memory_map=True, **kwargs)
+            with store.open_input(key) as f:
+                return pq.read_table(f, columns=columns, pre_buffer=True, **kwargs)
+        except (FileNotFoundError, ObjectNotFoundError) as exc:
+            last_exc = exc
+    raise ManifestError(
+        f"index part {part.path} of {store.uri} is missing (also at {part.staged})",
+        uri=store.uri,
+    ) from last_exc
+
+
+class IndexColumns:
+    """The index of one version, loaded column by column on first use and cached.
+
+    Thread-safe; views of a dataset (subsets) share one instance.
+    """
+
+    def __init__(self, store: Store, manifest: Manifest) -> None:
+        self.store = store
+        self.manifest = manifest
+        self.schema = index_schema(
+            [m.name for m in manifest.modalities], manifest.metadata
+        )
+        self._cache: dict[str, pa.Array] = {}
+        self._modality: dict[str, ModalityArrays] = {}
+        self._shard_codes: npt.NDArray[np.int32] | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def column_names(self) -> list[str]:
+        """Every index column."""
+        return list(self.schema.names)
+
+    def _require(self, name: str) -> None:
+        if self.schema.get_field_index(name) < 0:
+            raise ColumnNotFoundError(
+                f"{self.store.uri} has no column {name!r}; columns are "
+                f"{', '.join(self.schema.names)}",
+                uri=self.store.uri,
+                column=name,
+            )
+
+    def _read(self, names: Sequence[str], **kwargs: Any) -> list[pa.Table]:
+        return [read_part_table(self.store, p, names, **kwargs) for p in self.manifest.index_parts]
+
+    def columns(self, names: Sequence[str]) -> dict[str, pa.Array]:
+        """Arrow arrays (one chunk each) of the named columns, loading those not cached."""
+        for name in names:
+            self._require(name)
+        with self._lock:
+            missing = [n for n in names if n not in self._cache]
+            if missing:
+                tables = self._read(missing)
+                for name in missing:
+                    field_type = self.schema.field(name).type
+                    chunks = [t.column(name).combine_chunks() for t in tables]
+                    self._cache[name] = (
+                        pa.concat_arrays(chunks) if chunks else pa.array([], type=field_type)
+                    )
+            return {n: self._cache[n] for n in names}
+
+    def column(self, name: str) -> pa.Array:
+        """One column (see `columns`)."""
+        return self.columns([name])[name]
+
+    def shard_codes(self) -> npt.NDArray[np.int32]:
+        """For every row, the position of its shard in `manifest.shards`."""
+        with self._lock:
+            if self._shard_codes is None:
+                lookup = {s.path: i for i, s in enumerate(self.manifest.shards)}
+                parts = []
+                for table in self._read(["shard"], read_dictionary=["shard"]):
+                    for chunk in table.column("shard").chunks:
+                        try:
+                            mapping = np.asarray(
+                                [lookup[s] for s in chunk.dictionary.to_pylist()], dtype=np.int32
+                            )
+                        except KeyError as exc:
+                            raise ManifestError(
+                                f"index of {self.store.uri} names shard {exc.args[0]!r}, "
+                                "which the manifest does not list",
+                                uri=self.store.uri,
+                                shard=str(exc.args[0]),
+                            ) from None
+                        idx = chunk.indices.to_numpy(zero_copy_only=False)
+                        parts.append(mapping[idx] if len(mapping) else idx.astype(np.int32))
+                self._shard_codes = (
+                    np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+                )
+            return self._shard_codes
+
+    def modality(self, name: str) -> ModalityArrays:
+        """Flat numpy arrays locating every sample's payload of modality `name`."""
+        if self.manifest.modality(name) is None:
+            raise ColumnNotFoundError(
+                f"{self.store.uri} has no modality {name!r}; modalities are "
+                f"{', '.join(m.name for m in self.manifest.modalities) or 'none'}",
+                uri=self.store.uri,
+                column=name,
+            )
+        with self._lock:
+            arrays = self._modality.get(name)
+            if arrays is None:
+                struct = self.column(name)
+                arrays = ModalityArrays(
+                    present=struct.field("present").to_numpy(zero_copy_only=False),
+                    shard=self.shard_codes(),
+                    offset=struct.field("offset").to_numpy(),
+                    length=struct.field("length").to_numpy(),
+                    checksum=struct.field("checksum").to_numpy(),
+                )
+                self._modality[name] = arrays
+            return arrays

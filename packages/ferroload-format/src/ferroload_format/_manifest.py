@@ -1,0 +1,316 @@
+"""The JSON manifest (docs/format.md §6): one full snapshot per committed version."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from ferroload_format._errors import ManifestError, UnsupportedFormatVersionError
+from ferroload_format._types import type_from_json, type_to_json
+
+FORMAT_NAME = "ferroload"
+FORMAT_VERSION = 1
+FORMAT_MINOR = 0
+CHECKSUM_ALGORITHM = "xxh3_64"
+
+META_DIR = "_ferroload"
+VERSIONS_DIR = f"{META_DIR}/versions/"
+LATEST_HINT = f"{META_DIR}/latest"
+STAGING_DIR = f"{META_DIR}/staging/"
+SHARDS_DIR = "shards/"
+INDEX_DIR = "index/"
+
+
+def version_path(version: int) -> str:
+    """Key of the manifest of `version`."""
+    return f"{VERSIONS_DIR}{version:010d}.json"
+
+
+def part_path(version: int) -> str:
+    """Key of the published index part that `version` adds."""
+    return f"{INDEX_DIR}part-{version:010d}.parquet"
+
+
+def staged_part_path(txn: str) -> str:
+    """Key where transaction `txn` stages its index part before committing."""
+    return f"{STAGING_DIR}{txn}/part.parquet"
+
+
+def shard_paths(txn: str, number: int) -> tuple[str, str]:
+    """Keys of shard `number` of transaction `txn` and of its side index."""
+    stem = f"{SHARDS_DIR}{txn}-{number:05d}"
+    return f"{stem}.tar", f"{stem}.idx.parquet"
+
+
+def parse_version_path(key: str) -> int | None:
+    """The version number in a manifest key, or None when `key` is not one."""
+    if not key.startswith(VERSIONS_DIR) or not key.endswith(".json"):
+        return None
+    digits = key[len(VERSIONS_DIR) : -len(".json")]
+    return int(digits) if digits.isdigit() and len(digits) == 10 else None
+
+
+def _split(raw: dict[str, Any], known: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {k: v for k, v in raw.items() if k in known}, {
+        k: v for k, v in raw.items() if k not in known
+    }
+
+
+@dataclass(frozen=True)
+class Modality:
+    """A declared modality: tar members `<sample_id>.<name>.<ext>`.
+
+    Attributes:
+        name: column name, e.g. `image`.
+        ext: file extension WebDataset decoders key on, e.g. `jpg`.
+        kind: what readers hand out: `tensor`, `bytes` or `text`.
+        codec_hint: decoder family: `image`, `audio`, `video`, `raw`, …
+        extra: fields this version of ferroload does not know (kept on rewrite).
+    """
+
+    name: str
+    ext: str
+    kind: str = "bytes"
+    codec_hint: str = "raw"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ext": self.ext,
+            "kind": self.kind,
+            "codec_hint": self.codec_hint,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Modality:
+        known, extra = _split(raw, {"name", "ext", "kind", "codec_hint"})
+        return cls(**known, extra=extra)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One tar shard and its side index.
+
+    Attributes:
+        path: the shard, relative to the root.
+        side_index: its side index, relative to the root.
+        size: bytes in the shard.
+        num_samples: samples with at least one member in it.
+        num_members: tar members in it.
+        version: the version that added it.
+    """
+
+    path: str
+    side_index: str
+    size: int
+    num_samples: int
+    num_members: int
+    version: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "side_index": self.side_index,
+            "size": self.size,
+            "num_samples": self.num_samples,
+            "num_members": self.num_members,
+            "version": self.version,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ShardInfo:
+        known, extra = _split(
+            raw, {"path", "side_index", "size", "num_samples", "num_members", "version"}
+        )
+        return cls(**known, extra=extra)
+
+
+@dataclass(frozen=True)
+class IndexPart:
+    """One Parquet index part.
+
+    Attributes:
+        path: where the part is published (`index/part-N.parquet`).
+        staged: where it was staged before the commit; read from here until published.
+        num_rows: samples in the part.
+        size: bytes in the part.
+        version: the version that added it.
+    """
+
+    path: str
+    staged: str
+    num_rows: int
+    size: int
+    version: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "staged": self.staged,
+            "num_rows": self.num_rows,
+            "size": self.size,
+            "version": self.version,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> IndexPart:
+        known, extra = _split(raw, {"path", "staged", "num_rows", "size", "version"})
+        return cls(**known, extra=extra)
+
+
+_KNOWN_TOP = {
+    "format",
+    "format_version",
+    "format_minor",
+    "name",
+    "version",
+    "parent_version",
+    "created_at",
+    "txn",
+    "operation",
+    "checksum_algorithm",
+    "modalities",
+    "schema",
+    "shards",
+    "index_parts",
+    "statistics",
+    "extensions",
+}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A committed version of a dataset: everything needed to read it.
+
+    Create new versions with `dataclasses.replace` (see `Manifest.derive`); unknown
+    fields (`extra`, `extensions`) are carried over unchanged.
+    """
+
+    name: str
+    version: int
+    parent_version: int | None
+    created_at: str
+    txn: str
+    operation: str
+    modalities: tuple[Modality, ...]
+    metadata: tuple[pa.Field, ...]
+    shards: tuple[ShardInfo, ...]
+    index_parts: tuple[IndexPart, ...]
+    statistics: dict[str, Any] = field(default_factory=dict, compare=False)
+    extensions: dict[str, Any] = field(default_factory=dict, compare=False)
+    checksum_algorithm: str = CHECKSUM_ALGORITHM
+    format_minor: int = FORMAT_MINOR
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    schema_extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in this version."""
+        return sum(p.num_rows for p in self.index_parts)
+
+    def modality(self, name: str) -> Modality | None:
+        """The modality called `name`, or None."""
+        return next((m for m in self.modalities if m.name == name), None)
+
+    def derive(self, **changes: Any) -> Manifest:
+        """A copy with `changes` applied (unknown fields and extensions kept)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as a JSON object (docs/format.md §6)."""
+        return {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "format_minor": max(self.format_minor, FORMAT_MINOR),
+            "name": self.name,
+            "version": self.version,
+            "parent_version": self.parent_version,
+            "created_at": self.created_at,
+            "txn": self.txn,
+            "operation": self.operation,
+            "checksum_algorithm": self.checksum_algorithm,
+            "modalities": [m.to_json() for m in self.modalities],
+            "schema": {
+                "metadata": [{"name": f.name, "type": type_to_json(f.type)} for f in self.metadata],
+                **self.schema_extra,
+            },
+            "shards": [s.to_json() for s in self.shards],
+            "index_parts": [p.to_json() for p in self.index_parts],
+            "statistics": self.statistics,
+            "extensions": self.extensions,
+            **self.extra,
+        }
+
+    def to_bytes(self) -> bytes:
+        """UTF-8 JSON, indented for people who open it."""
+        return json.dumps(self.to_json(), indent=1, sort_keys=False).encode()
+
+    @classmethod
+    def from_json(cls, raw: Any, *, uri: str = "") -> Manifest:
+        """Parse a manifest object.
+
+        Raises:
+            UnsupportedFormatVersionError: for a major format version other than 1.
+            ManifestError: for anything else that is malformed.
+        """
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
+            raise ManifestError(f"{uri}: not a ferroload manifest", uri=uri)
+        major = raw.get("format_version")
+        if not isinstance(major, int):
+            raise ManifestError(f"{uri}: manifest has no integer format_version", uri=uri)
+        if major != FORMAT_VERSION:
+            raise UnsupportedFormatVersionError(
+                f"{uri} uses ferroload format version {major}, but this ferroload reads "
+                f"version {FORMAT_VERSION} only; upgrade ferroload to read it",
+                uri=uri,
+                format_version=major,
+            )
+        known, extra = _split(raw, _KNOWN_TOP)
+        try:
+            schema = dict(known["schema"])
+            meta_raw = schema.pop("metadata")
+            return cls(
+                name=str(known["name"]),
+                version=int(known["version"]),
+                parent_version=known.get("parent_version"),
+                created_at=str(known["created_at"]),
+                txn=str(known["txn"]),
+                operation=str(known["operation"]),
+                modalities=tuple(Modality.from_json(m) for m in known["modalities"]),
+                metadata=tuple(pa.field(f["name"], type_from_json(f["type"])) for f in meta_raw),
+                shards=tuple(ShardInfo.from_json(s) for s in known["shards"]),
+                index_parts=tuple(IndexPart.from_json(p) for p in known["index_parts"]),
+                statistics=dict(known.get("statistics", {})),
+                extensions=dict(known.get("extensions", {})),
+                checksum_algorithm=str(known.get("checksum_algorithm", CHECKSUM_ALGORITHM)),
+                format_minor=int(known.get("format_minor", 0)),
+                extra=extra,
+                schema_extra=schema,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"{uri}: malformed manifest: {exc!r}", uri=uri) from exc
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, uri: str = "") -> Manifest:
+        """Parse manifest JSON bytes (see `from_json`)."""
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ManifestError(f"{uri}: manifest is not valid JSON: {exc}", uri=uri) from exc
+        return cls.from_json(raw, uri=uri)
+
+
+def utc_now() -> str:
+    """The current time as the manifest's `created_at` string."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,200 @@
+"""`verify`: check shards, side indexes and every payload's checksum of one version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
+
+from ferroload_format._errors import DatasetDamagedError
+from ferroload_format._index import IndexColumns, ModalityArrays
+from ferroload_format._manifest import Manifest, ShardInfo
+from ferroload_format._names import member_name
+
+#: Bytes read per request while verifying (ranges are coalesced up to this size).
+_CHUNK_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing `verify` found wrong.
+
+    Attributes:
+        kind: `missing-shard`, `shard-size`, `truncated`, `checksum`, or `side-index`.
+        shard: the shard involved.
+        sample_id: the sample involved, when one is.
+        column: the modality involved, when one is.
+        message: a sentence for people.
+    """
+
+    kind: str
+    shard: str
+    message: str
+    sample_id: str | None = None
+    column: str | None = None
+
+
+@dataclass
+class VerifyReport:
+    """What `Dataset.verify()` checked and found."""
+
+    uri: str
+    version: int
+    problems: list[Problem] = field(default_factory=list)
+    shards_checked: int = 0
+    payloads_checked: int = 0
+    bytes_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is damaged."""
+        return not self.problems
+
+    def raise_for_problems(self) -> None:
+        """Raise `DatasetDamagedError` listing the problems, if there are any."""
+        if self.problems:
+            first = self.problems[0]
+            lines = "\n".join(f"  {p.kind}: {p.message}" for p in self.problems[:20])
+            more = f"\n  … and {len(self.problems) - 20} more" if len(self.problems) > 20 else ""
+            raise DatasetDamagedError(
+                f"{self.uri} version {self.version} is damaged ({len(self.problems)} "
+                f"problem(s)):\n{lines}{more}",
+                uri=self.uri,
+                shard=first.shard,
+                sample_id=first.sample_id,
+                column=first.column,
+                problems=list(self.problems),
+            )
+
+
+def _check_shard_object(store: Store, shard: ShardInfo, report: VerifyReport) -> bool:
+    """Size and side index of one shard; False when the shard is missing."""
+    try:
+        size = store.head(shard.path).size
+    except ObjectNotFoundError:
+        report.problems.append(
+            Problem("missing-shard", shard.path, f"shard {shard.path} is missing")
+        )
+        return False
+    if size != shard.size:
+        report.problems.append(
+            Problem(
+                "shard-size",
+                shard.path,
+                f"shard {shard.path} is {size} bytes, the manifest says {shard.size}",
+            )
+        )
+    return True
+
+
+def _side_index(store: Store, shard: ShardInfo, report: VerifyReport) -> dict[str, tuple[int, int, int]]:
+    try:
+        data = store.get(shard.side_index)
+        table = pq.read_table(pa.BufferReader(data))
+    except (ObjectNotFoundError, StoreError, OSError, ValueError) as exc:
+        report.problems.append(
+            Problem("side-index", shard.path, f"side index {shard.side_index} unreadable: {exc}")
+        )
+        return {}
+    cols = [table.column(c).to_pylist() for c in ("member", "offset", "length", "checksum")]
+    if table.num_rows != shard.num_members:
+        report.problems.append(
+            Problem(
+                "side-index",
+                shard.path,
+                f"side index {shard.side_index} lists {table.num_rows} members, "
+                f"the manifest says {shard.num_members}",
+            )
+        )
+    return {m: (o, n, c) for m, o, n, c in zip(*cols, strict=True)}
+
+
+def verify_dataset(store: Store, manifest: Manifest, index: IndexColumns) -> VerifyReport:
+    """Check every shard and payload of `manifest`; see `Dataset.verify`."""
+    report = VerifyReport(store.uri, manifest.version)
+    ids = index.column("sample_id")
+    for code, shard in enumerate(manifest.shards):
+        report.shards_checked += 1
+        if not _check_shard_object(store, shard, report):
+            continue
+        side = _side_index(store, shard, report)
+        for mod in manifest.modalities:
+            a = index.modality(mod.name)
+            rows = np.flatnonzero(a.present & (a.shard == code))
+            rows = rows[np.argsort(a.offset[rows], kind="stable")]
+            for sid, row in zip(ids.take(rows).to_pylist(), rows.tolist(), strict=True):
+                entry = side.get(member_name(sid, mod.name, mod.ext)) if side else None
+                want = (int(a.offset[row]), int(a.length[row]), int(a.checksum[row]))
+                if side and entry != want:
+                    report.problems.append(
+                        Problem(
+                            "side-index",
+                            shard.path,
+                            f"side index of {shard.path} disagrees with the index for "
+                            f"{mod.name!r} of sample {sid!r}: {entry} != {want}",
+                            sid,
+                            mod.name,
+                        )
+                    )
+            _check_payloads(store, shard, mod.name, a, rows, ids, report)
+    return report
+
+
+def _check_payloads(
+    store: Store,
+    shard: ShardInfo,
+    column: str,
+    a: ModalityArrays,
+    rows: npt.NDArray[np.int64],
+    ids: pa.Array,
+    report: VerifyReport,
+) -> None:
+    """Read the payloads of `rows` in large coalesced chunks and compare checksums."""
+    offsets, lengths = a.offset, a.length
+    sizes = np.cumsum(lengths[rows])
+    start = 0
+    while start < len(rows):
+        base = sizes[start] - lengths[rows[start]]
+        stop = max(start + 1, int(np.searchsorted(sizes, base + _CHUNK_BYTES, side="right")))
+        chunk = rows[start:stop]
+        start = stop
+        try:
+            views = store.get_ranges(shard.path, offsets[chunk], lengths[chunk])
+        except ObjectTruncatedError as exc:
+            for row in chunk[(offsets[chunk] + lengths[chunk]) > exc.size].tolist():
+                sid = ids[row].as_py()
+                report.problems.append(
+                    Problem(
+                        "truncated",
+                        shard.path,
+                        f"shard {shard.path} ends at {exc.size} bytes, before {column!r} of "
+                        f"sample {sid!r} does",
+                        sid,
+                        column,
+                    )
+                )
+            chunk = chunk[(offsets[chunk] + lengths[chunk]) <= exc.size]
+            if not len(chunk):
+                continue
+            views = store.get_ranges(shard.path, offsets[chunk], lengths[chunk])
+        for row, view in zip(chunk.tolist(), views, strict=True):
+            report.payloads_checked += 1
+            report.bytes_checked += len(view)
+            if xxhash.xxh3_64_intdigest(view) != int(a.checksum[row]):
+                sid = ids[row].as_py()
+                report.problems.append(
+                    Problem(
+                        "checksum",
+                        shard.path,
+                        f"{column!r} of sample {sid!r} in {shard.path} does not match its "
+                        "checksum",
+                        sid,
+                        column,
+                    )
+                )

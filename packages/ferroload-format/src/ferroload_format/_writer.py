@@ -1,0 +1,387 @@
+"""`Writer`: adds samples to a new or existing dataset and commits them as one version."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+
+from ferroload_store import open_store
+
+from ferroload_format._commit import PendingCommit, _checkpoint, commit
+from ferroload_format._errors import (
+    DatasetNameError,
+    DatasetNotFoundError,
+    DuplicateSampleError,
+    InvalidModalityError,
+    InvalidSampleIdError,
+    InvalidPayloadError,
+    SchemaConflictError,
+    UndeclaredModalityError,
+    WriterClosedError,
+)
+from ferroload_format._index import ROW_GROUP_SIZE, IndexBuilder, write_part
+from ferroload_format._manifest import Manifest, Modality, ShardInfo, shard_paths, staged_part_path
+from ferroload_format._names import (
+    MAX_MEMBER_NAME,
+    check_modality,
+    check_sample_id,
+    member_name,
+    new_txn_id,
+)
+from ferroload_format._tar import BLOCK, END_OF_ARCHIVE, ShardWriter, padding
+from ferroload_format._versions import read_manifest
+
+logger = logging.getLogger(__name__)
+
+#: Default target size of one tar shard.
+DEFAULT_SHARD_SIZE = 256 << 20
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+class Writer:
+    """Writes samples into tar shards and commits them as one new dataset version.
+
+    Opening a `Writer` on an existing dataset appends to it: the new samples become the
+    next version, with the same modalities and metadata schema. Nothing is visible to
+    readers until `close()` commits; an exception inside a `with` block, or `abort()`,
+    commits nothing. A writer is not thread-safe; concurrent writers (threads, processes
+    or machines) each use their own and either both land or one gets a
+    `CommitConflictError`.
+
+    Args:
+        uri: dataset root: a local path, `memory://…`, `s3://…`, `gs://…`, `az://…`.
+        name: dataset name (default: the last component of `uri`). When appending, it
+            must match the existing name (or be None).
+        shard_size: target bytes per tar shard (default 256 MiB).
+        row_group_size: rows per Parquet row group of the index part.
+        storage_options: backend options for obstore (credentials, endpoint, …).
+
+    Raises:
+        DatasetNameError: if `name` differs from the existing dataset's name.
+        ManifestError: if the existing dataset cannot be read.
+
+    Example:
+        >>> w = Writer("memory://docs/writer-example", "demo")
+        >>> w.declare("image", "jpg", "tensor", "image")
+        >>> w.add("s0000", {"image": b"\\xff\\xd8..."}, {"label": 3, "caption": "a cat"})
+        >>> w.close()
+        1
+    """
+
+    def __init__(
+        self,
+        uri: str | os.PathLike[str],
+        name: str | None = None,
+        *,
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        row_group_size: int = ROW_GROUP_SIZE,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(shard_size, int) or shard_size <= 0:
+            raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
+        if not isinstance(row_group_size, int) or row_group_size <= 0:
+            raise ValueError(f"row_group_size must be a positive int, got {row_group_size!r}")
+        self._store = open_store(uri, storage_options=storage_options)
+        self.uri = self._store.uri
+        try:
+            base: Manifest | None = read_manifest(self._store)
+        except DatasetNotFoundError:
+            base = None
+        if base is not None and name is not None and name != base.name:
+            raise DatasetNameError(
+                f"{self.uri} holds dataset {base.name!r}, not {name!r}; pass name=None or "
+                f"{base.name!r} to append to it",
+                uri=self.uri,
+            )
+        self.name = base.name if base is not None else (name or _default_name(self.uri))
+        self._base = base
+        self.txn = new_txn_id()
+        self._shard_size = shard_size
+        self._row_group_size = row_group_size
+        self._modalities: dict[str, Modality] = {m.name: m for m in (base.modalities if base else ())}
+        self._builder = IndexBuilder(
+            list(self._modalities),
+            base.metadata if base else (),
+            locked=base is not None,
+            uri=self.uri,
+            row_group_size=row_group_size,
+        )
+        self._ids: set[str] = set()
+        self._shards: list[ShardInfo] = []
+        self._shard: ShardWriter | None = None
+        self._shard_first_row = 0
+        self._closed = False
+        self._failed = False
+        self.version: int | None = None
+        """The version `close()` committed (None before that, or when nothing was added)."""
+
+    # ----------------------------------------------------------------- declaring
+
+    @property
+    def modalities(self) -> tuple[Modality, ...]:
+        """The declared modalities, in column order."""
+        return tuple(self._modalities.values())
+
+    def declare(
+        self, modality: str, ext: str, kind: str = "bytes", codec_hint: str = "raw"
+    ) -> None:
+        """Declare a modality: payloads of it become tar members `<id>.<modality>.<ext>`.
+
+        Declaring a modality the dataset already has, identically, does nothing.
+
+        Args:
+            modality: column name, e.g. `image` (lowercase letters, digits, `_`).
+            ext: file extension WebDataset decoders key on, e.g. `jpg`, `flac`, `txt`.
+            kind: what readers hand out: `tensor` (decoded), `bytes`, or `text`.
+            codec_hint: decoder family: `image`, `audio`, `video` or `raw`.
+
+        Raises:
+            InvalidModalityError: for a bad name or extension, or a redeclaration that
+                differs from the first one.
+            SchemaConflictError: when appending, for a modality the dataset does not have.
+        """
+        self._check_open()
+        check_modality(modality, ext, kind, codec_hint)
+        new = Modality(modality, ext, kind, codec_hint)
+        old = self._modalities.get(modality)
+        if old is not None:
+            if (old.ext, old.kind, old.codec_hint) != (ext, kind, codec_hint):
+                raise InvalidModalityError(
+                    f"modality {modality!r} is already declared as ({old.ext}, {old.kind}, "
+                    f"{old.codec_hint}), not ({ext}, {kind}, {codec_hint})",
+                    uri=self.uri,
+                    column=modality,
+                )
+            return
+        if self._base is not None:
+            raise SchemaConflictError(
+                f"{self.uri} has modalities {list(self._modalities) or 'none'}; an append "
+                f"cannot add modality {modality!r}",
+                uri=self.uri,
+                column=modality,
+            )
+        if modality in {f.name for f in self._builder.metadata_fields}:
+            raise InvalidModalityError(
+                f"{modality!r} is already a metadata column", uri=self.uri, column=modality
+            )
+        self._modalities[modality] = new
+        self._builder.add_modality(modality)
+
+    # ----------------------------------------------------------------- adding
+
+    def add(
+        self,
+        sample_id: str,
+        data: Mapping[str, bytes | bytearray | memoryview] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Add one sample.
+
+        Args:
+            sample_id: unique id (ASCII letters, digits and `_ + = , @ ~ # -`; no dots).
+            data: payload bytes per declared modality; a modality may be left out.
+            meta: metadata values (bool, int, float, str, bytes, lists, dicts, None).
+
+        Raises:
+            InvalidSampleIdError: for an id that could escape the shard or confuse WebDataset.
+            DuplicateSampleError: for an id this writer already added.
+            UndeclaredModalityError: for a payload of a modality never declared.
+            InvalidPayloadError: for a payload that is not bytes-like.
+            SchemaConflictError: for metadata that conflicts with earlier samples.
+        """
+        self._check_open()
+        sid = check_sample_id(sample_id, uri=self.uri)
+        if sid in self._ids:
+            raise DuplicateSampleError(
+                f"sample id {sid!r} was already added to this writer", uri=self.uri, sample_id=sid
+            )
+        payloads = self._payloads(sid, data) if data else []
+        if meta:
+            if not isinstance(meta, Mapping):
+                raise SchemaConflictError(
+                    f"metadata of sample {sid!r} must be a mapping, got {type(meta).__name__}",
+                    uri=self.uri,
+                    sample_id=sid,
+                )
+            self._builder.check_meta(sid, meta)
+        try:
+            shard = self._shard_for(sum(BLOCK + n + padding(n) for _, _, _, n in payloads))
+            members = {m: shard.add(name, payload) for m, name, payload, _ in payloads}
+            self._builder.add(sid, len(self._shards), members, meta)
+        except BaseException:
+            self._failed = True
+            raise
+        self._ids.add(sid)
+        if members:
+            shard.num_samples += 1
+
+    def _payloads(self, sid: str, data: Mapping[str, Any]) -> list[tuple[str, str, Any, int]]:
+        """(modality, member name, payload, size) of each payload, in declaration order."""
+        if not isinstance(data, Mapping):
+            raise InvalidPayloadError(
+                f"data of sample {sid!r} must be a mapping of modality -> bytes, "
+                f"got {type(data).__name__}",
+                uri=self.uri,
+                sample_id=sid,
+            )
+        for key, value in data.items():
+            if key not in self._modalities:
+                raise UndeclaredModalityError(
+                    f"sample {sid!r} has a payload for {key!r}, which is not declared; "
+                    f"declared: {list(self._modalities) or 'none'} (call declare() first)",
+                    uri=self.uri,
+                    sample_id=sid,
+                    column=str(key),
+                )
+            if not isinstance(value, _BYTES_LIKE):
+                hint = " (encode text first: s.encode())" if isinstance(value, str) else ""
+                raise InvalidPayloadError(
+                    f"payload {key!r} of sample {sid!r} is {type(value).__name__}, not "
+                    f"bytes{hint}",
+                    uri=self.uri,
+                    sample_id=sid,
+                    column=key,
+                )
+        out = []
+        for m in self._modalities.values():
+            if m.name in data:
+                name = member_name(sid, m.name, m.ext)
+                if len(name) > MAX_MEMBER_NAME:
+                    raise InvalidSampleIdError(
+                        f"tar member name {name!r} of sample {sid!r} is longer than "
+                        f"{MAX_MEMBER_NAME} characters; use a shorter sample id",
+                        uri=self.uri,
+                        sample_id=sid,
+                    )
+                value = data[m.name]
+                size = value.nbytes if isinstance(value, memoryview) else len(value)
+                out.append((m.name, name, value, size))
+        return out
+
+    def _shard_for(self, sample_bytes: int) -> ShardWriter:
+        shard = self._shard
+        if shard is not None and shard.num_samples and (
+            shard.size + sample_bytes + len(END_OF_ARCHIVE) > self._shard_size
+        ):
+            self._finish_shard()
+            shard = None
+        if shard is None:
+            path, _ = shard_paths(self.txn, len(self._shards))
+            shard = self._shard = ShardWriter(self._store.open_writer(path), path)
+        return shard
+
+    def _finish_shard(self) -> None:
+        shard = self._shard
+        if shard is None:
+            return
+        self._shard = None
+        size = shard.close()
+        path, side_path = shard_paths(self.txn, len(self._shards))
+        m = shard.members
+        side = pa.table(
+            {
+                "member": pa.array(m.names, type=pa.string()),
+                "offset": pa.array(m.offsets, type=pa.int64()),
+                "length": pa.array(m.lengths, type=pa.int64()),
+                "checksum": pa.array(m.checksums, type=pa.uint64()),
+            }
+        )
+        self._store.put(side_path, write_part(side))
+        self._shards.append(
+            ShardInfo(path, side_path, size, shard.num_samples, len(m.names), 0)
+        )
+
+    # ----------------------------------------------------------------- finishing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WriterClosedError(f"the writer of {self.uri} is closed", uri=self.uri)
+        if self._failed:
+            raise WriterClosedError(
+                f"the writer of {self.uri} failed earlier and can only be aborted", uri=self.uri
+            )
+
+    def close(self) -> int | None:
+        """Finish the shards and commit them as a new version.
+
+        Returns:
+            The committed version, or None when no sample was added (nothing is committed).
+
+        Raises:
+            DuplicateSampleError: a sample id the dataset already had.
+            CommitConflictError: a concurrent commit collided with this one (nothing of
+                this writer was committed).
+        """
+        if self._closed:
+            return self.version
+        self._check_open()
+        try:
+            if self._builder.num_rows == 0:
+                if self._shard is not None:
+                    self._shard.abort()
+                self._closed = True
+                logger.info("nothing was added to %s; no version committed", self.uri)
+                return None
+            self._finish_shard()
+            _checkpoint("shards-written")
+            pending = PendingCommit(
+                name=self.name,
+                txn=self.txn,
+                base_version=self._base.version if self._base else None,
+                modalities=self.modalities,
+                shards=self._shards,
+                table=self._builder.table([s.path for s in self._shards]),
+                operation="append" if self._base else "create",
+                row_group_size=self._row_group_size,
+            )
+            manifest = commit(self._store, pending)
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        self.version = manifest.version
+        logger.info("committed version %d of %s (%d samples)", manifest.version, self.uri,
+                    pending.table.num_rows)
+        return manifest.version
+
+    def abort(self) -> None:
+        """Drop everything this writer wrote; the dataset stays as it was."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._shard is not None:
+            self._shard.abort()
+            self._shard = None
+        leftovers = [p for s in self._shards for p in (s.path, s.side_index)]
+        leftovers.append(staged_part_path(self.txn))
+        try:
+            self._store.delete(leftovers)
+        except OSError:
+            logger.warning("could not delete the leftovers of %s; gc will", self.txn, exc_info=True)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"Writer({self.uri!r}, {self.name!r}, {self._builder.num_rows} samples, {state})"
+
+
+def _default_name(uri: str) -> str:
+    return uri.rstrip("/").rsplit("/", 1)[-1] or "dataset"
