@@ -389,7 +389,8 @@ class Dataset:
         """
         names = list(self._index.column_names if columns is None else columns)
         arrays = self._index.columns(names)
-        table = pa.table({n: arrays[n] for n in names})
+        schema = pa.schema([self.schema.field(n) for n in names])
+        table = pa.Table.from_arrays([arrays[n] for n in names], schema=schema)
         return table if self._rows is None else table.take(pa.array(self._rows))
 
     def take(self, indices: npt.ArrayLike) -> Dataset:

@@ -232,7 +232,7 @@ class Store:
             yield
         except StoreError:
             raise
-        except (obx.NotFoundError, FileNotFoundError) as exc:
+        except (obx.NotFoundError, FileNotFoundError, NotADirectoryError) as exc:
             raise ObjectNotFoundError(f"{where} does not exist", uri=self.uri, path=path) from exc
         except (obx.AlreadyExistsError, FileExistsError) as exc:
             raise ObjectExistsError(f"{where} already exists", uri=self.uri, path=path) from exc
@@ -418,7 +418,7 @@ class Store:
             offset: only keys lexically greater than this one (cheap on object stores).
         """
         self.stats.add(list_requests=1)
-        if self._root is not None and not self._root.exists():
+        if self._root is not None and not self._root.is_dir():
             return []
         kwargs: dict[str, Any] = {}
         if offset is not None:
