@@ -34,7 +34,7 @@ from ferroload_format._manifest import (
     utc_now,
     version_path,
 )
-from ferroload_format._types import type_name
+from ferroload_format._types import fits_in, type_name
 from ferroload_format._versions import read_manifest, write_hint
 
 logger = logging.getLogger(__name__)
@@ -133,11 +133,12 @@ def _conform(pending: PendingCommit, latest: Manifest, store: Store) -> pa.Table
     table = pending.table
     if table.schema.equals(target):
         return table
-    if table.schema.names == target.names:
-        try:
-            return table.cast(target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            pass
+    # Only the widenings an append allows (null -> any, int64 -> float64), never
+    # conversions such as int -> string that a plain Arrow cast would do.
+    if table.schema.names == target.names and all(
+        fits_in(a.type, b.type) for a, b in zip(table.schema, target, strict=True)
+    ):
+        return table.cast(target)
     have = ", ".join(f"{f.name}: {type_name(f.type)}" for f in table.schema)
     want = ", ".join(f"{f.name}: {type_name(f.type)}" for f in target)
     raise CommitConflictError(
@@ -299,7 +300,8 @@ def _next_manifest(
         parent_version=latest.version,
         created_at=utc_now(),
         txn=pending.txn,
-        operation=pending.operation,
+        # a writer that set out to create the dataset, but lost the race, appends
+        operation="append" if pending.operation == "create" else pending.operation,
         shards=latest.shards + shards,
         index_parts=latest.index_parts + (part,),
         statistics=stats,

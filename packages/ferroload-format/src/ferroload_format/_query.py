@@ -24,17 +24,20 @@ def sandboxed_connection() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def referenced_columns(where: str, columns: list[str]) -> list[str]:
-    """The index columns a clause mentions (so only those are loaded)."""
-    try:
-        tokens = duckdb.tokenize(where)
-    except duckdb.Error as exc:  # pragma: no cover  (tokenize accepts any text)
-        raise QueryError(f"cannot tokenize WHERE clause {where!r}: {exc}") from exc
+def _tokens(where: str) -> list[tuple[str, object]]:
+    """(text, token type) of each token DuckDB sees in `where`."""
+    tokens = duckdb.tokenize(where)
     ends = [pos for pos, _ in tokens[1:]] + [len(where)]
-    words = set()
-    for (pos, kind), end in zip(tokens, ends, strict=True):
-        if kind in (duckdb.token_type.identifier, duckdb.token_type.keyword):
-            words.add(where[pos:end].strip().strip('"').lower())
+    return [(where[pos:end].strip(), kind) for (pos, kind), end in zip(tokens, ends, strict=True)]
+
+
+def referenced_columns(tokens: list[tuple[str, object]], columns: list[str]) -> list[str]:
+    """The index columns a clause mentions (so only those are loaded)."""
+    words = {
+        text.strip('"').lower()
+        for text, kind in tokens
+        if kind in (duckdb.token_type.identifier, duckdb.token_type.keyword)
+    }
     return [c for c in columns if c.lower() in words]
 
 
@@ -55,6 +58,13 @@ def where_positions(
         raise QueryError(f"the WHERE clause must be a non-empty string, got {where!r}", uri=uri)
     if "\x00" in where:
         raise UnsafeQueryError("the WHERE clause contains a NUL character", uri=uri)
+    tokens = _tokens(where)
+    if any(";" in text for text, kind in tokens if kind != duckdb.token_type.string_const):
+        raise UnsafeQueryError(
+            f"the WHERE clause {where!r} must be a single condition: ';' would start a "
+            "second statement",
+            uri=uri,
+        )
     query = f"SELECT {_POS} FROM {TABLE} WHERE (\n{where}\n) ORDER BY {_POS}"
     try:
         statements = duckdb.extract_statements(query)
@@ -66,7 +76,7 @@ def where_positions(
             f"{len(statements)} statements",
             uri=uri,
         )
-    names = referenced_columns(where, index.column_names)
+    names = referenced_columns(tokens, index.column_names)
     arrays = index.columns(names)
     n = index.manifest.num_samples if rows is None else len(rows)
     take = None if rows is None else pa.array(rows)

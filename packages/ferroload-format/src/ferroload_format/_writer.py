@@ -12,7 +12,8 @@ import pyarrow as pa
 
 from ferroload_store import open_store
 
-from ferroload_format._commit import PendingCommit, _checkpoint, commit
+from ferroload_format import _commit
+from ferroload_format._commit import PendingCommit, commit
 from ferroload_format._errors import (
     DatasetNameError,
     DatasetNotFoundError,
@@ -328,7 +329,7 @@ class Writer:
                 logger.info("nothing was added to %s; no version committed", self.uri)
                 return None
             self._finish_shard()
-            _checkpoint("shards-written")
+            _commit._checkpoint("shards-written")
             pending = PendingCommit(
                 name=self.name,
                 txn=self.txn,
