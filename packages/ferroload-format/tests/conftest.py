@@ -39,8 +39,15 @@ WriteFn = Callable[..., Dataset]
 def write() -> WriteFn:
     """Write `n` samples (ids s00000…) with an image and metadata, return the Dataset."""
 
-    def _write(uri: str, n: int = 20, *, start: int = 0, name: str | None = "test",
-               shard_size: int = 4096, with_text: bool = False) -> Dataset:
+    def _write(
+        uri: str,
+        n: int = 20,
+        *,
+        start: int = 0,
+        name: str | None = "test",
+        shard_size: int = 4096,
+        with_text: bool = False,
+    ) -> Dataset:
         with Writer(uri, name, shard_size=shard_size) as w:
             w.declare("image", "jpg", "tensor", "image")
             if with_text:

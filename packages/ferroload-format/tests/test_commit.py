@@ -28,7 +28,9 @@ def spawn(uri: str, first: int, count: int, *args: str) -> subprocess.Popen[str]
 
 
 def glob_count(root: str) -> int:
-    rows = duckdb.sql(f"SELECT count(*) FROM read_parquet('{root}/index/part-*.parquet')").fetchall()
+    rows = duckdb.sql(
+        f"SELECT count(*) FROM read_parquet('{root}/index/part-*.parquet')"
+    ).fetchall()
     return int(rows[0][0])
 
 
@@ -46,10 +48,14 @@ def seed(uri: str, n: int = 10) -> None:
             w.add(f"base{i:05d}", {"image": f"payload-{i}".encode() * 20}, {"label": i % 5})
 
 
-def race(uri: str, tmp_path: Path, specs: list[tuple[int, int, list[str]]]) -> list[tuple[int, str]]:
+def race(
+    uri: str, tmp_path: Path, specs: list[tuple[int, int, list[str]]]
+) -> list[tuple[int, str]]:
     """Start one child per spec; let them all commit at the same moment."""
     go = tmp_path / f"go-{time.monotonic_ns()}"
-    procs = [spawn(uri, first, count, "--go-file", str(go), *extra) for first, count, extra in specs]
+    procs = [
+        spawn(uri, first, count, "--go-file", str(go), *extra) for first, count, extra in specs
+    ]
     time.sleep(1.5)  # every child has opened its writer and added its samples
     go.touch()
     out = []
@@ -62,8 +68,11 @@ def race(uri: str, tmp_path: Path, specs: list[tuple[int, int, list[str]]]) -> l
 @pytest.mark.slow
 def test_concurrent_writers_with_disjoint_ids_all_land(local_uri: str, tmp_path: Path) -> None:
     seed(local_uri)
-    results = race(local_uri, tmp_path, [(0, 40, ["--prefix", "a"]), (0, 40, ["--prefix", "b"]),
-                                         (0, 40, ["--prefix", "c"])])
+    results = race(
+        local_uri,
+        tmp_path,
+        [(0, 40, ["--prefix", "a"]), (0, 40, ["--prefix", "b"]), (0, 40, ["--prefix", "c"])],
+    )
     assert [rc for rc, _ in results] == [0, 0, 0], results
     ds = Dataset.open(local_uri)
     assert ds.version == 4
@@ -71,13 +80,19 @@ def test_concurrent_writers_with_disjoint_ids_all_land(local_uri: str, tmp_path:
     assert len(ids) == len(set(ids)) == 130
     assert glob_ids(local_uri) == sorted(ids)
     for r in ds:  # every sample readable, bytes intact
-        n = int(r["sample_id"][-5:]) if not r["sample_id"].startswith("base") else int(r["sample_id"][4:])
+        n = (
+            int(r["sample_id"][-5:])
+            if not r["sample_id"].startswith("base")
+            else int(r["sample_id"][4:])
+        )
         assert r["image"] == f"payload-{n}".encode() * 20
     assert ds.verify().ok
 
 
 @pytest.mark.slow
-def test_concurrent_writers_with_the_same_ids_one_gets_a_conflict(local_uri: str, tmp_path: Path) -> None:
+def test_concurrent_writers_with_the_same_ids_one_gets_a_conflict(
+    local_uri: str, tmp_path: Path
+) -> None:
     seed(local_uri)
     results = race(local_uri, tmp_path, [(0, 30, []), (20, 30, [])])
     codes = sorted(rc for rc, _ in results)
@@ -92,9 +107,14 @@ def test_concurrent_writers_with_the_same_ids_one_gets_a_conflict(local_uri: str
 
 
 @pytest.mark.slow
-def test_concurrent_creation_with_different_schemas_conflicts(local_uri: str, tmp_path: Path) -> None:
-    results = race(local_uri, tmp_path, [(0, 10, ["--prefix", "a"]),
-                                         (0, 10, ["--prefix", "b", "--label-type", "str"])])
+def test_concurrent_creation_with_different_schemas_conflicts(
+    local_uri: str, tmp_path: Path
+) -> None:
+    results = race(
+        local_uri,
+        tmp_path,
+        [(0, 10, ["--prefix", "a"]), (0, 10, ["--prefix", "b", "--label-type", "str"])],
+    )
     codes = sorted(rc for rc, _ in results)
     assert codes == [0, 3], results
     assert "does not match" in next(err for rc, err in results if rc == 3)
@@ -114,7 +134,9 @@ def snapshot(uri: str) -> list[tuple[str, bytes]]:
 
 
 @pytest.mark.parametrize("point", ["shards-written", "part-staged", "before-commit"])
-def test_killed_before_the_commit_point_leaves_the_last_version_intact(local_uri: str, point: str) -> None:
+def test_killed_before_the_commit_point_leaves_the_last_version_intact(
+    local_uri: str, point: str
+) -> None:
     seed(local_uri)
     before = snapshot(local_uri)
     proc = spawn(local_uri, 0, 25, "--crash-at", point)
@@ -126,13 +148,15 @@ def test_killed_before_the_commit_point_leaves_the_last_version_intact(local_uri
     assert glob_count(local_uri) == 10  # leftovers are invisible to plain DuckDB too
     store = open_store(local_uri)
     leftovers = {o.path for o in store.list("shards/")} - {
-        p for s in ds.manifest.shards for p in (s.path, s.side_index)}
+        p for s in ds.manifest.shards for p in (s.path, s.side_index)
+    }
     assert leftovers  # the dead writer did leave shards behind …
     report = gc(local_uri, grace=timedelta(0))
     assert leftovers <= set(report.deleted)  # … and gc removes them
     assert not any(p.startswith(("index/", "_ferroload/versions")) for p in report.deleted)
     assert {o.path for o in store.list("shards/")} == {
-        p for s in ds.manifest.shards for p in (s.path, s.side_index)}
+        p for s in ds.manifest.shards for p in (s.path, s.side_index)
+    }
     assert not store.list("_ferroload/staging/")
     assert snapshot(local_uri) == before
     seed_more = spawn(local_uri, 0, 5)  # the dataset takes new writes normally
@@ -227,3 +251,19 @@ def test_gc_keeps_every_committed_version_readable(uri: str) -> None:
     assert len(Dataset.open(uri, version=1)) == 4
     assert Dataset.open(uri, version=1).verify().ok
     assert Dataset.open(uri).verify().ok
+
+
+def test_a_commit_whose_shards_were_collected_fails_cleanly(uri: str) -> None:
+    from ferroload_format import CommitConflictError
+
+    seed(uri, 3)
+    w = Writer(uri, shard_size=1024)
+    for i in range(5):
+        w.add(f"late{i}", {"image": b"x" * 600}, {"label": i})
+    w._finish_shard()
+    gc(uri, grace=timedelta(0))  # run by someone who thought no writer was active
+    with pytest.raises(CommitConflictError, match="disappeared"):
+        w.close()
+    ds = Dataset.open(uri)
+    assert (ds.version, len(ds)) == (1, 3)
+    assert ds.verify().ok

@@ -76,8 +76,13 @@ def test_newer_minor_version_is_read(uri: str, write: WriteFn) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"not json", b"[]", b'{"format": "other"}', b'{"format": "ferroload", "format_version": "1"}',
-     b'{"format": "ferroload", "format_version": 1}'],
+    [
+        b"not json",
+        b"[]",
+        b'{"format": "other"}',
+        b'{"format": "ferroload", "format_version": "1"}',
+        b'{"format": "ferroload", "format_version": 1}',
+    ],
 )
 def test_malformed_manifests(uri: str, write: WriteFn, content: bytes) -> None:
     write(uri, 1)

@@ -27,13 +27,18 @@ def test_plain_duckdb_reads_the_index_glob(local_uri: str, write: WriteFn) -> No
     write(local_uri, 30)
     write(local_uri, 30, start=30)
     ds = Dataset.open(local_uri)
-    expected = [ds[int(i)]["sample_id"] for i in ds.subset("label = 3 AND caption LIKE '%cat%'", return_indices=True)]
+    expected = [
+        ds[int(i)]["sample_id"]
+        for i in ds.subset("label = 3 AND caption LIKE '%cat%'", return_indices=True)
+    ]
     rows = duckdb.sql(
         f"SELECT sample_id FROM read_parquet('{local_uri}/index/part-*.parquet') "
         "WHERE label = 3 AND caption LIKE '%cat%' ORDER BY sample_id"
     ).fetchall()
     assert [r[0] for r in rows] == sorted(expected)
-    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{local_uri}/index/part-*.parquet')").fetchall() == [(60,)]
+    assert duckdb.sql(
+        f"SELECT count(*) FROM read_parquet('{local_uri}/index/part-*.parquet')"
+    ).fetchall() == [(60,)]
 
 
 def test_modality_structs_nested_metadata_and_views(uri: str) -> None:
@@ -44,11 +49,20 @@ def test_modality_structs_nested_metadata_and_views(uri: str) -> None:
             data = {"image": b"i" * (i + 1)}
             if i % 3 == 0:
                 data["audio"] = b"a"
-            w.add(f"x{i}", data, {"tags": ["cat"] if i % 2 else ["dog", "cat"], "src": {"w": i * 10}})
+            w.add(
+                f"x{i}", data, {"tags": ["cat"] if i % 2 else ["dog", "cat"], "src": {"w": i * 10}}
+            )
     ds = Dataset.open(uri)
     assert ds.subset("audio.present", return_indices=True).tolist() == [0, 3, 6, 9]
     assert ds.subset("image.length > 10", return_indices=True).tolist() == [10, 11]
-    assert ds.subset("list_contains(tags, 'dog')", return_indices=True).tolist() == [0, 2, 4, 6, 8, 10]
+    assert ds.subset("list_contains(tags, 'dog')", return_indices=True).tolist() == [
+        0,
+        2,
+        4,
+        6,
+        8,
+        10,
+    ]
     assert ds.subset("src.w >= 90", return_indices=True).tolist() == [9, 10, 11]
     view = ds.subset("audio.present")
     # a subset of a view numbers positions within the view
@@ -87,7 +101,9 @@ def test_clauses_reaching_for_files_are_refused(uri: str, write: WriteFn, where:
         "1=1; PRAGMA version",
     ],
 )
-def test_second_statements_are_refused(uri: str, write: WriteFn, where: str, tmp_path: Path) -> None:
+def test_second_statements_are_refused(
+    uri: str, write: WriteFn, where: str, tmp_path: Path
+) -> None:
     ds = write(uri, 3)
     with pytest.raises(UnsafeQueryError, match="single condition"):
         ds.subset(where)

@@ -32,7 +32,9 @@ def test_header_rejects_long_names_and_huge_sizes() -> None:
 
 @given(
     st.lists(
-        st.tuples(st.from_regex(r"[a-z0-9]{1,20}\.[a-z]{1,5}", fullmatch=True), st.binary(max_size=2000)),
+        st.tuples(
+            st.from_regex(r"[a-z0-9]{1,20}\.[a-z]{1,5}", fullmatch=True), st.binary(max_size=2000)
+        ),
         min_size=1,
         max_size=20,
         unique_by=lambda t: t[0],
@@ -47,7 +49,7 @@ def test_recorded_offsets_are_exact(members: list[tuple[str, bytes]], buffer_siz
     raw = store.get("x.tar")
     assert len(raw) == size
     assert size % BLOCK == 0
-    for (name, data), (offset, length, checksum) in zip(members, recorded, strict=True):
+    for (_, data), (offset, length, checksum) in zip(members, recorded, strict=True):
         assert raw[offset : offset + length] == data
         assert checksum == xxhash.xxh3_64_intdigest(data)
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tf:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ferroload_format._types import (
-    TypeConflict,
+    TypeConflictError,
     infer_type,
     merge_types,
     type_from_json,
@@ -41,7 +41,7 @@ def test_inference(value: Any, expected: pa.DataType) -> None:
 
 @pytest.mark.parametrize("value", [object(), 2**64, {1: "a"}, np.zeros((2, 2)), [1, "a"], 1 + 2j])
 def test_values_without_a_metadata_type(value: Any) -> None:
-    with pytest.raises(TypeConflict):
+    with pytest.raises(TypeConflictError):
         infer_type(value)
 
 
@@ -51,15 +51,26 @@ def test_merge_rules() -> None:
     a = pa.struct([("x", pa.int64())])
     b = pa.struct([("y", pa.string())])
     assert merge_types(a, b) == pa.struct([("x", pa.int64()), ("y", pa.string())])
-    for x, y in [(pa.int64(), pa.string()), (pa.bool_(), pa.int64()), (pa.list_(pa.int64()), pa.int64())]:
-        with pytest.raises(TypeConflict):
+    for x, y in [
+        (pa.int64(), pa.string()),
+        (pa.bool_(), pa.int64()),
+        (pa.list_(pa.int64()), pa.int64()),
+    ]:
+        with pytest.raises(TypeConflictError):
             merge_types(x, y)
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
-    | st.text(max_size=5) | st.binary(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(min_size=1, max_size=3), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+    | st.binary(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(min_size=1, max_size=3), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -68,11 +79,19 @@ json_values = st.recursive(
 def test_inferred_types_round_trip_through_json_and_arrow(value: Any) -> None:
     try:
         t = infer_type(value)
-    except TypeConflict:
+    except TypeConflictError:
         return  # e.g. a list mixing str and int
     assert type_from_json(type_to_json(t)) == t
-    arr = pa.array([value, None], type=t)
-    assert arr.to_pylist() == [_filled(value, t), None]
+    try:
+        arr = pa.array([value, None], type=t)
+    except pa.ArrowInvalid as exc:
+        message = str(exc)
+    else:
+        assert arr.to_pylist() == [_filled(value, t), None]
+        return
+    # the one case the type rules allow and Arrow does not: an int beyond 2**53 widened to
+    # float64 (the writer refuses such values, see test_writer.py)
+    assert "exactly representable" in message
 
 
 def _filled(value: Any, t: pa.DataType) -> Any:

@@ -33,7 +33,9 @@ def test_verify_lists_each_damaged_payload(local_uri: str, write: WriteFn) -> No
     report = Dataset.open(local_uri).verify()
     assert not report.ok
     assert [(p.kind, p.shard, p.sample_id, p.column) for p in report.problems] == [
-        ("checksum", shard, "s00004", "image"), ("checksum", shard, "s00017", "image")]
+        ("checksum", shard, "s00004", "image"),
+        ("checksum", shard, "s00017", "image"),
+    ]
     with pytest.raises(DatasetDamagedError, match="s00004") as info:
         report.raise_for_problems()
     assert len(info.value.problems) == 2

@@ -23,8 +23,11 @@ def test_webdataset_reads_every_sample(local_uri: str) -> None:
                 data["mask"] = b"\x89PNG" + bytes(i)
             sid = f"k{i:04d}_x-y"
             w.add(sid, data, {"label": i})
-            expected[sid] = {f"{m}.{ext}": data[m] for m, ext in
-                             (("image", "jpg"), ("caption", "txt"), ("mask", "png")) if m in data}
+            expected[sid] = {
+                f"{m}.{ext}": data[m]
+                for m, ext in (("image", "jpg"), ("caption", "txt"), ("mask", "png"))
+                if m in data
+            }
     ds = Dataset.open(local_uri)
     assert ds.num_shards > 1
     urls = [str(Path(local_uri, s.path)) for s in ds.manifest.shards]

@@ -118,10 +118,28 @@ def test_metadata_only_samples_and_missing_keys(uri: str) -> None:
 
 def test_inferred_metadata_types(uri: str) -> None:
     rows: list[dict[str, Any]] = [
-        {"i": 1, "f": 1, "s": "x", "b": True, "raw": b"\x00", "l": [1, 2],
-         "d": {"url": "u", "size": 3}, "n": None, "arr": np.array([0.5, 1.5])},
-        {"i": np.int16(2), "f": 2.5, "s": None, "b": False, "raw": b"", "l": [],
-         "d": {"url": "v"}, "n": None, "arr": [2.0]},
+        {
+            "i": 1,
+            "f": 1,
+            "s": "x",
+            "b": True,
+            "raw": b"\x00",
+            "l": [1, 2],
+            "d": {"url": "u", "size": 3},
+            "n": None,
+            "arr": np.array([0.5, 1.5]),
+        },
+        {
+            "i": np.int16(2),
+            "f": 2.5,
+            "s": None,
+            "b": False,
+            "raw": b"",
+            "l": [],
+            "d": {"url": "v"},
+            "n": None,
+            "arr": [2.0],
+        },
     ]
     with Writer(uri, "t") as w:
         for k, r in enumerate(rows):
@@ -129,9 +147,15 @@ def test_inferred_metadata_types(uri: str) -> None:
     ds = Dataset.open(uri)
     types = {f.name: f.type for f in ds.manifest.metadata}
     assert types == {
-        "i": pa.int64(), "f": pa.float64(), "s": pa.string(), "b": pa.bool_(), "raw": pa.binary(),
-        "l": pa.list_(pa.int64()), "d": pa.struct([("url", pa.string()), ("size", pa.int64())]),
-        "n": pa.null(), "arr": pa.list_(pa.float64()),
+        "i": pa.int64(),
+        "f": pa.float64(),
+        "s": pa.string(),
+        "b": pa.bool_(),
+        "raw": pa.binary(),
+        "l": pa.list_(pa.int64()),
+        "d": pa.struct([("url", pa.string()), ("size", pa.int64())]),
+        "n": pa.null(),
+        "arr": pa.list_(pa.float64()),
     }
     assert ds[0]["f"] == 1.0
     assert ds[1]["d"] == {"url": "v", "size": None}
@@ -293,7 +317,11 @@ def test_every_error_is_a_ferroload_error() -> None:
         if isinstance(obj, type) and issubclass(obj, BaseException) and obj is not FormatError:
             assert issubclass(obj, FerroloadError), name
             assert issubclass(obj, FormatError), name
-            builtin = [b for b in obj.__mro__ if b.__module__ == "builtins" and b not in (Exception, BaseException, object)]
+            builtin = [
+                b
+                for b in obj.__mro__
+                if b.__module__ == "builtins" and b not in (Exception, BaseException, object)
+            ]
             assert builtin, f"{name} subclasses no builtin error"
 
 
@@ -310,3 +338,58 @@ def test_index_parts_use_row_groups_with_statistics(local_uri: str) -> None:
     stats = meta.row_group(3).column(label).statistics
     assert (stats.min, stats.max) == (300, 399)
     assert meta.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_integers_beyond_int64_are_refused_at_add(uri: str) -> None:
+    w = Writer(uri, "big")
+    w.add("a", None, {"label": 1})
+    with pytest.raises(SchemaConflictError, match="int64") as info:
+        w.add("b", None, {"label": 2**70})
+    assert info.value.sample_id == "b"
+    w.add("c", None, {"label": -(2**63)})
+    assert w.close() == 1
+    assert Dataset.open(uri)[1]["label"] == -(2**63)
+
+
+def test_enum_values_are_stored_as_their_base_type(uri: str) -> None:
+    import enum
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    class Split(enum.StrEnum):
+        TRAIN = "train"
+
+    with Writer(uri, "e") as w:
+        w.add("a", None, {"color": Color.RED, "split": Split.TRAIN})
+        w.add("b", None, {"color": 2, "split": "test"})
+    ds = Dataset.open(uri)
+    assert [ds[0]["color"], ds[0]["split"], ds[1]["color"]] == [1, "train", 2]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [2**53 + 1, 0.5],  # the float arrives after the big int
+        [0.5, 2**53 + 1],  # the big int arrives in a float column
+        [[2**53 + 1], [0.5]],  # the same inside lists
+        [{"a": 2**53 + 1}, {"a": 0.5}],
+    ],
+)
+def test_integers_that_float64_cannot_hold_are_refused_at_add(uri: str, values: list[Any]) -> None:
+    w = Writer(uri, "f")
+    w.add("a", None, {"v": values[0]})
+    with pytest.raises(SchemaConflictError, match="'v' of sample 'b'"):
+        w.add("b", None, {"v": values[1]})
+    assert w.close() == 1
+    assert Dataset.open(uri)[0]["v"] == values[0]
+
+
+def test_columns_widen_across_row_groups(uri: str) -> None:
+    with Writer(uri, "w", row_group_size=4) as w:
+        for i in range(10):
+            w.add(f"a{i}", None, {"n": i, "s": {"x": i}, "l": [i]})
+        w.add("b", None, {"n": 0.5, "s": {"y": "new"}, "l": [0.5]})
+    ds = Dataset.open(uri)
+    assert ds[3] == {"sample_id": "a3", "n": 3.0, "s": {"x": 3, "y": None}, "l": [3.0]}
+    assert ds[10] == {"sample_id": "b", "n": 0.5, "s": {"x": None, "y": "new"}, "l": [0.5]}

@@ -7,13 +7,13 @@ from hypothesis import strategies as st
 
 from ferroload_store import coalesce_ranges
 
-ranges = st.lists(
-    st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)), min_size=0, max_size=60
-)
+ranges = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)), min_size=0, max_size=60)
 
 
 @given(ranges, st.integers(0, 2_000), st.integers(1, 8_000))
-def test_every_range_lies_inside_its_read(rs: list[tuple[int, int]], gap: int, max_read: int) -> None:
+def test_every_range_lies_inside_its_read(
+    rs: list[tuple[int, int]], gap: int, max_read: int
+) -> None:
     starts = [s for s, _ in rs]
     lengths = [n for _, n in rs]
     plan = coalesce_ranges(starts, lengths, max_gap=gap, max_read=max_read)
@@ -31,7 +31,9 @@ def test_every_range_lies_inside_its_read(rs: list[tuple[int, int]], gap: int, m
 
 
 @given(ranges, st.integers(0, 2_000))
-def test_without_a_size_cap_neighbours_closer_than_the_gap_share_a_read(rs: list[tuple[int, int]], gap: int) -> None:
+def test_without_a_size_cap_neighbours_closer_than_the_gap_share_a_read(
+    rs: list[tuple[int, int]], gap: int
+) -> None:
     plan = coalesce_ranges([s for s, _ in rs], [n for _, n in rs], max_gap=gap, max_read=1 << 40)
     ends = plan.starts + plan.lengths
     assert np.all(plan.starts[1:] - ends[:-1] > gap)
@@ -53,5 +55,5 @@ def test_max_read_splits_long_runs() -> None:
 
 @pytest.mark.parametrize(("starts", "lengths"), [([1, 2], [1]), ([-1], [1]), ([0], [-5])])
 def test_bad_input(starts: list[int], lengths: list[int]) -> None:
-    with pytest.raises(ValueError, match="lengths|non-negative"):
+    with pytest.raises(ValueError, match=r"lengths|non-negative"):
         coalesce_ranges(starts, lengths)

@@ -28,7 +28,11 @@ def test_put_get_head_exists_delete(store: Store) -> None:
 
 
 def test_missing_object_errors_are_ferroload_and_builtin(store: Store) -> None:
-    for call in (lambda: store.get("nope"), lambda: store.get_range("nope", 0, 1), lambda: store.head("nope")):
+    for call in (
+        lambda: store.get("nope"),
+        lambda: store.get_range("nope", 0, 1),
+        lambda: store.head("nope"),
+    ):
         with pytest.raises(ObjectNotFoundError) as info:
             call()
         assert isinstance(info.value, FileNotFoundError)
@@ -73,7 +77,9 @@ def test_range_reads_and_coalescing(store: Store) -> None:
     lengths = np.array([10, 20, 30, 40, 0])
     store.stats.reset()
     views = store.get_ranges("blob", starts, lengths, max_gap=8192)
-    assert [bytes(v) for v in views] == [data[s : s + n] for s, n in zip(starts, lengths, strict=True)]
+    assert [bytes(v) for v in views] == [
+        data[s : s + n] for s, n in zip(starts, lengths, strict=True)
+    ]
     # 10..130 and 5000 are within the gap of each other; 200_000 is far away.
     assert store.stats.get_requests == 2
     assert store.get_ranges("blob", [], []) == []
@@ -96,6 +102,11 @@ def test_list_is_sorted_and_honours_prefix_and_offset(store: Store) -> None:
     assert [o.path for o in store.list("v/")] == ["v/1", "v/2", "v/3"]
     assert [o.path for o in store.list("v/", offset="v/1")] == ["v/2", "v/3"]
     assert store.list("none/") == []
+    assert [o.path for o in store.list("v/")] == [o.path for o in store.list("v")][:3]
+    store.put("v/abc-1", b"")
+    store.put("v/abd-1", b"")
+    assert [o.path for o in store.list("v/ab")] == ["v/abc-1", "v/abd-1"]
+    assert [o.path for o in store.list("v/abc-")] == ["v/abc-1"]
 
 
 def test_open_writer_commits_on_close_and_drops_on_abort(store: Store) -> None:

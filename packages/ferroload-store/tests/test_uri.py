@@ -14,7 +14,9 @@ def test_plain_path_is_local_and_absolute(tmp_path: Path) -> None:
     assert p.uri == (tmp_path / "b").as_uri()
 
 
-def test_relative_path_resolves_against_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_path_resolves_against_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert parse_uri("data/ds").location == str(tmp_path / "data" / "ds")
 
@@ -26,18 +28,39 @@ def test_file_uri() -> None:
 
 def test_memory_uri_has_name_and_prefix() -> None:
     p = parse_uri("memory://tests/some/ds/")
-    assert (p.kind, p.location, p.prefix, p.uri) == ("memory", "tests", "some/ds/", "memory://tests/some/ds")
+    assert (p.kind, p.location, p.prefix, p.uri) == (
+        "memory",
+        "tests",
+        "some/ds/",
+        "memory://tests/some/ds",
+    )
 
 
-@pytest.mark.parametrize("uri", ["s3://bucket/prefix", "gs://b/p", "az://container/p", "abfss://c@acct.dfs.core.windows.net/p", "https://example.com/ds"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://bucket/prefix",
+        "gs://b/p",
+        "az://container/p",
+        "abfss://c@acct.dfs.core.windows.net/p",
+        "https://example.com/ds",
+    ],
+)
 def test_object_store_uris(uri: str) -> None:
     assert parse_uri(uri).kind == "object"
 
 
 @pytest.mark.parametrize(
     ("uri", "reason"),
-    [("", "empty"), ("   ", "empty"), ("ftp://host/x", "unknown scheme"), ("memory://", "store name"),
-     ("s3://", "bucket"), ("file://otherhost/x", "host"), ("a\x00b", "NUL")],
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("ftp://host/x", "unknown scheme"),
+        ("memory://", "store name"),
+        ("s3://", "bucket"),
+        ("file://otherhost/x", "host"),
+        ("a\x00b", "NUL"),
+    ],
 )
 def test_bad_uris_are_refused_clearly(uri: str, reason: str) -> None:
     with pytest.raises(InvalidURIError, match=reason) as info:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
 
 from ferroload_format._errors import (
     CommitConflictError,
@@ -25,6 +24,7 @@ from ferroload_format._errors import (
 )
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
 from ferroload_format._manifest import (
+    SHARDS_DIR,
     IndexPart,
     Manifest,
     Modality,
@@ -36,6 +36,7 @@ from ferroload_format._manifest import (
 )
 from ferroload_format._types import fits_in, type_name
 from ferroload_format._versions import read_manifest, write_hint
+from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,9 @@ def ensure_published(store: Store, manifest: Manifest) -> list[str]:
         try:
             store.put_if_absent(part.path, data)
             done.append(part.path)
-            logger.info("published index part %s of %s (its writer stopped early)", part.path, store.uri)
+            logger.info(
+                "published index part %s of %s (its writer stopped early)", part.path, store.uri
+            )
         except ObjectExistsError:
             pass
     return done
@@ -172,8 +175,24 @@ def _check_duplicates(
         )
 
 
-def _statistics(latest: Manifest | None, table: pa.Table, pending: PendingCommit,
-                part_size: int) -> dict[str, Any]:
+def _check_shards_exist(store: Store, pending: PendingCommit) -> None:
+    """Refuse to commit shards that are gone (a `gc` with too short a grace period)."""
+    expected = {p for s in pending.shards for p in (s.path, s.side_index)}
+    found = {o.path for o in store.list(f"{SHARDS_DIR}{pending.txn}-")}
+    missing = sorted(expected - found)
+    if missing:
+        raise CommitConflictError(
+            f"{len(missing)} object(s) this writer wrote to {store.uri} disappeared before "
+            f"the commit (first: {missing[0]}); was gc run with a grace period shorter than "
+            "the write? Nothing was committed",
+            uri=store.uri,
+            shard=missing[0],
+        )
+
+
+def _statistics(
+    latest: Manifest | None, table: pa.Table, pending: PendingCommit, part_size: int
+) -> dict[str, Any]:
     old = dict(latest.statistics) if latest is not None else {}
     mods = {k: dict(v) for k, v in old.get("modalities", {}).items()}
     for m in pending.modalities:
@@ -237,12 +256,16 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
                 uri=store.uri,
             )
         manifest = _next_manifest(latest, pending, table, part_bytes, staged)
+        _check_shards_exist(store, pending)
         _checkpoint("before-commit")
         try:
             store.put_if_absent(version_path(manifest.version), manifest.to_bytes())
         except ObjectExistsError:
-            logger.info("version %d of %s was taken by a concurrent writer; retrying",
-                        manifest.version, store.uri)
+            logger.info(
+                "version %d of %s was taken by a concurrent writer; retrying",
+                manifest.version,
+                store.uri,
+            )
             continue
         break
     else:
@@ -252,10 +275,8 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
             uri=store.uri,
         )
     _checkpoint("committed")
-    try:
+    with suppress(ObjectExistsError):  # a concurrent writer published it for us
         store.put_if_absent(part_path(manifest.version), part_bytes)
-    except ObjectExistsError:
-        pass
     _checkpoint("published")
     write_hint(store, manifest.version)
     try:
@@ -303,6 +324,6 @@ def _next_manifest(
         # a writer that set out to create the dataset, but lost the race, appends
         operation="append" if pending.operation == "create" else pending.operation,
         shards=latest.shards + shards,
-        index_parts=latest.index_parts + (part,),
+        index_parts=(*latest.index_parts, part),
         statistics=stats,
     )

@@ -12,13 +12,6 @@ import numpy.typing as npt
 import pyarrow as pa
 import xxhash
 
-from ferroload_store import (
-    ObjectNotFoundError,
-    ObjectTruncatedError,
-    Store,
-    open_store,
-)
-
 from ferroload_format._errors import (
     ChecksumMismatchError,
     ColumnNotFoundError,
@@ -29,6 +22,12 @@ from ferroload_format._errors import (
 from ferroload_format._index import IndexColumns, ModalityArrays
 from ferroload_format._manifest import Manifest, Modality
 from ferroload_format._versions import list_versions, read_manifest
+from ferroload_store import (
+    ObjectNotFoundError,
+    ObjectTruncatedError,
+    Store,
+    open_store,
+)
 
 if TYPE_CHECKING:
     from ferroload_format._verify import VerifyReport
@@ -57,9 +56,13 @@ class Dataset:
     `subset()` or `take()` renumbers its rows from 0.
 
     Example:
-        >>> ds = Dataset.open("memory://docs/writer-example")
-        >>> len(ds), ds.get(0, ["label"])
-        (1, {'label': 3})
+        >>> from ferroload_format import Writer
+        >>> with Writer("memory://docs/dataset-example", "demo") as w:
+        ...     w.declare("image", "jpg", "tensor", "image")
+        ...     w.add("s0000", {"image": b"jpeg bytes"}, {"label": 3})
+        >>> ds = Dataset.open("memory://docs/dataset-example")
+        >>> len(ds), ds.get(0, ["label"]), ds.get(0)["image"]
+        (1, {'label': 3}, b'jpeg bytes')
     """
 
     def __init__(
@@ -79,6 +82,9 @@ class Dataset:
         self._modalities = {m.name: m for m in manifest.modalities}
         self._meta_names = tuple(f.name for f in manifest.metadata)
         self._all_columns = ("sample_id", *self._modalities, *self._meta_names)
+        self._len = manifest.num_samples if rows is None else len(rows)
+        self._shard_paths = [s.path for s in manifest.shards]
+        self._resolved: dict[tuple[str, ...] | None, tuple[list[str], list[str]]] = {}
 
     @classmethod
     def open(
@@ -169,7 +175,7 @@ class Dataset:
         return self._rows is not None
 
     def __len__(self) -> int:
-        return self._manifest.num_samples if self._rows is None else len(self._rows)
+        return self._len
 
     def __repr__(self) -> str:
         view = ", view" if self.is_view else ""
@@ -182,8 +188,8 @@ class Dataset:
     # ----------------------------------------------------------------- positions
 
     def _row(self, i: IndexLike) -> int:
-        n = len(self)
-        if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+        n = self._len
+        if type(i) is not int and (not isinstance(i, (int, np.integer)) or isinstance(i, bool)):
             raise TypeError(f"sample positions are ints, got {type(i).__name__}")
         j = int(i)
         if j < 0:
@@ -212,10 +218,17 @@ class Dataset:
 
     def _resolve(self, columns: Sequence[str] | str | None) -> tuple[list[str], list[str]]:
         """Split requested columns into (modalities, index columns), in request order."""
+        key = (
+            None if columns is None else (columns,) if isinstance(columns, str) else tuple(columns)
+        )
+        hit = self._resolved.get(key)
+        if hit is None:
+            hit = self._resolved[key] = self._split_columns(key)
+        return hit
+
+    def _split_columns(self, columns: tuple[str, ...] | None) -> tuple[list[str], list[str]]:
         if columns is None:
             return list(self._modalities), ["sample_id", *self._meta_names]
-        if isinstance(columns, str):
-            columns = [columns]
         mods, meta = [], []
         for c in columns:
             if c in self._modalities:
@@ -269,10 +282,9 @@ class Dataset:
             if not a.present[row]:
                 out[m] = None
                 continue
-            shard = self._manifest.shards[a.shard[row]].path
-            off, length = int(a.offset[row]), int(a.length[row])
+            shard = self._shard_paths[a.shard[row]]
             try:
-                data = self._store.get_range(shard, off, length)
+                data = self._store.get_range(shard, int(a.offset[row]), int(a.length[row]))
             except (ObjectNotFoundError, ObjectTruncatedError) as exc:
                 raise self._read_error(exc, shard, np.asarray([row]), a) from exc
             if self._verify:
@@ -319,7 +331,7 @@ class Dataset:
         order = np.argsort(codes, kind="stable")
         bounds = np.flatnonzero(np.diff(codes[order])) + 1
         for group in np.split(order, bounds):
-            shard = self._manifest.shards[int(codes[group[0]])].path
+            shard = self._shard_paths[int(codes[group[0]])]
             grows = sel[group]
             try:
                 views = self._store.get_ranges(shard, a.offset[grows], a.length[grows])
@@ -428,9 +440,13 @@ class Dataset:
             QueryError: if DuckDB cannot run the clause (syntax, unknown column, …).
 
         Example:
-            >>> ds = Dataset.open("memory://docs/writer-example")
-            >>> ds.subset("label = 3", return_indices=True).tolist()
-            [0]
+            >>> from ferroload_format import Writer
+            >>> with Writer("memory://docs/subset-example", "demo") as w:
+            ...     for i in range(6):
+            ...         w.add(f"s{i}", None, {"label": i % 3, "caption": f"cat {i}"})
+            >>> ds = Dataset.open("memory://docs/subset-example")
+            >>> ds.subset("label = 2 AND caption LIKE 'cat%'", return_indices=True).tolist()
+            [2, 5]
         """
         from ferroload_format._query import where_positions
 
@@ -445,8 +461,9 @@ class Dataset:
         for v in list_versions(self._store):
             m = self._manifest if v == self.version else read_manifest(self._store, v)
             out.append(
-                VersionInfo(m.version, m.created_at, m.operation, m.num_samples,
-                            len(m.shards), m.txn)
+                VersionInfo(
+                    m.version, m.created_at, m.operation, m.num_samples, len(m.shards), m.txn
+                )
             )
         return out
 

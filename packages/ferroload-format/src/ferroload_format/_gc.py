@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ferroload_store import open_store
-
 from ferroload_format._commit import ensure_published
 from ferroload_format._manifest import INDEX_DIR, SHARDS_DIR, STAGING_DIR
 from ferroload_format._versions import list_versions, read_manifest
+from ferroload_store import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +87,10 @@ def gc(
     report.deleted = doomed
     if doomed and not dry_run:
         store.delete(doomed)
-        logger.info("gc deleted %d leftover objects (%d bytes) from %s", len(doomed),
-                    report.bytes_freed, store.uri)
+        logger.info(
+            "gc deleted %d leftover objects (%d bytes) from %s",
+            len(doomed),
+            report.bytes_freed,
+            store.uri,
+        )
     return report

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -13,19 +13,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ferroload_store import ObjectNotFoundError, Store
-
 from ferroload_format._errors import ColumnNotFoundError, ManifestError, SchemaConflictError
 from ferroload_format._manifest import IndexPart, Manifest
 from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
 from ferroload_format._types import (
+    INT64_MAX,
+    INT64_MIN,
     PY_SCALARS,
-    TypeConflict,
+    TypeConflictError,
     fits_in,
     infer_type,
     merge_types,
     type_name,
 )
+from ferroload_store import ObjectNotFoundError, Store
 
 ROW_GROUP_SIZE = 65_536
 MODALITY_TYPE = pa.struct(
@@ -61,7 +62,8 @@ def write_part(table: pa.Table, *, row_group_size: int = ROW_GROUP_SIZE) -> byte
         write_statistics=True,
         write_page_index=True,
     )
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 class _MetaColumn:
@@ -79,36 +81,45 @@ class _MetaColumn:
         self.fast: type | None = next((t for t, a in PY_SCALARS.items() if a == dtype), None)
 
     def accept(self, value: Any, sample_id: str, uri: str | None) -> None:
+        """Check a value that is not of the column's fast type; widen the column if needed."""
+
+        def conflict(why: str) -> SchemaConflictError:
+            return SchemaConflictError(
+                f"metadata {self.name!r} of sample {sample_id!r} {why}",
+                uri=uri,
+                sample_id=sample_id,
+                column=self.name,
+            )
+
         try:
             vtype = infer_type(value)
-        except TypeConflict as exc:
-            raise SchemaConflictError(
-                f"metadata {self.name!r} of sample {sample_id!r}: {exc}",
-                uri=uri,
-                sample_id=sample_id,
-                column=self.name,
-            ) from None
+        except TypeConflictError as exc:
+            raise conflict(f": {exc}") from None
         if self.locked:
             if not fits_in(vtype, self.type):
-                raise SchemaConflictError(
-                    f"metadata {self.name!r} of sample {sample_id!r} is {type_name(vtype)}, "
-                    f"but the dataset's column is {type_name(self.type)}",
-                    uri=uri,
-                    sample_id=sample_id,
-                    column=self.name,
+                raise conflict(
+                    f"is {type_name(vtype)}, but the dataset's column is {type_name(self.type)}"
                 )
-            return
+            new = self.type
+        else:
+            try:
+                new = merge_types(self.type, vtype)
+            except TypeConflictError:
+                raise conflict(
+                    f"is {type_name(vtype)}, but earlier samples gave {type_name(self.type)}"
+                ) from None
         try:
-            self.type = merge_types(self.type, vtype)
-        except TypeConflict:
-            raise SchemaConflictError(
-                f"metadata {self.name!r} of sample {sample_id!r} is {type_name(vtype)}, "
-                f"but earlier samples gave {type_name(self.type)}",
-                uri=uri,
-                sample_id=sample_id,
-                column=self.name,
-            ) from None
-        self.fast = next((t for t, a in PY_SCALARS.items() if a == self.type), None)
+            # Arrow refuses what the type rules alone allow in a few cases (an integer
+            # beyond 2**53 in a float64 column): find out now, not at commit time.
+            pa.array([value], type=new)
+            if new != self.type:
+                self.chunks = [_convert(c, new) for c in self.chunks]
+                if self.values:
+                    pa.array(self.values, type=new)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise conflict(f"cannot be stored as {type_name(new)}: {exc}") from None
+        self.type = new
+        self.fast = next((t for t, a in PY_SCALARS.items() if a == new), None)
 
     def freeze(self) -> None:
         if self.values:
@@ -117,16 +128,17 @@ class _MetaColumn:
 
     def array(self) -> pa.ChunkedArray:
         self.freeze()
-        out = []
-        for chunk in self.chunks:
-            if chunk.type == self.type:
-                out.append(chunk)
-                continue
-            try:
-                out.append(chunk.cast(self.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                out.append(pa.array(chunk.to_pylist(), type=self.type))
-        return pa.chunked_array(out, type=self.type)
+        return pa.chunked_array(self.chunks, type=self.type)
+
+
+def _convert(chunk: pa.Array, dtype: pa.DataType) -> pa.Array:
+    """`chunk` as `dtype` (a widening allowed by `merge_types`); raises if it loses data."""
+    if chunk.type == dtype:
+        return chunk
+    try:
+        return chunk.cast(dtype)
+    except pa.ArrowNotImplementedError:  # e.g. a struct gaining a field
+        return pa.array(chunk.to_pylist(), type=dtype)
 
 
 class IndexBuilder:
@@ -168,8 +180,13 @@ class IndexBuilder:
         self._mod[name] = [[0] * n_open, [0] * n_open, [0] * n_open, [0] * n_open]
         frozen = self.num_rows - n_open
         self._mod_chunks[name] = (
-            [[np.zeros(frozen, np.bool_), *(np.zeros(frozen, np.int64) for _ in range(2)),
-              np.zeros(frozen, np.uint64)]]
+            [
+                [
+                    np.zeros(frozen, np.bool_),
+                    *(np.zeros(frozen, np.int64) for _ in range(2)),
+                    np.zeros(frozen, np.uint64),
+                ]
+            ]
             if frozen
             else []
         )
@@ -221,7 +238,12 @@ class IndexBuilder:
             col = cols.get(name)
             if col is None:
                 col = self._new_column(name, sample_id)
-            if value is not None and type(value) is not col.fast:
+            if value is None:
+                continue
+            fast = col.fast
+            if type(value) is not fast or (
+                fast is int and not INT64_MIN <= cast(int, value) <= INT64_MAX
+            ):
                 col.accept(value, sample_id, self.uri)
 
     def _new_column(self, name: str, sample_id: str) -> _MetaColumn:
@@ -294,11 +316,15 @@ class IndexBuilder:
         ]
         for name in self._modalities:
             chunks = self._mod_chunks[name]
-            fields = [np.concatenate([c[i] for c in chunks]) if chunks else [] for i in range(4)]
-            columns.append(pa.StructArray.from_arrays(
-                [pa.array(f, type=t.type) for f, t in zip(fields, MODALITY_TYPE, strict=True)],
-                fields=list(MODALITY_TYPE),
-            ))
+            fields: list[Any] = [
+                np.concatenate([c[i] for c in chunks]) if chunks else [] for i in range(4)
+            ]
+            columns.append(
+                pa.StructArray.from_arrays(
+                    [pa.array(f, type=t.type) for f, t in zip(fields, MODALITY_TYPE, strict=True)],
+                    fields=list(MODALITY_TYPE),
+                )
+            )
         columns.extend(c.array() for c in self._cols.values())
         return pa.Table.from_arrays(columns, schema=schema)
 
@@ -347,9 +373,7 @@ class IndexColumns:
     def __init__(self, store: Store, manifest: Manifest) -> None:
         self.store = store
         self.manifest = manifest
-        self.schema = index_schema(
-            [m.name for m in manifest.modalities], manifest.metadata
-        )
+        self.schema = index_schema([m.name for m in manifest.modalities], manifest.metadata)
         self._cache: dict[str, pa.Array] = {}
         self._modality: dict[str, ModalityArrays] = {}
         self._shard_codes: npt.NDArray[np.int32] | None = None
@@ -374,6 +398,9 @@ class IndexColumns:
 
     def columns(self, names: Sequence[str]) -> dict[str, pa.Array]:
         """Arrow arrays (one chunk each) of the named columns, loading those not cached."""
+        cache = self._cache
+        if all(n in cache for n in names):  # the hot path: no lock, no checks
+            return {n: cache[n] for n in names}
         for name in names:
             self._require(name)
         with self._lock:
@@ -413,13 +440,14 @@ class IndexColumns:
                             ) from None
                         idx = chunk.indices.to_numpy(zero_copy_only=False)
                         parts.append(mapping[idx] if len(mapping) else idx.astype(np.int32))
-                self._shard_codes = (
-                    np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-                )
+                self._shard_codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
             return self._shard_codes
 
     def modality(self, name: str) -> ModalityArrays:
         """Flat numpy arrays locating every sample's payload of modality `name`."""
+        arrays = self._modality.get(name)
+        if arrays is not None:  # the hot path
+            return arrays
         if self.manifest.modality(name) is None:
             raise ColumnNotFoundError(
                 f"{self.store.uri} has no modality {name!r}; modalities are "

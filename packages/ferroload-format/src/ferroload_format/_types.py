@@ -30,7 +30,7 @@ PY_SCALARS: dict[type, pa.DataType] = {
 }
 
 
-class TypeConflict(TypeError):
+class TypeConflictError(TypeError):
     """Internal: two values whose types cannot share a column (the writer adds context)."""
 
 
@@ -38,12 +38,12 @@ def infer_type(value: Any) -> pa.DataType:
     """The Arrow type ferroload stores `value` as (`null` for None).
 
     Raises:
-        TypeConflict: for values that have no metadata type, or lists mixing types.
+        TypeConflictError: for values that have no metadata type, or lists mixing types.
     """
     t = PY_SCALARS.get(type(value))
     if t is not None:
         if t == pa.int64() and not INT64_MIN <= value <= INT64_MAX:
-            raise TypeConflict(f"integer {value} does not fit in int64")
+            raise TypeConflictError(f"integer {value} does not fit in int64")
         return t
     if value is None:
         return pa.null()
@@ -56,25 +56,21 @@ def infer_type(value: Any) -> pa.DataType:
         return pa.list_(item)
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
-            raise TypeConflict(f"numpy arrays must be 1-d to be metadata, got shape {value.shape}")
+            raise TypeConflictError(
+                f"numpy arrays must be 1-d to be metadata, got shape {value.shape}"
+            )
         return pa.list_(_numpy_scalar_type(value.dtype, None))
     if isinstance(value, Mapping):
         fields = []
         for k, v in value.items():
             if not isinstance(k, str):
-                raise TypeConflict(f"dict keys must be str, got {type(k).__name__} {k!r}")
+                raise TypeConflictError(f"dict keys must be str, got {type(k).__name__} {k!r}")
             fields.append(pa.field(k, infer_type(v)))
         return pa.struct(fields)
-    if isinstance(value, (bool, int, float, str, bytes)):  # subclasses (IntEnum, …)
-        return infer_type(_base_value(value))
-    raise TypeConflict(f"values of type {type(value).__name__} cannot be stored as metadata")
-
-
-def _base_value(value: Any) -> Any:
-    for base in (bool, int, float, str, bytes):
+    for base in PY_SCALARS:  # subclasses of the scalar types: IntEnum, StrEnum, …
         if isinstance(value, base):
-            return base(value)
-    raise AssertionError(value)
+            return infer_type(base(value))
+    raise TypeConflictError(f"values of type {type(value).__name__} cannot be stored as metadata")
 
 
 def _numpy_scalar_type(dtype: np.dtype[Any], value: Any) -> pa.DataType:
@@ -82,7 +78,7 @@ def _numpy_scalar_type(dtype: np.dtype[Any], value: Any) -> pa.DataType:
         return pa.bool_()
     if dtype.kind in "iu":
         if dtype.kind == "u" and dtype.itemsize == 8 and value is not None and value > INT64_MAX:
-            raise TypeConflict(f"integer {value} does not fit in int64")
+            raise TypeConflictError(f"integer {value} does not fit in int64")
         return pa.int64()
     if dtype.kind == "f":
         return pa.float64()
@@ -90,7 +86,7 @@ def _numpy_scalar_type(dtype: np.dtype[Any], value: Any) -> pa.DataType:
         return pa.string()
     if dtype.kind == "S":
         return pa.binary()
-    raise TypeConflict(f"numpy dtype {dtype} cannot be stored as metadata")
+    raise TypeConflictError(f"numpy dtype {dtype} cannot be stored as metadata")
 
 
 def merge_types(a: pa.DataType, b: pa.DataType) -> pa.DataType:
@@ -100,7 +96,7 @@ def merge_types(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     item- and field-wise (a field missing on one side is null there).
 
     Raises:
-        TypeConflict: if no such type exists.
+        TypeConflictError: if no such type exists.
     """
     if a == b:
         return a
@@ -122,14 +118,14 @@ def merge_types(a: pa.DataType, b: pa.DataType) -> pa.DataType:
             tb = b.field(ib).type if ib >= 0 else pa.null()
             fields.append(pa.field(name, merge_types(ta, tb)))
         return pa.struct(fields)
-    raise TypeConflict(f"{type_name(a)} and {type_name(b)} cannot share a column")
+    raise TypeConflictError(f"{type_name(a)} and {type_name(b)} cannot share a column")
 
 
 def fits_in(value_type: pa.DataType, column_type: pa.DataType) -> bool:
     """True when values of `value_type` can be stored in an existing `column_type`."""
     try:
-        return merge_types(column_type, value_type) == column_type
-    except TypeConflict:
+        return bool(merge_types(column_type, value_type) == column_type)
+    except TypeConflictError:
         return False
 
 

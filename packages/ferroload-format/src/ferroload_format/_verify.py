@@ -10,12 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
-
 from ferroload_format._errors import DatasetDamagedError
 from ferroload_format._index import IndexColumns, ModalityArrays
 from ferroload_format._manifest import Manifest, ShardInfo
 from ferroload_format._names import member_name
+from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
 
 #: Bytes read per request while verifying (ranges are coalesced up to this size).
 _CHUNK_BYTES = 64 << 20
@@ -93,7 +92,9 @@ def _check_shard_object(store: Store, shard: ShardInfo, report: VerifyReport) ->
     return True
 
 
-def _side_index(store: Store, shard: ShardInfo, report: VerifyReport) -> dict[str, tuple[int, int, int]]:
+def _side_index(
+    store: Store, shard: ShardInfo, report: VerifyReport
+) -> dict[str, tuple[int, int, int]]:
     try:
         data = store.get(shard.side_index)
         table = pq.read_table(pa.BufferReader(data))
@@ -192,8 +193,7 @@ def _check_payloads(
                     Problem(
                         "checksum",
                         shard.path,
-                        f"{column!r} of sample {sid!r} in {shard.path} does not match its "
-                        "checksum",
+                        f"{column!r} of sample {sid!r} in {shard.path} does not match its checksum",
                         sid,
                         column,
                     )

@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 
-from ferroload_store import ObjectNotFoundError, Store
-
 from ferroload_format._errors import (
     DatasetNotFoundError,
     ManifestError,
@@ -20,6 +18,7 @@ from ferroload_format._manifest import (
     parse_version_path,
     version_path,
 )
+from ferroload_store import ObjectNotFoundError, Store
 
 logger = logging.getLogger(__name__)
 

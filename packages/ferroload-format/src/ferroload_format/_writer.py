@@ -10,8 +10,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from ferroload_store import open_store
-
 from ferroload_format import _commit
 from ferroload_format._commit import PendingCommit, commit
 from ferroload_format._errors import (
@@ -19,8 +17,8 @@ from ferroload_format._errors import (
     DatasetNotFoundError,
     DuplicateSampleError,
     InvalidModalityError,
-    InvalidSampleIdError,
     InvalidPayloadError,
+    InvalidSampleIdError,
     SchemaConflictError,
     UndeclaredModalityError,
     WriterClosedError,
@@ -36,6 +34,7 @@ from ferroload_format._names import (
 )
 from ferroload_format._tar import BLOCK, END_OF_ARCHIVE, ShardWriter, padding
 from ferroload_format._versions import read_manifest
+from ferroload_store import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +103,9 @@ class Writer:
         self.txn = new_txn_id()
         self._shard_size = shard_size
         self._row_group_size = row_group_size
-        self._modalities: dict[str, Modality] = {m.name: m for m in (base.modalities if base else ())}
+        self._modalities: dict[str, Modality] = {
+            m.name: m for m in (base.modalities if base else ())
+        }
         self._builder = IndexBuilder(
             list(self._modalities),
             base.metadata if base else (),
@@ -242,8 +243,7 @@ class Writer:
             if not isinstance(value, _BYTES_LIKE):
                 hint = " (encode text first: s.encode())" if isinstance(value, str) else ""
                 raise InvalidPayloadError(
-                    f"payload {key!r} of sample {sid!r} is {type(value).__name__}, not "
-                    f"bytes{hint}",
+                    f"payload {key!r} of sample {sid!r} is {type(value).__name__}, not bytes{hint}",
                     uri=self.uri,
                     sample_id=sid,
                     column=key,
@@ -266,8 +266,10 @@ class Writer:
 
     def _shard_for(self, sample_bytes: int) -> ShardWriter:
         shard = self._shard
-        if shard is not None and shard.num_samples and (
-            shard.size + sample_bytes + len(END_OF_ARCHIVE) > self._shard_size
+        if (
+            shard is not None
+            and shard.num_samples
+            and (shard.size + sample_bytes + len(END_OF_ARCHIVE) > self._shard_size)
         ):
             self._finish_shard()
             shard = None
@@ -293,9 +295,7 @@ class Writer:
             }
         )
         self._store.put(side_path, write_part(side))
-        self._shards.append(
-            ShardInfo(path, side_path, size, shard.num_samples, len(m.names), 0)
-        )
+        self._shards.append(ShardInfo(path, side_path, size, shard.num_samples, len(m.names), 0))
 
     # ----------------------------------------------------------------- finishing
 
@@ -346,8 +346,12 @@ class Writer:
             raise
         self._closed = True
         self.version = manifest.version
-        logger.info("committed version %d of %s (%d samples)", manifest.version, self.uri,
-                    pending.table.num_rows)
+        logger.info(
+            "committed version %d of %s (%d samples)",
+            manifest.version,
+            self.uri,
+            pending.table.num_rows,
+        )
         return manifest.version
 
     def abort(self) -> None:

@@ -96,14 +96,19 @@ def coalesce_ranges(
 
 
 def _split_oversized(
-    ss: npt.NDArray[np.int64], ee: npt.NDArray[np.int64], gap_ok: npt.NDArray[np.bool_], max_read: int
+    ss: npt.NDArray[np.int64],
+    ee: npt.NDArray[np.int64],
+    gap_ok: npt.NDArray[np.bool_],
+    max_read: int,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Sequential merge that also caps each read at `max_read` bytes (the rare slow path)."""
     read_id = np.empty(len(ss), dtype=np.int64)
     read_starts: list[int] = []
     read_ends: list[int] = []
     cur_start = cur_end = 0
-    for i, (a, b, joinable) in enumerate(zip(ss.tolist(), ee.tolist(), gap_ok.tolist(), strict=True)):
+    for i, (a, b, joinable) in enumerate(
+        zip(ss.tolist(), ee.tolist(), gap_ok.tolist(), strict=True)
+    ):
         if joinable and max(cur_end, b) - cur_start <= max_read:
             cur_end = max(cur_end, b)
             read_ends[-1] = cur_end

@@ -73,6 +73,12 @@ class StoreStats:
     delete_requests: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
+    def add_read(self, requests: int, nbytes: int) -> None:
+        """Count read requests and the bytes they returned (the hot path of `add`)."""
+        with self._lock:
+            self.get_requests += requests
+            self.bytes_read += nbytes
+
     def add(self, **counts: int) -> None:
         """Add to the named counters (thread-safe)."""
         with self._lock:
@@ -90,6 +96,17 @@ class StoreStats:
             for k in list(vars(self)):
                 if not k.startswith("_"):
                     setattr(self, k, 0)
+
+
+class _OpenFile:
+    """A cached file descriptor and how many reads are using it right now."""
+
+    __slots__ = ("evicted", "fd", "users")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0
+        self.evicted = False
 
 
 class ObjectWriter(Protocol):
@@ -171,7 +188,7 @@ class Store:
         self._storage_options = dict(storage_options or {})
         self._ob: Any = None
         self._ob_lock = threading.Lock()
-        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._fds: OrderedDict[str, _OpenFile] = OrderedDict()
         self._fd_lock = threading.Lock()
         self.stats = StoreStats()
         self._root = Path(parsed.location) if parsed.kind == "local" else None
@@ -225,53 +242,79 @@ class Store:
                     self._ob = _ObLocalStore(prefix=self._root, mkdir=True)
         return self._ob
 
-    @contextmanager
-    def _errors(self, path: str, action: str) -> Iterator[None]:
+    def _translate(self, exc: BaseException, path: str, action: str) -> StoreError:
+        """The ferroload error for a backend or OS error raised while doing `action`."""
         where = f"{self.uri}/{path}"
-        try:
-            yield
-        except StoreError:
-            raise
-        except (obx.NotFoundError, FileNotFoundError, NotADirectoryError) as exc:
-            raise ObjectNotFoundError(f"{where} does not exist", uri=self.uri, path=path) from exc
-        except (obx.AlreadyExistsError, FileExistsError) as exc:
-            raise ObjectExistsError(f"{where} already exists", uri=self.uri, path=path) from exc
-        except obx.NotSupportedError as exc:
-            raise UnsupportedOperationError(
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, (obx.NotFoundError, FileNotFoundError, NotADirectoryError)):
+            return ObjectNotFoundError(f"{where} does not exist", uri=self.uri, path=path)
+        if isinstance(exc, (obx.AlreadyExistsError, FileExistsError)):
+            return ObjectExistsError(f"{where} already exists", uri=self.uri, path=path)
+        if isinstance(exc, obx.NotSupportedError):
+            return UnsupportedOperationError(
                 f"{action} is not supported by the backend of {self.uri}: {exc}",
                 uri=self.uri,
                 path=path,
-            ) from exc
-        except (obx.BaseError, OSError) as exc:
-            raise StoreError(f"{action} {where} failed: {exc}", uri=self.uri, path=path) from exc
+            )
+        return StoreError(f"{action} {where} failed: {exc}", uri=self.uri, path=path)
 
-    def _fd(self, path: str) -> int:
+    @contextmanager
+    def _errors(self, path: str, action: str) -> Iterator[None]:
+        try:
+            yield
+        except (obx.BaseError, OSError) as exc:
+            translated = self._translate(exc, path, action)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    def _acquire(self, path: str) -> _OpenFile:
+        """An open descriptor of local file `path`, pinned until `_release`.
+
+        Descriptors are cached (LRU); one evicted while another thread still reads it is
+        closed only when that read is done, so a read never hits a reused descriptor.
+        """
         assert self._root is not None
         with self._fd_lock:
-            fd = self._fds.get(path)
-            if fd is not None:
+            f = self._fds.get(path)
+            if f is None:
+                f = _OpenFile(os.open(self._root / path, os.O_RDONLY))
+                self._fds[path] = f
+                while len(self._fds) > _FD_CACHE_SIZE:
+                    _, old = self._fds.popitem(last=False)
+                    old.evicted = True
+                    if old.users == 0:
+                        os.close(old.fd)
+            else:
                 self._fds.move_to_end(path)
-                return fd
-        fd = os.open(self._root / path, os.O_RDONLY)
+            f.users += 1
+            return f
+
+    def _release(self, f: _OpenFile) -> None:
         with self._fd_lock:
-            self._fds[path] = fd
-            while len(self._fds) > _FD_CACHE_SIZE:
-                _, old = self._fds.popitem(last=False)
-                os.close(old)
-        return fd
+            f.users -= 1
+            if f.evicted and f.users == 0:
+                os.close(f.fd)
+
+    def _drop_fd(self, path: str) -> None:
+        with self._fd_lock:
+            f = self._fds.pop(path, None)
+            if f is not None:
+                f.evicted = True
+                if f.users == 0:
+                    os.close(f.fd)
 
     def close(self) -> None:
         """Close cached file descriptors (the store stays usable)."""
         with self._fd_lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+            paths = list(self._fds)
+        for path in paths:
+            self._drop_fd(path)
 
     def __del__(self) -> None:
-        try:
+        with suppress(Exception):  # interpreter shutdown may have torn down os already
             self.close()
-        except Exception:  # noqa: S110  (interpreter shutdown)
-            pass
 
     # ------------------------------------------------------------------ reads
 
@@ -286,7 +329,7 @@ class Store:
                 data = (self._root / path).read_bytes()
             else:
                 data = obstore.get(self._obstore(), self._key(path)).bytes().to_bytes()
-        self.stats.add(get_requests=1, bytes_read=len(data))
+        self.stats.add_read(1, len(data))
         return data
 
     def get_range(self, path: str, start: int, length: int) -> bytes:
@@ -296,14 +339,20 @@ class Store:
             ObjectNotFoundError: if the object does not exist.
             ObjectTruncatedError: if the object ends before `start + length`.
         """
-        with self._errors(path, "range read of"):
+        try:
             if self._root is not None:
-                data = os.pread(self._fd(path), length, start)
+                f = self._acquire(path)
+                try:
+                    data = os.pread(f.fd, length, start)
+                finally:
+                    self._release(f)
             else:
                 data = obstore.get_range(
                     self._obstore(), self._key(path), start=start, length=length
                 ).to_bytes()
-        self.stats.add(get_requests=1, bytes_read=len(data))
+        except (obx.BaseError, OSError) as exc:
+            raise self._translate(exc, path, "range read of") from exc
+        self.stats.add_read(1, len(data))
         if len(data) != length:
             self._truncated(path, start + length, start + len(data))
         return data
@@ -344,12 +393,15 @@ class Store:
         rs, rl = plan.starts.tolist(), plan.lengths.tolist()
         with self._errors(path, "range read of"):
             if self._root is not None:
-                fd = self._fd(path)
-                bufs = [os.pread(fd, n, s) for s, n in zip(rs, rl, strict=True)]
+                f = self._acquire(path)
+                try:
+                    bufs = [os.pread(f.fd, n, s) for s, n in zip(rs, rl, strict=True)]
+                finally:
+                    self._release(f)
             else:
                 got = obstore.get_ranges(self._obstore(), self._key(path), starts=rs, lengths=rl)
                 bufs = [b.to_bytes() for b in got]
-        self.stats.add(get_requests=len(bufs), bytes_read=sum(len(b) for b in bufs))
+        self.stats.add_read(len(bufs), sum(len(b) for b in bufs))
         views = [memoryview(b) for b in bufs]
         ends = np.asarray(plan.offset_in_read) + np.asarray(lengths, dtype=np.int64).reshape(-1)
         got_len = np.asarray([len(b) for b in bufs], dtype=np.int64)[plan.read_of]
@@ -386,9 +438,7 @@ class Store:
         with self._errors(path, "head"):
             if self._root is not None:
                 st = (self._root / path).stat()
-                return ObjectInfo(
-                    path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC), None
-                )
+                return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC), None)
             meta = obstore.head(self._obstore(), self._key(path))
         return self._info(meta)
 
@@ -414,7 +464,7 @@ class Store:
         """Every object whose key starts with `prefix`, sorted by key.
 
         Args:
-            prefix: key prefix, usually a "directory" ending in `/`.
+            prefix: key prefix: a "directory" ending in `/`, or any string keys start with.
             offset: only keys lexically greater than this one (cheap on object stores).
         """
         self.stats.add(list_requests=1)
@@ -423,8 +473,10 @@ class Store:
         kwargs: dict[str, Any] = {}
         if offset is not None:
             kwargs["offset"] = self._key(offset)
+        # obstore lists whole path segments: ask for the "directory", filter the rest here.
+        directory = prefix[: prefix.rfind("/") + 1]
         with self._errors(prefix, "list"):
-            chunks = obstore.list(self._obstore(), self._key(prefix) or None, **kwargs)
+            chunks = obstore.list(self._obstore(), self._key(directory) or None, **kwargs)
             out = [self._info(m) for chunk in chunks for m in chunk]
         return sorted((o for o in out if o.path.startswith(prefix)), key=lambda o: o.path)
 
@@ -461,10 +513,7 @@ class Store:
         for key in keys:
             self.stats.add(delete_requests=1)
             if self._root is not None:
-                with self._fd_lock:
-                    fd = self._fds.pop(key, None)
-                if fd is not None:
-                    os.close(fd)
+                self._drop_fd(key)
                 target = self._root / key
                 with self._errors(key, "delete"):
                     target.unlink(missing_ok=True)
@@ -480,7 +529,9 @@ class Store:
                 pass
 
 
-def open_store(uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> Store:
+def open_store(
+    uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None
+) -> Store:
     """Open the storage root that `uri` names.
 
     Args:

@@ -19,7 +19,12 @@ import numpy as np
 
 DEMO_NAME = "ferroload-demo"
 SHAPES = ("circle", "square", "triangle")
-COLORS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 80, 220), "gold": (230, 180, 30)}
+COLORS = {
+    "red": (220, 40, 40),
+    "green": (40, 180, 60),
+    "blue": (50, 80, 220),
+    "gold": (230, 180, 30),
+}
 
 
 def draw_samples(
@@ -110,18 +115,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     opened = time.perf_counter() - t0
     stats = ds.manifest.statistics
     print()
-    print(f"dataset    {ds.name!r}, version {ds.version}, {len(ds)} samples, "
-          f"{ds.num_shards} shards")
-    print(f"on disk    {_disk_bytes(folder) / 1e6:.2f} MB "
-          f"({stats['modalities']['image']['bytes'] / 1e6:.2f} MB of JPEG payload)")
+    print(
+        f"dataset    {ds.name!r}, version {ds.version}, {len(ds)} samples, {ds.num_shards} shards"
+    )
+    print(
+        f"on disk    {_disk_bytes(folder) / 1e6:.2f} MB "
+        f"({stats['modalities']['image']['bytes'] / 1e6:.2f} MB of JPEG payload)"
+    )
     print(f"modalities {', '.join(f'{m.name} (.{m.ext}, {m.codec_hint})' for m in ds.modalities)}")
     print(f"metadata   {', '.join(f'{f.name}: {f.type}' for f in ds.manifest.metadata)}")
-    print(f"timings    write {written:.2f} s, open {opened * 1e3:.1f} ms "
-          f"(read {ds.store.stats.bytes_read} bytes: the manifest only)")
+    print(
+        f"timings    write {written:.2f} s, open {opened * 1e3:.1f} ms "
+        f"(read {ds.store.stats.bytes_read} bytes: the manifest only)"
+    )
 
     sample = ds[0]
-    print(f"ds[0]      {sample['sample_id']}: {len(sample['image'])} JPEG bytes, "
-          f"caption {sample['caption']!r}")
+    print(
+        f"ds[0]      {sample['sample_id']}: {len(sample['image'])} JPEG bytes, "
+        f"caption {sample['caption']!r}"
+    )
     positions = ds.subset("shape = 'triangle' AND color = 'gold'", return_indices=True)
     print(f"subset     shape = 'triangle' AND color = 'gold': {len(positions)} samples")
 
