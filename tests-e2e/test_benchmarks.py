@@ -1,0 +1,33 @@
+"""The benchmark scripts keep running (a smoke run; timings are never asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_bench_format_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    cmd = [
+        sys.executable,
+        "benchmarks/bench_format.py",
+        "--quick",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    ]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data) >= {"meta", "write", "random_access", "open", "size", "goals"}
+    assert len(data["goals"]) == 10
+    assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
+    assert "GOALS" in res.stdout
