@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 
@@ -61,8 +61,26 @@ def _split(raw: dict[str, Any], known: set[str]) -> tuple[dict[str, Any], dict[s
     }
 
 
+class _Record:
+    """JSON for the manifest's flat records; fields it does not know go to `extra`."""
+
+    extra: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object, unknown fields included."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}  # type: ignore[arg-type]
+        return {**own, **self.extra}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Self:
+        """Parse a record; unknown fields are kept in `extra`."""
+        known = {f.name for f in fields(cls) if f.name != "extra"}  # type: ignore[arg-type]
+        mine, extra = _split(raw, known)
+        return cls(**mine, extra=extra)  # type: ignore[call-arg]
+
+
 @dataclass(frozen=True)
-class Modality:
+class Modality(_Record):
     """A declared modality: tar members `<sample_id>.<name>.<ext>`.
 
     Attributes:
@@ -79,23 +97,9 @@ class Modality:
     codec_hint: str = "raw"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "ext": self.ext,
-            "kind": self.kind,
-            "codec_hint": self.codec_hint,
-            **self.extra,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Modality:
-        known, extra = _split(raw, {"name", "ext", "kind", "codec_hint"})
-        return cls(**known, extra=extra)
-
 
 @dataclass(frozen=True)
-class ShardInfo:
+class ShardInfo(_Record):
     """One tar shard and its side index.
 
     Attributes:
@@ -115,27 +119,9 @@ class ShardInfo:
     version: int
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "side_index": self.side_index,
-            "size": self.size,
-            "num_samples": self.num_samples,
-            "num_members": self.num_members,
-            "version": self.version,
-            **self.extra,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> ShardInfo:
-        known, extra = _split(
-            raw, {"path", "side_index", "size", "num_samples", "num_members", "version"}
-        )
-        return cls(**known, extra=extra)
-
 
 @dataclass(frozen=True)
-class IndexPart:
+class IndexPart(_Record):
     """One Parquet index part.
 
     Attributes:
@@ -152,21 +138,6 @@ class IndexPart:
     size: int
     version: int
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "staged": self.staged,
-            "num_rows": self.num_rows,
-            "size": self.size,
-            "version": self.version,
-            **self.extra,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> IndexPart:
-        known, extra = _split(raw, {"path", "staged", "num_rows", "size", "version"})
-        return cls(**known, extra=extra)
 
 
 _KNOWN_TOP = {
