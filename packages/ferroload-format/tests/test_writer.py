@@ -393,3 +393,17 @@ def test_columns_widen_across_row_groups(uri: str) -> None:
     ds = Dataset.open(uri)
     assert ds[3] == {"sample_id": "a3", "n": 3.0, "s": {"x": 3, "y": None}, "l": [3.0]}
     assert ds[10] == {"sample_id": "b", "n": 0.5, "s": {"x": None, "y": "new"}, "l": [0.5]}
+
+
+def test_a_refused_sample_leaves_no_trace_in_the_schema(uri: str) -> None:
+    w = Writer(uri, "t")
+    w.add("a", None, {"score": 1, "label": 1})
+    with pytest.raises(SchemaConflictError, match="'label'"):
+        w.add("b", None, {"score": 0.5, "brand_new": "x", "label": "bad"})
+    w.add("c", None, {"score": 2, "label": 2})
+    w.close()
+    ds = Dataset.open(uri)
+    assert [(f.name, f.type) for f in ds.manifest.metadata] == [
+        ("score", pa.int64()),
+        ("label", pa.int64()),
+    ]

@@ -80,8 +80,18 @@ class _MetaColumn:
         # The Python type whose values need no checking (the column's exact scalar type).
         self.fast: type | None = next((t for t, a in PY_SCALARS.items() if a == dtype), None)
 
-    def accept(self, value: Any, sample_id: str, uri: str | None) -> None:
-        """Check a value that is not of the column's fast type; widen the column if needed."""
+    def plan(
+        self, value: Any, sample_id: str, uri: str | None
+    ) -> tuple[pa.DataType, list[pa.Array]] | None:
+        """Check a value that is not of the column's fast type, changing nothing.
+
+        Returns:
+            None when the column can take the value as it is, else the widened type and the
+            column's frozen chunks converted to it (for `widen`).
+
+        Raises:
+            SchemaConflictError: when the value does not fit the column.
+        """
 
         def conflict(why: str) -> SchemaConflictError:
             return SchemaConflictError(
@@ -112,14 +122,20 @@ class _MetaColumn:
             # Arrow refuses what the type rules alone allow in a few cases (an integer
             # beyond 2**53 in a float64 column): find out now, not at commit time.
             pa.array([value], type=new)
-            if new != self.type:
-                self.chunks = [_convert(c, new) for c in self.chunks]
-                if self.values:
-                    pa.array(self.values, type=new)
+            if new == self.type:
+                return None
+            chunks = [_convert(c, new) for c in self.chunks]
+            if self.values:
+                pa.array(self.values, type=new)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
             raise conflict(f"cannot be stored as {type_name(new)}: {exc}") from None
-        self.type = new
-        self.fast = next((t for t, a in PY_SCALARS.items() if a == new), None)
+        return new, chunks
+
+    def widen(self, dtype: pa.DataType, chunks: list[pa.Array]) -> None:
+        """Apply a change `plan` returned."""
+        self.type = dtype
+        self.chunks = chunks
+        self.fast = next((t for t, a in PY_SCALARS.items() if a == dtype), None)
 
     def freeze(self) -> None:
         if self.values:
@@ -233,20 +249,30 @@ class IndexBuilder:
             SchemaConflictError: for a reserved or (in an append) unknown key, or a value
                 whose type conflicts with the column's.
         """
+        # Check everything first and change the schema only if the whole sample fits, so
+        # that a refused sample leaves no trace (no new column, no widened type).
         cols = self._cols
+        new_cols: dict[str, _MetaColumn] = {}
+        changes: list[tuple[_MetaColumn, pa.DataType, list[pa.Array]]] = []
         for name, value in meta.items():
             col = cols.get(name)
             if col is None:
-                col = self._new_column(name, sample_id)
+                col = new_cols[name] = self._new_column(name, sample_id)
             if value is None:
                 continue
             fast = col.fast
             if type(value) is not fast or (
                 fast is int and not INT64_MIN <= cast(int, value) <= INT64_MAX
             ):
-                col.accept(value, sample_id, self.uri)
+                change = col.plan(value, sample_id, self.uri)
+                if change is not None:
+                    changes.append((col, *change))
+        cols.update(new_cols)
+        for col, dtype, chunks in changes:
+            col.widen(dtype, chunks)
 
     def _new_column(self, name: str, sample_id: str) -> _MetaColumn:
+        """A column for a key first seen in `sample_id` (not yet registered)."""
         if not isinstance(name, str) or not name:
             raise SchemaConflictError(
                 f"metadata keys must be non-empty str, got {name!r} in sample {sample_id!r}",
@@ -272,7 +298,6 @@ class IndexBuilder:
         col = _MetaColumn(name, pa.null(), locked=False, pad=len(self._ids))
         if self.num_rows > len(self._ids):
             col.chunks.append(pa.nulls(self.num_rows - len(self._ids)))
-        self._cols[name] = col
         return col
 
     def _freeze(self) -> None:
