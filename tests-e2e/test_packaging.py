@@ -15,6 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # distribution -> (import name, folder, distributions its plain install must not pull)
 PACKAGES = {
+    "ferroload-core": (
+        "ferroload_core",
+        "packages/ferroload-core",
+        {"numpy", "torch", "ray", "av", "duckdb", "pyarrow"},
+    ),
     "ferroload-store": (
         "ferroload_store",
         "packages/ferroload-store",
@@ -60,60 +65,47 @@ def uv() -> str:
     return exe
 
 
+# The workspace lock replaces pillow by pillow-simd (a root dependency), so a package
+# synced alone gets its PIL from here: the workspace's own build, or stock Pillow to prove
+# the codecs work with it too.
+NEEDS_PIL = {"ferroload-codec", "ferroload-loader", "ferroload", "ferroload-cli"}
+EXTRAS = {"ferroload-codec": ["--extra", "video"]}
+CASES = [(dist, "pillow-simd") for dist in PACKAGES] + [("ferroload-codec", "pillow")]
+
+
+def _run(*cmd: str, env: dict[str, str]) -> str:
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, (
+        f"{' '.join(cmd)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-3000:]}"
+    )
+    return res.stdout
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dist", list(PACKAGES))
-def test_package_installs_and_passes_its_tests_alone(dist: str, uv: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("dist", "pil"), CASES, ids=[f"{d}-{p}" for d, p in CASES])
+def test_package_installs_and_passes_its_tests_alone(
+    dist: str, pil: str, uv: str, tmp_path: Path
+) -> None:
     module, folder, forbidden = PACKAGES[dist]
     venv = tmp_path / "venv"
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv), "FERROLOAD_ALLOW_SKIPS": "1"}
     env.pop("VIRTUAL_ENV", None)
-    subprocess.run(
-        [uv, "sync", "--frozen", "--package", dist, "--no-dev", "--quiet"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    sync = [uv, "sync", "--frozen", "--package", dist, "--no-dev", "--quiet"]
+    _run(*sync, env=env)
     python = str(venv / "bin" / "python")
-    listed = subprocess.run(
-        [uv, "pip", "list", "--python", python, "--format", "freeze"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    listed = _run(uv, "pip", "list", "--python", python, "--format", "freeze", env=env)
     installed = {line.split("==")[0].lower() for line in listed.splitlines() if line}
     assert dist in installed
     assert not installed & forbidden, f"{dist} alone pulls {sorted(installed & forbidden)}"
-    subprocess.run([python, "-c", f"import {module}"], check=True, env=env)
-    test_tools = [f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout", "hypothesis")]
-    subprocess.run(
-        [uv, "pip", "install", "--python", python, "--quiet", *test_tools],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    res = subprocess.run(
-        [
-            python,
-            "-m",
-            "pytest",
-            folder + "/tests",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "not slow and not gpu",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 0, (
-        f"{dist}'s own tests failed alone:\n{res.stdout[-4000:]}\n{res.stderr[-2000:]}"
-    )
+    _run(python, "-c", f"import {module}", env=env)
+    if dist in EXTRAS:  # its tests cover the extras too
+        _run(*sync, *EXTRAS[dist], env=env)
+    tools = [f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout", "hypothesis")]
+    if dist in NEEDS_PIL:
+        tools.append(f"pillow-simd=={version('pillow-simd')}" if pil == "pillow-simd" else "pillow")
+    # --no-config: the workspace's override, which drops pillow, must not apply here
+    _run(uv, "pip", "install", "--no-config", "--python", python, "--quiet", *tools, env=env)
+    if pil == "pillow":
+        assert "pillow-simd" not in _run(uv, "pip", "list", "--python", python, env=env).lower()
+    _run(python, "-m", "pytest", folder + "/tests", "-q", "-p", "no:cacheprovider",
+         "-m", "not slow and not gpu", env=env)  # fmt: skip

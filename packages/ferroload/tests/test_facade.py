@@ -12,8 +12,8 @@ import ferroload_format
 import ferroload_store
 
 
-def test_public_api_is_sorted_and_importable() -> None:
-    assert ferroload.__all__ == sorted(ferroload.__all__)
+def test_public_api_is_importable() -> None:
+    assert len(set(ferroload.__all__)) == len(ferroload.__all__)  # order: ruff RUF022
     for name in ferroload.__all__:
         assert getattr(ferroload, name) is not None
     assert ferroload.Writer is ferroload_format.Writer

@@ -5,14 +5,14 @@ Built on obstore. `open_store(uri)` gives a `Store` rooted at a local path, a
 `https://` prefix. Reads of several byte ranges of one object are coalesced
 (`Store.get_ranges`); the commit primitive is `Store.put_if_absent`.
 
-Every ferroload error derives from `FerroloadError`, defined here because this is the
-lowest layer.
+Every ferroload error derives from `FerroloadError` (defined in ferroload-core,
+re-exported here).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ferroload_core import FerroloadError
 from ferroload_store._errors import (
-    FerroloadError,
     InvalidURIError,
     ObjectExistsError,
     ObjectNotFoundError,

@@ -1,15 +1,13 @@
-"""The error hierarchy shared by every ferroload package.
+"""Storage errors. `FerroloadError`, their root, comes from ferroload-core.
 
-`FerroloadError` is the root. Each concrete error also subclasses the builtin a caller
-would catch without knowing ferroload (`FileNotFoundError`, `ValueError`, …), and carries
-the context needed to act on it (`uri`, `path`).
+Each concrete error also subclasses the builtin a caller would catch without knowing
+ferroload (`FileNotFoundError`, `ValueError`, …), and carries the context needed to act
+on it (`uri`, `path`).
 """
 
 from __future__ import annotations
 
-
-class FerroloadError(Exception):
-    """Root of every error ferroload raises."""
+from ferroload_core import FerroloadError
 
 
 class InvalidURIError(FerroloadError, ValueError):

@@ -1,6 +1,7 @@
 """ferroload: a fast, cloud-native dataset format and runtime for ML training.
 
-The user-facing facade: it re-exports the public API of the ferroload packages.
+The user-facing facade: it re-exports the public API of the ferroload packages, and
+`ferroload.codec` is the codec package (`ferroload.codec.decode_image`, …).
 
     >>> import ferroload
     >>> w = ferroload.Writer("memory://docs/facade", "demo")
@@ -15,6 +16,13 @@ The user-facing facade: it re-exports the public API of the ferroload packages.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ferroload_codec import (
+    CodecUnavailableError,
+    DecodeError,
+    ImageTooLargeError,
+    UnsupportedFormatError,
+)
+from ferroload_core import FerroloadError
 from ferroload_format import (
     ChecksumMismatchError,
     ColumnNotFoundError,
@@ -48,7 +56,6 @@ from ferroload_format import (
     gc,
 )
 from ferroload_store import (
-    FerroloadError,
     InvalidURIError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -66,16 +73,19 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 
 __all__ = [
     "ChecksumMismatchError",
+    "CodecUnavailableError",
     "ColumnNotFoundError",
     "CommitConflictError",
     "Dataset",
     "DatasetDamagedError",
     "DatasetNameError",
     "DatasetNotFoundError",
+    "DecodeError",
     "DuplicateSampleError",
     "FerroloadError",
     "FormatError",
     "GcReport",
+    "ImageTooLargeError",
     "InvalidModalityError",
     "InvalidPayloadError",
     "InvalidSampleIdError",
@@ -95,6 +105,7 @@ __all__ = [
     "StoreError",
     "UndeclaredModalityError",
     "UnsafeQueryError",
+    "UnsupportedFormatError",
     "UnsupportedFormatVersionError",
     "UnsupportedOperationError",
     "VerifyReport",

@@ -1,0 +1,162 @@
+"""Which accelerations are present, and a single warning when a fast path is missing.
+
+Every optional library is imported on first use, never at `import ferroload_codec`.
+`FERROLOAD_CODEC_DISABLE` (comma-separated: `turbojpeg`, `opencv`, `imagecodecs`) turns a
+fast path off, to compare or to work around a broken library.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import threading
+import warnings
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
+from types import ModuleType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_warned: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def _disabled(name: str) -> bool:
+    return name in {
+        part.strip().lower() for part in os.environ.get("FERROLOAD_CODEC_DISABLE", "").split(",")
+    }
+
+
+def _optional(module: str, key: str) -> ModuleType | None:
+    if _disabled(key):
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+@functools.cache
+def opencv() -> Any:
+    """OpenCV, set to one internal thread (ferroload's pool does the parallel work)."""
+    cv2 = _optional("cv2", "opencv")
+    if cv2 is not None:
+        cv2.setNumThreads(1)
+    return cv2
+
+
+@functools.cache
+def imagecodecs() -> Any:
+    """imagecodecs when it has libspng, else None."""
+    mod = _optional("imagecodecs", "imagecodecs")
+    return mod if mod is not None and hasattr(mod, "spng_decode") else None
+
+
+class _TurboError(Exception):
+    """libjpeg-turbo reported an error or a warning that means damaged data."""
+
+
+@functools.cache
+def turbojpeg() -> Any:
+    """A PyTurboJPEG decoder whose libjpeg warnings raise (None without libturbojpeg)."""
+    mod = _optional("turbojpeg", "turbojpeg")
+    if mod is None:
+        return None
+
+    class StrictTurboJPEG(mod.TurboJPEG):  # type: ignore[misc,name-defined]
+        # PyTurboJPEG turns libjpeg warnings (a truncated file decodes to grey) into
+        # Python warnings, which threads cannot catch safely; raise them instead.
+        def _TurboJPEG__report_error(self, handle: Any) -> None:  # noqa: N802
+            message = self._TurboJPEG__get_error_string(handle)
+            if "extraneous bytes before marker" in message:
+                return  # harmless: the image decodes completely
+            raise _TurboError(message)
+
+    try:
+        return StrictTurboJPEG()
+    except (OSError, RuntimeError) as exc:  # the shared library is missing
+        logger.info("libturbojpeg not usable: %s", exc)
+        return None
+
+
+TURBO_ERROR = _TurboError
+
+
+@functools.cache
+def pil_distribution() -> str:
+    """`pillow-simd` or `pillow`: which distribution provides PIL."""
+    dists = packages_distributions().get("PIL", [])
+    return "pillow-simd" if "pillow-simd" in [d.lower() for d in dists] else "pillow"
+
+
+def _libjpeg_turbo_version(tj: Any) -> str:
+    try:
+        lib = tj._TurboJPEG__find_turbojpeg()  # the path PyTurboJPEG loaded
+        return str(os.path.basename(os.path.realpath(lib)))
+    except Exception:
+        return "libturbojpeg"
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def backends() -> dict[str, str | None]:
+    """Which codec libraries are active, so you can tell why decoding is fast or slow.
+
+    Returns:
+        One entry per role; None where the fast library is missing (the fallback is named
+        in `*_fallback` entries).
+
+    Example:
+        >>> sorted(backends())[:3]
+        ['audio', 'jpeg', 'pil']
+    """
+    tj = turbojpeg()
+    cv2 = opencv()
+    ic = imagecodecs()
+    pil = pil_distribution()
+    try:
+        import soundfile
+
+        audio: str | None = (
+            f"libsndfile {soundfile.__libsndfile_version__} via soundfile {soundfile.__version__}"
+        )
+    except (ImportError, OSError):
+        audio = None
+    try:
+        import av
+
+        video: str | None = f"PyAV {av.__version__}"
+    except ImportError:
+        video = None
+    return {
+        "jpeg": f"{_libjpeg_turbo_version(tj)} via PyTurboJPEG {_dist_version('pyturbojpeg')}"
+        if tj is not None
+        else None,
+        "png": f"libspng via imagecodecs {ic.__version__}" if ic is not None else None,
+        "resize": f"OpenCV {cv2.__version__}" if cv2 is not None else None,
+        "pil": f"{'Pillow-SIMD' if pil == 'pillow-simd' else 'Pillow'} {_dist_version(pil)}",
+        "audio": audio,
+        "resample": f"soxr {_dist_version('soxr')}" if _dist_version("soxr") else None,
+        "video": video,
+    }
+
+
+def warn_slow_path(what: str, missing: str) -> None:
+    """Warn once per process that `what` runs on a slower path because `missing` is absent."""
+    with _warn_lock:
+        if what in _warned:
+            return
+        _warned.add(what)
+    warnings.warn(
+        f"ferroload_codec: {what} uses Pillow because {missing} is not available; "
+        "decoding is slower (see ferroload_codec.backends())",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -1,0 +1,600 @@
+"""Image decoding into uint8 HWC arrays, one at a time or a batch on a thread pool."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from ferroload_codec._backends import TURBO_ERROR, imagecodecs, turbojpeg, warn_slow_path
+from ferroload_codec._errors import DecodeError, ImageTooLargeError, UnsupportedFormatError
+from ferroload_codec._pool import DecodePool
+from ferroload_codec._resize import (
+    INTERPOLATIONS,
+    RESIZE_MODES,
+    Geometry,
+    Interpolation,
+    ResizeMode,
+    dct_scale,
+    geometry,
+    resize_into,
+)
+from ferroload_codec._sniff import Buffer, jpeg_orientation, png_header, sniff
+
+logger = logging.getLogger(__name__)
+
+#: Pillow's own decompression-bomb limit: about a quarter gigabyte of RGB pixels.
+DEFAULT_MAX_PIXELS = 89_478_485
+ImageMode = Literal["RGB", "L", "RGBA"]
+CHANNELS = {"RGB": 3, "L": 1, "RGBA": 4}
+OnError = Literal["raise", "skip", "warn"]
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+# PyTurboJPEG pixel formats and colour spaces (turbojpeg.h)
+_TJPF = {"RGB": 0, "L": 6, "RGBA": 7}
+_TJCS_CMYK, _TJCS_YCCK = 3, 4
+# PNG colour types libspng decodes without help: grey, RGB, RGBA (8-bit)
+_SPNG_CHANNELS = {0: 1, 2: 3, 6: 4}
+
+
+class ImageInfo(NamedTuple):
+    """What an image's header says."""
+
+    format: str
+    width: int
+    height: int
+
+
+class DecodedBatch(NamedTuple):
+    """The result of `ImageDecoder.decode_batch`.
+
+    Attributes:
+        images: uint8 NHWC array; images that failed (with `on_error` "skip"/"warn") are 0.
+        ok: bool per image, False where decoding failed.
+        errors: the `DecodeError` of each failed image, in index order.
+    """
+
+    images: npt.NDArray[np.uint8]
+    ok: npt.NDArray[np.bool_]
+    errors: tuple[DecodeError, ...]
+
+
+def _as_bytes(data: Any, sample_id: str | None) -> Buffer:
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
+        data = data.data
+    if not isinstance(data, _BYTES_LIKE):
+        raise DecodeError(f"expected encoded bytes, got {type(data).__name__}", sample_id=sample_id)
+    if len(data) == 0:
+        raise DecodeError("empty input (0 bytes)", sample_id=sample_id)
+    return data
+
+
+def image_info(data: Buffer, *, sample_id: str | None = None) -> ImageInfo:
+    """Format and size from an image's header, without decoding its pixels.
+
+    Raises:
+        DecodeError: for empty or damaged input; `UnsupportedFormatError` for an unknown format.
+    """
+    buf = _as_bytes(data, sample_id)
+    fmt = sniff(buf)
+    if fmt == "png" and (hdr := png_header(buf)) is not None:
+        return ImageInfo("png", hdr[0], hdr[1])
+    tj = turbojpeg()
+    if fmt == "jpeg" and tj is not None:
+        try:
+            w, h, _, _ = tj.decode_header(bytes(buf))
+        except (TURBO_ERROR, OSError, ValueError) as exc:
+            raise DecodeError(
+                f"damaged JPEG header: {exc}", sample_id=sample_id, format="jpeg"
+            ) from None
+        return ImageInfo("jpeg", int(w), int(h))
+    im = _pil_open(buf, sample_id, fmt)
+    return ImageInfo((im.format or fmt or "unknown").lower(), im.size[0], im.size[1])
+
+
+def _pil_open(buf: Buffer, sample_id: str | None, fmt: str | None = None) -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        return Image.open(io.BytesIO(buf))
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(str(exc), sample_id=sample_id) from None
+    except UnidentifiedImageError:
+        raise UnsupportedFormatError(
+            f"not an image format Pillow or ferroload knows (starts with {bytes(buf[:8])!r})",
+            sample_id=sample_id,
+        ) from None
+    except Exception as exc:
+        raise DecodeError(
+            f"damaged {(fmt or 'image').upper()} header: {exc}", sample_id=sample_id, format=fmt
+        ) from None
+
+
+def _orient(arr: npt.NDArray[np.uint8], orientation: int) -> npt.NDArray[np.uint8]:
+    """Apply an EXIF orientation (as PIL.ImageOps.exif_transpose does) to an HWC array."""
+    if orientation == 2:
+        return arr[:, ::-1]
+    if orientation == 3:
+        return arr[::-1, ::-1]
+    if orientation == 4:
+        return arr[::-1]
+    if orientation == 5:
+        return arr.transpose(1, 0, 2)
+    if orientation == 6:
+        return np.rot90(arr, -1)
+    if orientation == 7:
+        return np.rot90(arr, -1)[::-1]
+    if orientation == 8:
+        return np.rot90(arr, 1)
+    return arr
+
+
+def _convert_channels(arr: npt.NDArray[np.uint8], channels: int) -> npt.NDArray[np.uint8]:
+    """HWC array with `channels` channels, converting like Pillow's `convert`."""
+    have = arr.shape[2]
+    if have == channels:
+        return arr
+    if channels == 1:  # ITU-R 601-2 luma with Pillow's fixed-point rounding
+        rgb = arr[..., :3].astype(np.uint32)
+        luma = (rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16
+        return luma.astype(np.uint8)[..., None]
+    if have == 1:
+        grey = np.repeat(arr, 3, axis=2)
+        return grey if channels == 3 else np.concatenate([grey, _opaque(arr)], axis=2)
+    if channels == 3:  # RGBA -> RGB drops alpha
+        return arr[..., :3]
+    return np.concatenate([arr, _opaque(arr)], axis=2)  # RGB -> RGBA
+
+
+def _opaque(arr: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    return np.full((*arr.shape[:2], 1), 255, dtype=np.uint8)
+
+
+class ImageDecoder:
+    """Decodes images to uint8 HWC arrays of one shape, singly or in batches.
+
+    Args:
+        size: output `(height, width)`, or an int for a square; None keeps each image's size
+            (batches then need images of one size).
+        mode: `RGB` (default), `L` (grey, one channel) or `RGBA`.
+        resize: `exact` (stretch), `shorter` (scale the shorter side, crop the centre) or
+            `longer` (scale the longer side, pad around).
+        interpolation: `bilinear`, `bicubic`, `area` or `nearest`.
+        exif: apply the EXIF orientation first.
+        max_pixels: refuse images whose header declares more pixels (decompression bombs).
+        pad_value: fill value of the padding with `resize="longer"`.
+        threads: decode threads for batches (default: the CPUs available).
+
+    Example:
+        >>> import io
+        >>> from PIL import Image
+        >>> buf = io.BytesIO()
+        >>> Image.new("RGB", (64, 48), (200, 30, 30)).save(buf, "PNG")
+        >>> dec = ImageDecoder((32, 32))
+        >>> dec.decode(buf.getvalue()).shape
+        (32, 32, 3)
+        >>> dec.decode_batch([buf.getvalue()] * 4).images.shape
+        (4, 32, 32, 3)
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int] | None = None,
+        *,
+        mode: ImageMode = "RGB",
+        resize: ResizeMode = "exact",
+        interpolation: Interpolation = "bilinear",
+        exif: bool = False,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        pad_value: int = 0,
+        threads: int | None = None,
+    ) -> None:
+        dims = (size, size) if isinstance(size, int) and not isinstance(size, bool) else size
+        if dims is not None and (
+            not isinstance(dims, tuple | list)
+            or len(dims) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in dims)
+        ):
+            raise ValueError(
+                f"size must be (height, width) of positive ints or an int, got {size!r}"
+            )
+        if mode not in CHANNELS:
+            raise ValueError(f"mode must be one of {', '.join(CHANNELS)}, got {mode!r}")
+        if resize not in RESIZE_MODES:
+            raise ValueError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {resize!r}")
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {interpolation!r}"
+            )
+        if not isinstance(max_pixels, int) or max_pixels <= 0:
+            raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
+        if not 0 <= pad_value <= 255:
+            raise ValueError(f"pad_value must be in 0..255, got {pad_value!r}")
+        self.size: tuple[int, int] | None = None if dims is None else (int(dims[0]), int(dims[1]))
+        self.mode: ImageMode = mode
+        self.channels = CHANNELS[mode]
+        self.resize: ResizeMode = resize
+        self.interpolation: Interpolation = interpolation
+        self.exif = exif
+        self.max_pixels = max_pixels
+        self.pad_value = pad_value
+        self.pool = DecodePool(threads)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int] | None:
+        """`(height, width, channels)` of every output, or None without a fixed size."""
+        return None if self.size is None else (*self.size, self.channels)
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageDecoder(size={self.size}, mode={self.mode!r}, resize={self.resize!r}, "
+            f"interpolation={self.interpolation!r}, threads={self.pool.threads})"
+        )
+
+    # ------------------------------------------------------------------ one image
+
+    def decode(
+        self,
+        data: Buffer,
+        *,
+        out: npt.NDArray[np.uint8] | None = None,
+        sample_id: str | None = None,
+    ) -> npt.NDArray[np.uint8]:
+        """Decode one image.
+
+        Args:
+            data: the encoded bytes (JPEG, PNG, WebP, GIF, BMP, TIFF, …).
+            out: write the result here (shape `output_shape`, uint8, any strides).
+            sample_id: named in errors.
+
+        Returns:
+            The HWC uint8 image (`out` itself when given).
+
+        Raises:
+            DecodeError: corrupt, truncated or empty input.
+            UnsupportedFormatError: bytes of no known image format.
+            ImageTooLargeError: more pixels than `max_pixels`.
+        """
+        if out is not None:
+            want = self.output_shape
+            if want is None:
+                raise ValueError("out= needs a decoder with a fixed size")
+            if out.shape != want or out.dtype != np.uint8:
+                raise ValueError(f"out must be uint8 of shape {want}, got {out.dtype} {out.shape}")
+        return self._decode(_as_bytes(data, sample_id), out, sample_id)
+
+    def _decode(
+        self,
+        buf: Buffer,
+        out: npt.NDArray[np.uint8] | None,
+        sid: str | None,
+    ) -> npt.NDArray[np.uint8]:
+        fmt = sniff(buf)
+        if fmt == "jpeg":
+            tj = turbojpeg()
+            if tj is not None:
+                return self._jpeg(tj, buf, out, sid)
+            warn_slow_path("JPEG decoding", "libjpeg-turbo (PyTurboJPEG + libturbojpeg)")
+        elif fmt == "png" and not self.exif:
+            hdr = png_header(buf)
+            if hdr is not None and hdr[2] == 8 and hdr[3] in _SPNG_CHANNELS:
+                ic = imagecodecs()
+                if ic is not None:
+                    return self._png(ic, buf, hdr, out, sid)
+                warn_slow_path("PNG decoding", "imagecodecs (libspng)")
+        return self._pillow(buf, fmt, out, sid)
+
+    def _check_pixels(self, w: int, h: int, sid: str | None, fmt: str | None) -> None:
+        if w <= 0 or h <= 0:
+            raise DecodeError(
+                f"damaged {(fmt or 'image').upper()} header: it declares size {w}x{h}",
+                sample_id=sid,
+                format=fmt,
+            )
+        if w * h > self.max_pixels:
+            raise ImageTooLargeError(
+                f"image of {w}x{h} = {w * h:,} pixels exceeds max_pixels={self.max_pixels:,} "
+                "(a decompression bomb?); raise max_pixels if it is genuine",
+                sample_id=sid,
+                format=fmt,
+            )
+
+    def _target(self, h: int, w: int) -> tuple[int, int]:
+        return self.size if self.size is not None else (h, w)
+
+    def _output(self, out: npt.NDArray[np.uint8] | None, th: int, tw: int) -> npt.NDArray[np.uint8]:
+        if out is None:
+            return np.empty((th, tw, self.channels), dtype=np.uint8)
+        return out
+
+    def _place(
+        self,
+        src: npt.NDArray[np.uint8],
+        geo: Geometry,
+        out: npt.NDArray[np.uint8],
+    ) -> npt.NDArray[np.uint8]:
+        """Crop `src` to the geometry's box and resize it into its place in `out`."""
+        box = src[geo.y0 : geo.y1, geo.x0 : geo.x1]
+        if geo.pads:
+            out[...] = self.pad_value
+        target = out[geo.top : geo.top + geo.height, geo.left : geo.left + geo.width]
+        if any(s < 0 for s in box.strides):
+            box = np.ascontiguousarray(box)
+        resize_into(box, target, self.interpolation)
+        return out
+
+    # ------------------------------------------------------------------ JPEG
+
+    def _jpeg(
+        self,
+        tj: Any,
+        buf: Buffer,
+        out: npt.NDArray[np.uint8] | None,
+        sid: str | None,
+    ) -> npt.NDArray[np.uint8]:
+        try:
+            w, h, _subsample, colorspace = tj.decode_header(buf)
+        except (TURBO_ERROR, OSError, ValueError) as exc:
+            raise DecodeError(f"damaged JPEG header: {exc}", sample_id=sid, format="jpeg") from None
+        self._check_pixels(w, h, sid, "jpeg")
+        if colorspace in (_TJCS_CMYK, _TJCS_YCCK):
+            return self._pillow(buf, "jpeg", out, sid)  # Pillow knows Adobe's inverted CMYK
+        orientation = jpeg_orientation(buf) if self.exif else 1
+        oh, ow = (w, h) if orientation >= 5 else (h, w)
+        th, tw = self._target(oh, ow)
+        geo = geometry(oh, ow, th, tw, self.resize)
+        num, den = dct_scale(*geo.box_shape, geo.height, geo.width)
+        scaling = None if den == 1 else (num, den)
+        result = self._output(out, th, tw)
+        direct = (
+            orientation == 1
+            and not geo.pads
+            and geo.box_shape == (oh, ow)
+            and (geo.height, geo.width) == (-(-h * num // den), -(-w * num // den))
+            and result.flags.c_contiguous
+        )
+        try:
+            if direct:  # already the target size: decode straight into the output
+                got = tj.decode(
+                    buf, pixel_format=_TJPF[self.mode], scaling_factor=scaling, dst=result
+                )
+                if got is not result:
+                    result[...] = got.reshape(result.shape)
+                return result
+            arr = tj.decode(buf, pixel_format=_TJPF[self.mode], scaling_factor=scaling)
+        except (TURBO_ERROR, OSError, ValueError) as exc:
+            raise DecodeError(f"damaged JPEG: {exc}", sample_id=sid, format="jpeg") from None
+        if arr.ndim == 2:
+            arr = arr[..., None]
+        arr = _orient(arr, orientation)
+        geo = geo.scaled(num, den, oh, ow) if den != 1 else geo
+        return self._place(arr, geo, result)
+
+    # ------------------------------------------------------------------ PNG
+
+    def _png(
+        self,
+        ic: Any,
+        buf: Buffer,
+        hdr: tuple[int, int, int, int],
+        out: npt.NDArray[np.uint8] | None,
+        sid: str | None,
+    ) -> npt.NDArray[np.uint8]:
+        w, h, _depth, color = hdr
+        self._check_pixels(w, h, sid, "png")
+        th, tw = self._target(h, w)
+        geo = geometry(h, w, th, tw, self.resize)
+        result = self._output(out, th, tw)
+        src_channels = _SPNG_CHANNELS[color]
+        try:
+            if (
+                src_channels == self.channels
+                and not geo.pads
+                and (geo.height, geo.width) == (h, w) == geo.box_shape
+            ):
+                target = result[..., 0] if src_channels == 1 else result
+                got = ic.spng_decode(buf, out=target)
+                if got is not target and not np.shares_memory(got, result):
+                    target[...] = got
+                return result
+            arr = ic.spng_decode(buf)
+        except Exception as exc:
+            raise DecodeError(f"damaged PNG: {exc}", sample_id=sid, format="png") from None
+        if arr.ndim == 2:
+            arr = arr[..., None]
+        return self._place(_convert_channels(arr, self.channels), geo, result)
+
+    # ------------------------------------------------------------------ everything else
+
+    def _pillow(
+        self,
+        buf: Buffer,
+        fmt: str | None,
+        out: npt.NDArray[np.uint8] | None,
+        sid: str | None,
+    ) -> npt.NDArray[np.uint8]:
+        from PIL import ImageOps
+
+        im = _pil_open(buf, sid, fmt)
+        fmt = (im.format or fmt or "image").lower()
+        w, h = im.size
+        self._check_pixels(w, h, sid, fmt)
+        try:
+            if self.exif:
+                im = ImageOps.exif_transpose(im)
+            oh, ow = im.size[1], im.size[0]
+            th, tw = self._target(oh, ow)
+            geo = geometry(oh, ow, th, tw, self.resize)
+            if (
+                fmt == "jpeg"
+                and (num_den := dct_scale(*geo.box_shape, geo.height, geo.width))[1] > 1
+            ):
+                # Pillow's DCT-domain scaling: same factors as the libjpeg-turbo path
+                im.draft(im.mode, (-(-ow // num_den[1]), -(-oh // num_den[1])))
+            im.load()
+            arr = self._pil_array(im)
+        except DecodeError:
+            raise
+        except Exception as exc:
+            raise DecodeError(
+                f"damaged {fmt.upper()} image: {exc}", sample_id=sid, format=fmt
+            ) from None
+        if arr.shape[:2] != (oh, ow):  # decoded at a reduced (draft) scale
+            sh, sw = arr.shape[:2]
+            geo = Geometry(
+                geo.y0 * sh // oh, max(1, geo.y1 * sh // oh), geo.x0 * sw // ow,
+                max(1, geo.x1 * sw // ow), geo.height, geo.width, geo.top, geo.left,
+            )  # fmt: skip
+        return self._place(arr, geo, self._output(out, th, tw))
+
+    def _pil_array(self, im: Any) -> npt.NDArray[np.uint8]:
+        """The loaded Pillow image as HWC uint8 with this decoder's channels."""
+        if im.mode.startswith("I;16") or (im.mode == "I" and im.format == "PNG"):
+            arr16 = np.asarray(im, dtype=np.uint32)  # 16-bit samples: keep the top 8 bits
+            return _convert_channels((arr16 >> 8).astype(np.uint8)[..., None], self.channels)
+        if im.mode == "P" and "transparency" in im.info:
+            im = im.convert("RGBA")
+        if im.mode not in ("RGB", "L", "RGBA"):
+            im = im.convert("RGBA" if "A" in im.mode or im.mode == "P" else "RGB")
+        arr = np.asarray(im)
+        if arr.ndim == 2:
+            arr = arr[..., None]
+        return _convert_channels(arr, self.channels)
+
+    # ------------------------------------------------------------------ batches
+
+    def decode_batch(
+        self,
+        items: Sequence[Buffer],
+        *,
+        out: npt.NDArray[np.uint8] | None = None,
+        sample_ids: Sequence[str] | None = None,
+        on_error: OnError = "raise",
+    ) -> DecodedBatch:
+        """Decode many images into one NHWC array on the thread pool.
+
+        Args:
+            items: encoded images.
+            out: an NHWC uint8 array of shape `(len(items), *output_shape)` to fill.
+            sample_ids: names for errors, one per item.
+            on_error: `raise` the first error (by index), or `skip` (zero-fill, report in
+                the result) or `warn` (skip and log a warning per failed image).
+
+        Raises:
+            ValueError: without a fixed `size`, or for an `out` of the wrong shape.
+            DecodeError: with `on_error="raise"`, the error of the first failed image.
+        """
+        shape = self.output_shape
+        if shape is None:
+            raise ValueError("decode_batch needs a decoder with a fixed size (size=...)")
+        if on_error not in ("raise", "skip", "warn"):
+            raise ValueError(f"on_error must be raise, skip or warn, got {on_error!r}")
+        n = len(items)
+        if sample_ids is not None and len(sample_ids) != n:
+            raise ValueError(f"{len(sample_ids)} sample_ids for {n} items")
+        if out is None:
+            out = np.empty((n, *shape), dtype=np.uint8)
+        elif out.shape != (n, *shape) or out.dtype != np.uint8:
+            raise ValueError(
+                f"out must be uint8 of shape {(n, *shape)}, got {out.dtype} {out.shape}"
+            )
+        errors: list[DecodeError | None] = [None] * n
+        decode = self._decode
+
+        def one(i: int) -> None:
+            sid = sample_ids[i] if sample_ids is not None else None
+            try:
+                decode(_as_bytes(items[i], sid), out[i], sid)
+            except DecodeError as exc:
+                errors[i] = exc
+                out[i] = 0
+
+        self.pool.run(n, one)
+        failed = tuple(e for e in errors if e is not None)
+        ok = np.fromiter((e is None for e in errors), dtype=np.bool_, count=n)
+        if failed:
+            if on_error == "raise":
+                raise failed[0]
+            if on_error == "warn":
+                for e in failed:
+                    logger.warning("skipped an image that failed to decode: %s", e)
+        return DecodedBatch(out, ok, failed)
+
+    def close(self) -> None:
+        """Stop the decode threads."""
+        self.pool.close()
+
+
+def decode_image(
+    data: Buffer,
+    *,
+    size: int | tuple[int, int] | None = None,
+    mode: ImageMode = "RGB",
+    resize: ResizeMode = "exact",
+    interpolation: Interpolation = "bilinear",
+    exif: bool = False,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    pad_value: int = 0,
+    out: npt.NDArray[np.uint8] | None = None,
+    sample_id: str | None = None,
+) -> npt.NDArray[np.uint8]:
+    """Decode one image to a uint8 HWC array (see `ImageDecoder` for the options).
+
+    Example:
+        >>> import io
+        >>> from PIL import Image
+        >>> buf = io.BytesIO()
+        >>> Image.new("RGB", (300, 200), "white").save(buf, "JPEG")
+        >>> decode_image(buf.getvalue(), size=224, resize="shorter").shape
+        (224, 224, 3)
+    """
+    dec = ImageDecoder(
+        size, mode=mode, resize=resize, interpolation=interpolation, exif=exif,
+        max_pixels=max_pixels, pad_value=pad_value, threads=1,
+    )  # fmt: skip
+    return dec.decode(data, out=out, sample_id=sample_id)
+
+
+_SHARED: dict[tuple[Any, ...], ImageDecoder] = {}
+
+
+def decode_images(
+    items: Sequence[Buffer],
+    *,
+    size: int | tuple[int, int],
+    mode: ImageMode = "RGB",
+    resize: ResizeMode = "exact",
+    interpolation: Interpolation = "bilinear",
+    exif: bool = False,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    pad_value: int = 0,
+    threads: int | None = None,
+    out: npt.NDArray[np.uint8] | None = None,
+    sample_ids: Sequence[str] | None = None,
+) -> npt.NDArray[np.uint8]:
+    """Decode a batch into one uint8 NHWC array on a thread pool (raises on the first error).
+
+    Decoders are cached per option set, so repeated calls reuse their threads.
+
+    Example:
+        >>> import io
+        >>> from PIL import Image
+        >>> buf = io.BytesIO()
+        >>> Image.new("L", (40, 40), 128).save(buf, "PNG")
+        >>> decode_images([buf.getvalue()] * 3, size=(16, 20)).shape
+        (3, 16, 20, 3)
+    """
+    key = (size, mode, resize, interpolation, exif, max_pixels, pad_value, threads)
+    dec = _SHARED.get(key)
+    if dec is None:
+        dec = _SHARED.setdefault(
+            key,
+            ImageDecoder(
+                size, mode=mode, resize=resize, interpolation=interpolation, exif=exif,
+                max_pixels=max_pixels, pad_value=pad_value, threads=threads,
+            ),
+        )  # fmt: skip
+    return dec.decode_batch(items, out=out, sample_ids=sample_ids).images

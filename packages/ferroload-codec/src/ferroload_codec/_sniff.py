@@ -1,0 +1,71 @@
+"""Format detection from the first bytes, and the few headers read without a decoder."""
+
+from __future__ import annotations
+
+import struct
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+#: What the decoders accept as encoded input.
+Buffer = bytes | bytearray | memoryview
+
+
+def sniff(data: Buffer) -> str | None:
+    """The image format the bytes start with (`jpeg`, `png`, `gif`, `webp`, `bmp`, `tiff`)."""
+    head = bytes(data[:12])
+    if head[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if head[:8] == PNG_MAGIC:
+        return "png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    if head[:2] == b"BM":
+        return "bmp"
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return "tiff"
+    return None
+
+
+def png_header(data: Buffer) -> tuple[int, int, int, int] | None:
+    """(width, height, bit depth, colour type) from a PNG's IHDR, or None if malformed."""
+    if len(data) < 33 or bytes(data[12:16]) != b"IHDR":
+        return None
+    width, height, depth, color = struct.unpack_from(">IIBB", data, 16)
+    return width, height, depth, color
+
+
+def jpeg_orientation(data: Buffer) -> int:
+    """The EXIF orientation (1-8) of a JPEG, 1 when it has none.
+
+    Walks the marker segments up to the first scan; reads only the APP1 Exif block.
+    """
+    buf = data if isinstance(data, bytes) else bytes(data[: 1 << 16])
+    pos, n = 2, len(buf)
+    while pos + 4 <= n and buf[pos] == 0xFF:
+        marker = buf[pos + 1]
+        if marker == 0xDA:  # start of scan: no more metadata
+            break
+        length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+        if marker == 0xE1 and buf[pos + 4 : pos + 10] == b"Exif\x00\x00":
+            return _tiff_orientation(buf[pos + 10 : pos + 2 + length])
+        pos += 2 + length
+    return 1
+
+
+def _tiff_orientation(tiff: bytes) -> int:
+    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+        return 1
+    endian = "<" if tiff[:2] == b"II" else ">"
+    (ifd,) = struct.unpack_from(endian + "I", tiff, 4)
+    if ifd + 2 > len(tiff):
+        return 1
+    (count,) = struct.unpack_from(endian + "H", tiff, ifd)
+    for k in range(count):
+        entry = ifd + 2 + 12 * k
+        if entry + 12 > len(tiff):
+            break
+        tag, _type, _count, value = struct.unpack_from(endian + "HHIH", tiff, entry)
+        if tag == 0x0112:
+            return value if 1 <= value <= 8 else 1
+    return 1

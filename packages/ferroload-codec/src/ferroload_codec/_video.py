@@ -1,0 +1,666 @@
+"""Video decoding with PyAV: exact frame selection from demuxed packets, keyframe seeks.
+
+A video is indexed by demuxing its first video stream's packets without decoding them
+(only container parsing): sorted by presentation timestamp they list every frame, also
+for variable frame rates and B-frames, and say which frames are keyframes. Frame indices
+are chosen on that list, and each wanted frame is reached by seeking to the keyframe at
+or before it and decoding forward; a later wanted frame with no keyframe in between is
+reached by decoding on, without a seek. On the way, h264 pictures that no other picture
+refers to are skipped unless wanted (a third fewer frames decoded with B-frames).
+
+Decisions:
+
+* A truncated file is the shorter video it still holds: the frames whose packets can be
+  demuxed whole (a packet cut short, which FFmpeg flags corrupt, is not a frame). A file
+  whose header or index is cut off (mp4 with its `moov` at the end, most often) is a
+  `DecodeError`.
+* Each decode uses one codec thread: the loader decodes many videos at once on its own
+  threads, where codec threads would oversubscribe the cores (and frame threading also
+  delays the first frame after every seek). Measured on a 10 s 720p h264 clip.
+* PyAV is imported on first use; `import ferroload_codec` never imports it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import io
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ferroload_codec._errors import CodecUnavailableError, DecodeError, ImageTooLargeError
+from ferroload_codec._image import CHANNELS, DEFAULT_MAX_PIXELS, ImageMode, _convert_channels
+from ferroload_codec._resize import (
+    INTERPOLATIONS,
+    RESIZE_MODES,
+    Interpolation,
+    ResizeMode,
+    geometry,
+    resize_into,
+)
+
+logger = logging.getLogger(__name__)
+
+Sampling = Literal["uniform", "stride", "random"]
+SAMPLINGS = ("uniform", "stride", "random")
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_FORMAT = "video"
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What a video's first video stream holds, found by demuxing (no frame is decoded).
+
+    Attributes:
+        num_frames: frames in the stream (packets with a presentation timestamp).
+        fps: the container's frame rate where the timestamps agree with it (a constant
+            rate), else the average: frames over duration.
+        duration: seconds from the first frame's start to the last frame's end.
+        width: frame width in pixels.
+        height: frame height in pixels.
+        codec: the codec's name (`h264`, `hevc`, `vp9`, `av1`, `mpeg4`, …).
+        keyframes: indices (in presentation order) of the frames decoding can start at.
+    """
+
+    num_frames: int
+    fps: float
+    duration: float
+    width: int
+    height: int
+    codec: str
+    keyframes: tuple[int, ...]
+
+
+@dataclass
+class _Stats:
+    """What the last `decode_video` call in this thread did (for tests and benchmarks)."""
+
+    decoded: int = 0  # frames the codec produced
+    seeks: int = 0  # demuxer seeks
+    reopens: int = 0  # fresh containers, where seeking failed
+
+
+_last = threading.local()
+
+
+def _last_stats() -> _Stats:
+    """The `_Stats` of this thread's last `decode_video` call."""
+    stats: _Stats = getattr(_last, "stats", _Stats())
+    return stats
+
+
+_NO_DTS = np.iinfo(np.int64).min
+# Decoders where a per-packet `skip_frame="NONREF"` skips exactly the pictures nothing
+# refers to: h264 (nal_ref_idc 0). Not hevc, whose "sub-layer non-reference" pictures
+# may be referenced by a higher temporal layer (iPhone videos have them); not libdav1d
+# (AV1), which reads the setting once and then drops wanted frames; not mpeg4, whose
+# "packed" B-frames (DivX avi) share a packet with a P-frame.
+_SKIPS_NONREF = frozenset({"h264"})
+
+
+@dataclass(frozen=True)
+class _Index:
+    """The stream's frames in presentation order."""
+
+    pts: npt.NDArray[np.int64]  # ascending
+    dts: npt.NDArray[np.int64]  # the decode timestamp of each frame's packet, or _NO_DTS
+    keyframes: list[int]  # positions into `pts`, ascending
+    time_base: Fraction
+    last_duration: int  # of the last frame, in time_base units (0 if unknown)
+    # The packets' "pts" are really decode times (h264 with B-frames in avi): frames
+    # are then told apart by the order the decoder outputs them, not by their pts.
+    pts_in_decode_order: bool = False
+
+    def keyframe_at_or_before(self, j: int) -> int:
+        """The keyframe to start decoding at to reach frame `j`; -1 where none precedes it."""
+        k = bisect.bisect_right(self.keyframes, j) - 1
+        return self.keyframes[k] if k >= 0 else -1
+
+
+def _av() -> Any:
+    try:
+        import av
+    except ImportError as exc:
+        raise CodecUnavailableError(
+            "video decoding needs PyAV: pip install ferroload-codec[video]"
+        ) from exc
+    return av
+
+
+def _as_bytes(data: Any, sample_id: str | None) -> bytes | bytearray | memoryview:
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
+        data = np.ascontiguousarray(data).data
+    if not isinstance(data, _BYTES_LIKE):
+        raise DecodeError(
+            f"expected encoded video bytes, got {type(data).__name__}",
+            sample_id=sample_id,
+            format=_FORMAT,
+        )
+    if len(data) == 0:
+        raise DecodeError("empty input (0 bytes)", sample_id=sample_id, format=_FORMAT)
+    return data
+
+
+def _damaged(exc: BaseException, what: str, sid: str | None) -> DecodeError:
+    detail = str(exc) or type(exc).__name__
+    return DecodeError(f"{what}: {detail}", sample_id=sid, format=_FORMAT)
+
+
+def _open(av: Any, buf: bytes | bytearray | memoryview, sid: str | None) -> Any:
+    try:
+        return av.open(io.BytesIO(buf), mode="r")
+    except Exception as exc:  # PyAV raises FFmpegError subclasses, and more
+        raise _damaged(exc, "not a readable video container", sid) from None
+
+
+def _video_stream(container: Any, sid: str | None) -> Any:
+    streams = container.streams.video
+    if not streams:
+        raise DecodeError("the container has no video stream", sample_id=sid, format=_FORMAT)
+    stream = streams[0]
+    stream.codec_context.thread_count = 1  # parallelism comes from the loader's threads
+    return stream
+
+
+def _index(container: Any, stream: Any, sid: str | None) -> _Index:
+    """Demux every packet of `stream` (no decoding) into the frame list."""
+    pts: list[int] = []
+    dts: list[int] = []
+    keys: list[bool] = []
+    durations: list[int] = []
+    try:
+        for packet in container.demux(stream):
+            if packet.pts is None or packet.size == 0 or packet.is_discard or packet.is_corrupt:
+                continue  # the flush packet, frames an edit list hides, a frame cut short
+            pts.append(packet.pts)
+            dts.append(_NO_DTS if packet.dts is None else packet.dts)
+            keys.append(packet.is_keyframe)
+            durations.append(packet.duration or 0)
+    except Exception as exc:  # FFmpegError, or a damaged packet's own error
+        raise _damaged(exc, "damaged video (while reading packets)", sid) from None
+    if not pts:
+        raise DecodeError(
+            "the video stream has no frames with timestamps (empty, damaged, or a raw "
+            "elementary stream: remux it into mp4/mkv)",
+            sample_id=sid,
+            format=_FORMAT,
+        )
+    order = np.argsort(np.asarray(pts, dtype=np.int64), kind="stable")
+    increasing = bool(np.all(np.diff(np.asarray(pts, dtype=np.int64)) > 0))
+    keyframes = [int(i) for i in np.flatnonzero(np.asarray(keys, dtype=bool)[order])]
+    return _Index(
+        np.asarray(pts, dtype=np.int64)[order],
+        np.asarray(dts, dtype=np.int64)[order],
+        keyframes,
+        Fraction(stream.time_base or 1),
+        durations[int(order[-1])],
+        pts_in_decode_order=increasing and bool(stream.codec_context.has_b_frames),
+    )
+
+
+def _dimensions(stream: Any, max_pixels: int, sid: str | None) -> tuple[int, int]:
+    w, h = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
+    if w <= 0 or h <= 0:
+        raise DecodeError(f"video stream declares size {w}x{h}", sample_id=sid, format=_FORMAT)
+    if w * h > max_pixels:
+        raise ImageTooLargeError(
+            f"video frames of {w}x{h} = {w * h:,} pixels exceed max_pixels={max_pixels:,}; "
+            "raise max_pixels if they are genuine",
+            sample_id=sid,
+            format=_FORMAT,
+        )
+    return h, w
+
+
+# ---------------------------------------------------------------------- frame choice
+
+
+def _select(
+    total: int,
+    num_frames: int | None,
+    sampling: Sampling,
+    stride: int,
+    rng: np.random.Generator | None,
+) -> npt.NDArray[np.intp]:
+    """Frame indices (non-decreasing, all in `[0, total)`) for a video of `total` frames."""
+    if sampling == "stride":
+        picks = np.arange(0, total, stride, dtype=np.intp)
+        return picks if num_frames is None else picks[:num_frames]
+    assert num_frames is not None
+    if sampling == "uniform":  # the centre of each of num_frames equal segments
+        return ((np.arange(num_frames) * 2 + 1) * total // (2 * num_frames)).astype(np.intp)
+    assert rng is not None
+    span = (num_frames - 1) * stride + 1
+    start = int(rng.integers(0, total - span + 1)) if total >= span else 0
+    return np.minimum(start + np.arange(num_frames) * stride, total - 1).astype(np.intp)
+
+
+# ---------------------------------------------------------------------- decoding
+
+
+class _Cursor:
+    """Decodes forward from a keyframe, one frame at a time, with a one-frame pushback.
+
+    `reopen` opens a fresh container on the same bytes: the last resort where the
+    demuxer cannot seek (an avi that lost its index to truncation).
+    """
+
+    def __init__(
+        self,
+        container: Any,
+        stream: Any,
+        reopen: Callable[[], tuple[Any, Any]],
+        index: _Index,
+        wanted: set[int],
+        stats: _Stats,
+        sid: str | None,
+    ) -> None:
+        self.container = container
+        self.stream = stream
+        self._reopen = reopen
+        self.index = index
+        self.stats = stats
+        self.sid = sid
+        self.seekable = True
+        self.wanted = wanted  # pts of the frames to return
+        self._frames: Iterator[Any] | None = None
+        self._pending: tuple[Any, int] | None = None  # read past the last target: next
+        self._last_pts: int | None = None  # of the last frame taken from the decoder
+        self._next_position = 0  # index position of the next frame out of the decoder
+
+    @property
+    def position(self) -> int | None:
+        """The pts decoding has reached (None before the first seek and at the end)."""
+        if self._frames is None:
+            return None
+        return self._pending[1] if self._pending is not None else self._last_pts
+
+    def seek(self, k: int) -> None:
+        """Make frame `k` (a keyframe; -1: the first packet) the next one the decoder sees.
+
+        The demuxer's seek lands on a keyframe at or before the wanted timestamp; some
+        land a GOP early (mp4 with B-frames: its index is in decode time), so packets
+        before frame `k` are skipped without decoding, which costs only demuxing. A seek
+        that lands after frame `k` is retried from an earlier keyframe, then the first;
+        where all fail, decoding starts over in a fresh container.
+        """
+        index = self.index
+        if self.seekable and k >= 0:
+            pos = bisect.bisect_left(index.keyframes, k)
+            for start in dict.fromkeys([k, index.keyframes[max(0, pos - 1)], index.keyframes[0]]):
+                try:
+                    self.container.seek(
+                        int(index.pts[start]), stream=self.stream, backward=True, any_frame=False
+                    )
+                except Exception:  # FFmpegError: no keyframe before that timestamp
+                    continue
+                self.stats.seeks += 1
+                if self._start_at(k):
+                    return
+            logger.debug("seeking to frame %d failed; decoding from the start instead", k)
+            self.seekable = False
+        self.container, self.stream = self._reopen()
+        self.stats.reopens += 1
+        if not self._start_at(k):
+            raise DecodeError(
+                f"frame {k} (pts {int(index.pts[max(k, 0)])}) is not in the stream (damaged video)",
+                sample_id=self.sid,
+                format=_FORMAT,
+            )
+
+    def _start_at(self, k: int) -> bool:
+        """Demux (not decode) up to frame `k`'s packet; False if it went past it."""
+        packets = self.container.demux(self.stream)
+        if k >= 0:
+            key_pts, key_dts = int(self.index.pts[k]), int(self.index.dts[k])
+            for packet in packets:
+                if packet.pts == key_pts and not packet.is_corrupt:
+                    packets = _chain(packet, packets)
+                    break
+                passed_dts = key_dts != _NO_DTS and packet.dts is not None and packet.dts > key_dts
+                passed_key = packet.is_keyframe and packet.pts is not None and packet.pts > key_pts
+                if passed_dts or passed_key:
+                    return False
+            else:
+                return False
+        self._frames = self._decode(packets)
+        self._pending = self._last_pts = None
+        self._next_position = max(k, 0)
+        return True
+
+    def _decode(self, packets: Iterator[Any]) -> Iterator[Any]:
+        codec = self.stream.codec_context
+        skips = codec.codec.name in _SKIPS_NONREF and not self.index.pts_in_decode_order
+        wanted = self.wanted
+        for packet in packets:
+            if packet.is_corrupt:  # a frame cut short (truncated file): not a frame
+                continue
+            if skips:  # a frame no other frame refers to is decoded only if it is wanted
+                codec.skip_frame = "DEFAULT" if packet.pts in wanted else "NONREF"
+            for frame in packet.decode():
+                self.stats.decoded += 1
+                yield frame
+
+    def next(self) -> tuple[Any, int] | None:
+        """The next decoded frame and its pts, or None at the end of the stream."""
+        if self._pending is not None:
+            got, self._pending = self._pending, None
+            return got
+        assert self._frames is not None
+        index = self.index
+        for frame in self._frames:
+            if index.pts_in_decode_order:  # the n-th frame out after keyframe k is k + n
+                position, last = self._next_position, len(index.pts) - 1
+                self._next_position += 1
+                pts = int(index.pts[min(position, last)]) + max(0, position - last)
+            elif frame.pts is None:
+                continue
+            else:
+                pts = int(frame.pts)
+            self._last_pts = pts
+            return frame, pts
+        self._frames = None
+        return None
+
+    def push_back(self, got: tuple[Any, int]) -> None:
+        self._pending = got
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def _fetch(cursor: _Cursor, j: int) -> Any:
+    """Frame `j` of the index, seeking only when a keyframe lies between it and the cursor.
+
+    A frame the decoder does not produce (damaged, or a timestamp quirk) is replaced by
+    the nearest decoded frame before it, else the first one after it.
+    """
+    index = cursor.index
+    target = int(index.pts[j])
+    k = index.keyframe_at_or_before(j)
+    pos = cursor.position
+    if (
+        pos is None
+        or pos > target
+        or (cursor.seekable and k >= 0 and pos < int(index.pts[k]))  # a keyframe is nearer
+    ):
+        cursor.seek(k)
+    before = None
+    while (got := cursor.next()) is not None:
+        frame, pts = got
+        if pts == target:
+            return frame
+        if pts < target:
+            before = frame
+            continue
+        cursor.push_back(got)
+        return before if before is not None else frame
+    if before is not None:
+        return before
+    raise DecodeError(
+        f"frame {j} (pts {target}) could not be decoded (truncated or damaged video)",
+        sample_id=cursor.sid,
+        format=_FORMAT,
+    )
+
+
+def _to_array(frame: Any, mode: ImageMode) -> npt.NDArray[np.uint8]:
+    if mode == "RGBA":
+        arr: npt.NDArray[np.uint8] = frame.to_ndarray(format="rgba")
+        return arr
+    rgb: npt.NDArray[np.uint8] = frame.to_ndarray(format="rgb24")
+    return _convert_channels(rgb, CHANNELS[mode])
+
+
+def _place(
+    src: npt.NDArray[np.uint8],
+    dst: npt.NDArray[np.uint8],
+    resize: ResizeMode,
+    interpolation: Interpolation,
+) -> None:
+    h, w = src.shape[:2]
+    geo = geometry(h, w, dst.shape[0], dst.shape[1], resize)
+    if geo.pads:
+        dst[...] = 0
+    box = src[geo.y0 : geo.y1, geo.x0 : geo.x1]
+    target = dst[geo.top : geo.top + geo.height, geo.left : geo.left + geo.width]
+    resize_into(box, target, interpolation)
+
+
+# ---------------------------------------------------------------------- public API
+
+
+def _check_options(
+    num_frames: int | None,
+    sampling: str,
+    stride: int,
+    size: int | tuple[int, int] | None,
+    resize: str,
+    interpolation: str,
+    mode: str,
+    max_pixels: int,
+) -> tuple[int, int] | None:
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    if num_frames is None:
+        if sampling != "stride":
+            raise ValueError(
+                f"num_frames=None (all frames) needs sampling='stride', not {sampling!r}"
+            )
+    elif isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 1:
+        raise ValueError(f"num_frames must be a positive int, got {num_frames!r}")
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride must be a positive int, got {stride!r}")
+    if resize not in RESIZE_MODES:
+        raise ValueError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {resize!r}")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(
+            f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {interpolation!r}"
+        )
+    if mode not in CHANNELS:
+        raise ValueError(f"mode must be one of {', '.join(CHANNELS)}, got {mode!r}")
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
+        raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
+    return _size(size)
+
+
+def _size(size: object) -> tuple[int, int] | None:
+    """`size` as `(height, width)`: an int is a square."""
+
+    def ok(v: object) -> bool:
+        return isinstance(v, int | np.integer) and not isinstance(v, bool) and int(v) > 0
+
+    if size is None:
+        return None
+    if isinstance(size, int | np.integer) and ok(size):
+        return int(size), int(size)
+    if isinstance(size, tuple | list) and len(size) == 2 and all(ok(v) for v in size):
+        return int(size[0]), int(size[1])
+    raise ValueError(f"size must be (height, width) of positive ints or an int, got {size!r}")
+
+
+def decode_video(
+    data: bytes | bytearray | memoryview,
+    *,
+    num_frames: int | None = 8,
+    sampling: Sampling = "uniform",
+    stride: int = 1,
+    seed: int | np.random.Generator | None = None,
+    size: int | tuple[int, int] | None = None,
+    resize: ResizeMode = "exact",
+    interpolation: Interpolation = "bilinear",
+    mode: ImageMode = "RGB",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    sample_id: str | None = None,
+    out: npt.NDArray[np.uint8] | None = None,
+) -> npt.NDArray[np.uint8]:
+    """Decode chosen frames of a video into a uint8 THWC array.
+
+    Frames are counted in presentation order over the first video stream (exact for
+    variable frame rates and B-frames too). Each wanted frame is reached by seeking to the
+    keyframe at or before it and decoding forward; frames between two wanted ones in the
+    same GOP are decoded once. A frame wanted twice is decoded once and copied.
+
+    Args:
+        data: the encoded video (mp4, mkv, webm, avi, … anything FFmpeg demuxes).
+        num_frames: how many frames. With `sampling="stride"`, at most this many, or
+            None for every `stride`-th frame of the whole video.
+        sampling: `uniform`: the centre frame of each of `num_frames` equal segments of
+            the video (frame `(2i + 1) * total // (2 * num_frames)`); a video shorter than
+            `num_frames` repeats frames, in order. `stride`: frames 0, `stride`,
+            `2 * stride`, …, stopping at the end of the video (so possibly fewer than
+            `num_frames`). `random`: a clip of `num_frames` frames `stride` apart whose
+            start is uniform over the starts that fit; a video too short for the clip
+            starts at frame 0 and repeats its last frame to fill it.
+        stride: the step between frames for `stride` and `random`.
+        seed: seeds `numpy.random.default_rng` for `random` (an int, or a Generator).
+        size: output `(height, width)`, or an int for a square; None keeps the size of
+            the stream.
+        resize: `exact`, `shorter` (scale, crop the centre) or `longer` (scale, pad with
+            0), as for images.
+        interpolation: `bilinear`, `bicubic`, `area` or `nearest`.
+        mode: `RGB` (default), `L` (one channel, Pillow's luma) or `RGBA` (the alpha
+            plane where the codec has one, else 255).
+        max_pixels: refuse streams whose frames declare more pixels, before decoding.
+        sample_id: named in errors.
+        out: a uint8 `(T, height, width, channels)` array to fill (needs `size`; `T` is
+            `num_frames`). With `stride` sampling of a short video only the first rows
+            are written, and `out[:n]` is returned.
+
+    Returns:
+        A uint8 `(T, height, width, channels)` array (`out`, or a leading slice of it,
+        when given).
+
+    Raises:
+        ValueError: for bad options, or an `out` of the wrong shape.
+        DecodeError: for empty, truncated or damaged input, or no video stream.
+        ImageTooLargeError: frames over `max_pixels`.
+        CodecUnavailableError: when PyAV is not installed.
+
+    Example:
+        >>> import io, av
+        >>> buf = io.BytesIO()
+        >>> with av.open(buf, "w", format="matroska") as mkv:
+        ...     stream = mkv.add_stream("ffv1", rate=25)
+        ...     stream.width, stream.height = 64, 48
+        ...     for i in range(30):
+        ...         grey = np.full((48, 64, 3), i * 8 + 4, np.uint8)  # frame i shows i
+        ...         mkv.mux(stream.encode(av.VideoFrame.from_ndarray(grey, format="rgb24")))
+        ...     mkv.mux(stream.encode(None))
+        >>> frames = decode_video(buf.getvalue(), num_frames=3, size=32)
+        >>> frames.shape, frames.dtype
+        ((3, 32, 32, 3), dtype('uint8'))
+        >>> (frames[:, 0, 0, 0] // 8).tolist()  # the centres of three equal thirds
+        [5, 15, 25]
+    """
+    target_size = _check_options(
+        num_frames, sampling, stride, size, resize, interpolation, mode, max_pixels
+    )
+    channels = CHANNELS[mode]
+    if out is not None:
+        if target_size is None:
+            raise ValueError("out= needs size=... (the frame size of the output)")
+        if num_frames is None:
+            raise ValueError("out= needs num_frames (the T of the output)")
+        want = (num_frames, *target_size, channels)
+        if not isinstance(out, np.ndarray) or out.shape != want or out.dtype != np.uint8:
+            got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+            raise ValueError(f"out must be uint8 of shape {want}, got {got}")
+    rng = np.random.default_rng(seed) if sampling == "random" else None
+    buf = _as_bytes(data, sample_id)
+    av = _av()
+    stats = _Stats()
+    _last.stats = stats
+    try:
+        with contextlib.ExitStack() as stack:
+
+            def reopen() -> tuple[Any, Any]:
+                container = stack.enter_context(_open(av, buf, sample_id))
+                return container, _video_stream(container, sample_id)
+
+            container, stream = reopen()
+            src_h, src_w = _dimensions(stream, max_pixels, sample_id)
+            index = _index(container, stream, sample_id)
+            picks = _select(len(index.pts), num_frames, sampling, stride, rng)
+            th, tw = target_size if target_size is not None else (src_h, src_w)
+            if out is None:
+                result = np.empty((len(picks), th, tw, channels), dtype=np.uint8)
+            else:
+                result = out[: len(picks)]
+            wanted = set(index.pts[picks].tolist())
+            cursor = _Cursor(container, stream, reopen, index, wanted, stats, sample_id)
+            done: dict[int, int] = {}  # frame index -> the row already holding it
+            for row, j in enumerate(picks.tolist()):
+                if j in done:
+                    result[row] = result[done[j]]
+                    continue
+                frame = _fetch(cursor, j)
+                _place(_to_array(frame, mode), result[row], resize, interpolation)
+                done[j] = row
+    except DecodeError:
+        raise
+    except Exception as exc:  # FFmpegError and whatever else PyAV raises
+        raise _damaged(exc, "damaged video", sample_id) from None
+    return result
+
+
+def video_info(data: bytes | bytearray | memoryview, *, sample_id: str | None = None) -> VideoInfo:
+    """Frame count, rate, duration, size, codec and keyframes, by demuxing (no decoding).
+
+    Args:
+        data: the encoded video.
+        sample_id: named in errors.
+
+    Returns:
+        The `VideoInfo` of the first video stream.
+
+    Raises:
+        DecodeError: for empty, truncated or damaged input, or no video stream.
+        CodecUnavailableError: when PyAV is not installed.
+
+    Example:
+        >>> import io, av
+        >>> buf = io.BytesIO()
+        >>> with av.open(buf, "w", format="matroska") as mkv:
+        ...     stream = mkv.add_stream("mpeg4", rate=30)
+        ...     stream.width, stream.height = 64, 48
+        ...     for i in range(45):
+        ...         grey = np.full((48, 64, 3), i, np.uint8)
+        ...         mkv.mux(stream.encode(av.VideoFrame.from_ndarray(grey, format="rgb24")))
+        ...     mkv.mux(stream.encode(None))
+        >>> info = video_info(buf.getvalue())
+        >>> info.num_frames, info.fps, info.width, info.height, info.codec
+        (45, 30.0, 64, 48, 'mpeg4')
+    """
+    buf = _as_bytes(data, sample_id)
+    av = _av()
+    try:
+        with _open(av, buf, sample_id) as container:
+            stream = _video_stream(container, sample_id)
+            width = int(stream.codec_context.width or 0)
+            height = int(stream.codec_context.height or 0)
+            codec = str(stream.codec_context.codec.canonical_name)  # av1, not libdav1d
+            rate = stream.average_rate or stream.guessed_rate
+            index = _index(container, stream, sample_id)
+    except DecodeError:
+        raise
+    except Exception as exc:  # FFmpegError and whatever else PyAV raises
+        raise _damaged(exc, "damaged video", sample_id) from None
+    n = len(index.pts)
+    last = index.last_duration
+    if last <= 0:  # unknown: the typical gap between frames
+        last = int(np.median(np.diff(index.pts))) if n > 1 else 0
+    duration = float((int(index.pts[-1]) - int(index.pts[0]) + last) * index.time_base)
+    measured = n / duration if duration > 0 else 0.0
+    # the container's rate when it agrees (exact for constant rates), else the average
+    fps = float(rate) if rate and abs(float(rate) - measured) <= 0.01 * measured else measured
+    return VideoInfo(n, fps, duration, width, height, codec, tuple(index.keyframes))

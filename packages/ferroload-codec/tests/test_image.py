@@ -1,0 +1,423 @@
+from __future__ import annotations
+
+import io
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image, ImageOps
+
+from ferroload_codec import (
+    DecodeError,
+    ImageDecoder,
+    ImageTooLargeError,
+    UnsupportedFormatError,
+    backends,
+    decode_image,
+    decode_images,
+    image_info,
+)
+from ferroload_core import FerroloadError
+
+RNG = np.random.default_rng(0)
+
+
+def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """A smooth, photo-like RGB image (gradients + mild noise): JPEG-friendly content."""
+    r = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.stack(
+        [
+            128 + 100 * np.sin(x / (7 + seed % 5) + r.uniform(0, 6)),
+            128 + 100 * np.cos(y / (11 + seed % 3)),
+            255 * (x + y) / (h + w),
+        ],
+        axis=-1,
+    )
+    return np.clip(img + r.normal(0, 4, img.shape), 0, 255).astype(np.uint8)
+
+
+def encode(img: Image.Image | np.ndarray, fmt: str, **kw: Any) -> bytes:
+    if isinstance(img, np.ndarray):
+        img = Image.fromarray(img)
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def pil_decode(data: bytes, mode: str = "RGB") -> np.ndarray:
+    arr = np.asarray(Image.open(io.BytesIO(data)).convert(mode))
+    return arr[..., None] if arr.ndim == 2 else arr
+
+
+def mad(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
+
+
+JPEG = encode(photo(256, 256), "JPEG", quality=90)
+PNG = encode(photo(40, 60, 1), "PNG")
+
+
+# ------------------------------------------------------------------ formats and modes
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
+def test_jpeg_matches_pillow_exactly_without_resize(mode: str) -> None:
+    got = decode_image(JPEG, mode=mode)  # type: ignore[arg-type]
+    assert got.dtype == np.uint8
+    assert got.shape == (256, 256, {"RGB": 3, "L": 1, "RGBA": 4}[mode])
+    # the same libjpeg-turbo underneath; greyscale via Y differs from Pillow's RGB->L by rounding
+    assert mad(got, pil_decode(JPEG, mode)) <= (1.0 if mode == "L" else 0.0)
+
+
+def _sources() -> dict[str, tuple[bytes, str]]:
+    """name -> (encoded bytes, Pillow mode to compare against)."""
+    rgb = photo(30, 50, 2)
+    rgba = np.dstack([rgb, np.linspace(0, 255, 30 * 50).reshape(30, 50).astype(np.uint8)])
+    grey = rgb[..., 1]
+    pal = Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    pal_t = pal.copy()
+    pal_t.info["transparency"] = 0
+    grey16 = (grey.astype(np.uint16) * 257 + 3).astype(np.uint16)
+    return {
+        "png-rgb": (encode(rgb, "PNG"), "RGB"),
+        "png-rgba": (encode(rgba, "PNG"), "RGBA"),
+        "png-grey": (encode(grey, "PNG"), "L"),
+        "png-palette": (encode(pal, "PNG"), "RGB"),
+        "png-palette-transparent": (encode(pal_t, "PNG", transparency=0), "RGBA"),
+        "png-grey-alpha": (encode(Image.fromarray(rgba).convert("LA"), "PNG"), "LA"),
+        "png-interlaced": (encode(rgb, "PNG", optimize=False, interlace=1), "RGB"),
+        "png-16bit-grey": (encode(Image.fromarray(grey16), "PNG"), "I;16"),
+        "jpeg-grey": (encode(grey, "JPEG", quality=95), "L"),
+        "jpeg-cmyk": (encode(Image.fromarray(rgb).convert("CMYK"), "JPEG", quality=95), "CMYK"),
+        "jpeg-progressive": (encode(rgb, "JPEG", quality=90, progressive=True), "RGB"),
+        "webp-lossless": (encode(rgb, "WEBP", lossless=True), "RGB"),
+        "gif": (encode(pal, "GIF"), "P"),
+        "bmp": (encode(rgb, "BMP"), "RGB"),
+        "tiff": (encode(rgb, "TIFF"), "RGB"),
+        "tiff-rgba": (encode(rgba, "TIFF"), "RGBA"),
+    }
+
+
+SOURCES = _sources()
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
+def test_every_source_converts_like_pillow(name: str, mode: str) -> None:
+    data, src_mode = SOURCES[name]
+    got = decode_image(data, mode=mode)  # type: ignore[arg-type]
+    im = Image.open(io.BytesIO(data))
+    if src_mode == "I;16":
+        ref = (np.asarray(im, dtype=np.uint32) >> 8).astype(np.uint8)
+        ref = np.asarray(Image.fromarray(ref).convert(mode))
+    elif src_mode == "P" or (im.mode == "P" and "transparency" in im.info):
+        ref = np.asarray(im.convert("RGBA").convert(mode))
+    else:
+        ref = np.asarray(im.convert(mode))
+    ref = ref[..., None] if ref.ndim == 2 else ref
+    assert got.shape == ref.shape
+    assert mad(got, ref) <= 0.5, name  # luma rounding may differ by one level here and there
+
+
+def test_sixteen_bit_keeps_the_high_byte() -> None:
+    data, _ = SOURCES["png-16bit-grey"]
+    got = decode_image(data, mode="L")[..., 0]
+    raw = np.asarray(Image.open(io.BytesIO(data)), dtype=np.uint32)
+    assert np.array_equal(got, (raw >> 8).astype(np.uint8))
+    assert got.max() > 200  # not clipped to 255 nor scaled down to nothing
+
+
+def test_image_info_reads_headers_only() -> None:
+    assert image_info(JPEG) == image_info(memoryview(JPEG))
+    assert (image_info(JPEG).format, image_info(JPEG).width) == ("jpeg", 256)
+    assert image_info(PNG)[1:] == (60, 40)
+    assert image_info(SOURCES["webp-lossless"][0]).format == "webp"
+
+
+# ------------------------------------------------------------------ geometry
+
+
+def halves(h: int, w: int) -> np.ndarray:
+    """Left half red, right half blue, a green stripe in the middle third of columns."""
+    img = np.zeros((h, w, 3), np.uint8)
+    img[:, : w // 2] = (255, 0, 0)
+    img[:, w // 2 :] = (0, 0, 255)
+    img[:, w // 3 : 2 * w // 3, 1] = 255
+    return img
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_resize_shorter_crops_the_centre(fmt: str) -> None:
+    data = encode(halves(100, 300), fmt, **({"quality": 95} if fmt == "JPEG" else {}))
+    got = decode_image(data, size=50, resize="shorter").astype(int)
+    assert got.shape == (50, 50, 3)
+    # the centre third of a 300-wide image becomes the whole 50x50 crop: green everywhere
+    assert got[..., 1].mean() > 200
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_resize_longer_pads_around_the_image(fmt: str) -> None:
+    data = encode(halves(100, 300), fmt, **({"quality": 95} if fmt == "JPEG" else {}))
+    got = decode_image(data, size=(90, 90), resize="longer", pad_value=7)
+    assert got.shape == (90, 90, 3)
+    assert (got[:30] == 7).all() and (got[-30:] == 7).all()  # 300x100 -> 90x30, centred
+    assert got[30:60, :20, 0].mean() > 200  # red left part
+    assert got[30:60, -20:, 2].mean() > 200  # blue right part
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "area", "nearest"])
+@pytest.mark.parametrize("size", [(224, 224), (100, 37), (300, 500)])
+def test_exact_resize_is_close_to_pillow(interpolation: str, size: tuple[int, int]) -> None:
+    got = decode_image(JPEG, size=size, interpolation=interpolation)  # type: ignore[arg-type]
+    flt = {
+        "bilinear": Image.BILINEAR,
+        "bicubic": Image.BICUBIC,
+        "area": Image.BOX,
+        "nearest": Image.NEAREST,
+    }[interpolation]
+    ref = np.asarray(Image.open(io.BytesIO(JPEG)).convert("RGB").resize(size[::-1], flt))
+    assert got.shape == (*size, 3)
+    # nearest-neighbour picks differ between OpenCV's and Pillow's pixel-centre conventions
+    assert mad(got, ref) < (16 if interpolation == "nearest" else 3)
+
+
+def test_large_jpegs_are_scaled_in_the_dct_domain_and_stay_accurate() -> None:
+    big = encode(photo(1200, 1600, 3), "JPEG", quality=90)
+    for size in [(224, 224), (150, 400), (600, 800)]:
+        got = decode_image(big, size=size)
+        ref = np.asarray(Image.open(io.BytesIO(big)).convert("RGB").resize(size[::-1], Image.BOX))
+        assert mad(got, ref) < 3, size
+
+
+def test_out_buffers_are_written_in_place() -> None:
+    batch = np.zeros((3, 256, 256, 3), np.uint8)
+    r = decode_image(JPEG, size=256, out=batch[1])
+    assert r is batch[1] or np.shares_memory(r, batch)
+    assert batch[1].any() and not batch[0].any()
+    png_out = np.zeros((2, 40, 60, 3), np.uint8)
+    decode_image(PNG, size=(40, 60), out=png_out[1])
+    assert np.array_equal(png_out[1], pil_decode(PNG))
+    small = np.zeros((10, 12, 3), np.uint8)
+    decode_image(JPEG, size=(10, 12), out=small)
+    assert small.any()
+    with pytest.raises(ValueError, match="out must be uint8"):
+        decode_image(JPEG, size=(10, 12), out=np.zeros((10, 12), np.uint8))
+    with pytest.raises(ValueError, match="fixed size"):
+        decode_image(JPEG, out=np.zeros((256, 256, 3), np.uint8))
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation(orientation: int) -> None:
+    img = Image.fromarray(halves(40, 60))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(img, "JPEG", quality=95, exif=exif)
+    ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    got = decode_image(data, exif=True)
+    assert got.shape == ref.shape
+    assert mad(got, ref) < 1
+    assert decode_image(data).shape == (40, 60, 3)  # ignored unless asked
+    resized = decode_image(data, exif=True, size=(20, 20))
+    assert resized.shape == (20, 20, 3)
+
+
+# ------------------------------------------------------------------ batches
+
+
+def test_batches_are_identical_whatever_the_thread_count() -> None:
+    items = [encode(photo(64 + i, 80, i), "JPEG" if i % 2 else "PNG") for i in range(20)]
+    one = ImageDecoder((48, 48), threads=1).decode_batch(items)
+    two = ImageDecoder((48, 48), threads=2).decode_batch(items)
+    assert one.images.shape == (20, 48, 48, 3)
+    assert np.array_equal(one.images, two.images)
+    assert one.ok.all() and one.errors == ()
+    assert np.array_equal(decode_images(items, size=48, threads=2), one.images)
+    for i, data in enumerate(items):
+        assert np.array_equal(decode_image(data, size=48), one.images[i])
+
+
+def test_batch_errors_name_the_sample() -> None:
+    items = [JPEG, JPEG[:300], b"", PNG]
+    dec = ImageDecoder((32, 32), threads=2)
+    with pytest.raises(DecodeError, match="'s1'") as info:
+        dec.decode_batch(items, sample_ids=["s0", "s1", "s2", "s3"])
+    assert info.value.sample_id == "s1"
+    res = dec.decode_batch(items, sample_ids=["s0", "s1", "s2", "s3"], on_error="skip")
+    assert res.ok.tolist() == [True, False, False, True]
+    assert [e.sample_id for e in res.errors] == ["s1", "s2"]
+    assert not res.images[1].any() and res.images[0].any()
+    out = np.full((4, 32, 32, 3), 9, np.uint8)
+    assert dec.decode_batch(items, out=out, on_error="warn").images is out
+    with pytest.raises(ValueError, match="fixed size"):
+        ImageDecoder().decode_batch(items)
+    with pytest.raises(ValueError, match="on_error"):
+        dec.decode_batch(items, on_error="ignore")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sample_ids"):
+        dec.decode_batch(items, sample_ids=["a"])
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "match"),
+    [
+        (b"", DecodeError, "empty"),
+        (b"hello, this is not an image at all", UnsupportedFormatError, "not an image format"),
+        (JPEG[: len(JPEG) // 2], DecodeError, "damaged JPEG"),
+        (JPEG[:20], DecodeError, "JPEG"),
+        (JPEG[:600] + bytes(2000) + JPEG[2600:], DecodeError, "JPEG"),
+        (PNG[: len(PNG) // 2], DecodeError, "PNG"),
+        (PNG[:8], UnsupportedFormatError, "not an image format"),
+        (SOURCES["webp-lossless"][0][:40], DecodeError, "WEBP"),
+        (SOURCES["gif"][0][:30], DecodeError, "GIF"),
+    ],
+)
+def test_bad_bytes_raise_decode_errors(data: bytes, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match) as info:
+        decode_image(data, sample_id="bad1")
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, FerroloadError)
+    assert info.value.sample_id == "bad1"  # type: ignore[attr-defined]
+    assert "bad1" in str(info.value)
+
+
+@pytest.mark.parametrize("data", ["a string", 42, None, [1, 2], np.zeros(3, np.float32)])
+def test_non_bytes_are_refused(data: Any) -> None:
+    with pytest.raises(DecodeError, match="expected encoded bytes"):
+        decode_image(data)
+
+
+def _png_with_size(w: int, h: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    )
+
+
+def _jpeg_with_size(w: int, h: int) -> bytes:
+    data = bytearray(encode(photo(16, 16), "JPEG"))
+    sof = data.find(b"\xff\xc0")
+    struct.pack_into(">HH", data, sof + 5, h, w)
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "data", [_png_with_size(100_000, 100_000), _jpeg_with_size(65_000, 65_000)]
+)
+def test_decompression_bombs_are_refused_from_the_header(data: bytes) -> None:
+    with pytest.raises(ImageTooLargeError, match="max_pixels"):
+        decode_image(data)
+
+
+def test_max_pixels_is_configurable() -> None:
+    with pytest.raises(ImageTooLargeError):
+        decode_image(JPEG, max_pixels=256 * 255)
+    assert decode_image(JPEG, max_pixels=256 * 256).shape == (256, 256, 3)
+    with pytest.raises(ImageTooLargeError):
+        decode_image(SOURCES["gif"][0], max_pixels=100)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"size": 0}, "size"),
+        ({"size": (10,)}, "size"),
+        ({"size": (10, -1)}, "size"),
+        ({"mode": "CMYK"}, "mode"),
+        ({"resize": "fill"}, "resize"),
+        ({"interpolation": "lanczos"}, "interpolation"),
+        ({"max_pixels": 0}, "max_pixels"),
+        ({"pad_value": 300}, "pad_value"),
+        ({"threads": 0}, "threads"),
+    ],
+)
+def test_bad_options(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ImageDecoder(**kwargs)
+
+
+def _valid_images() -> list[bytes]:
+    return [JPEG, PNG, *(data for data, _ in SOURCES.values())]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_fuzz_only_decode_errors(data: st.DataObject) -> None:
+    base = data.draw(st.sampled_from([*_valid_images(), b""]))
+    if data.draw(st.booleans()) or not base:
+        blob = data.draw(st.binary(max_size=600))
+    else:
+        raw = bytearray(base)
+        for _ in range(data.draw(st.integers(1, 8))):
+            pos = data.draw(st.integers(0, len(raw) - 1))
+            raw[pos] = data.draw(st.integers(0, 255))
+        cut = data.draw(st.integers(1, len(raw)))
+        blob = bytes(raw[:cut])
+    try:
+        out = decode_image(blob, size=(24, 24), max_pixels=4_000_000)
+    except DecodeError:
+        return
+    assert out.shape == (24, 24, 3)
+
+
+# ------------------------------------------------------------------ backends and fallbacks
+
+
+def test_backends_report_the_fast_paths() -> None:
+    b = backends()
+    assert set(b) >= {"jpeg", "png", "resize", "pil", "audio", "resample", "video"}
+    assert b["jpeg"] and "PyTurboJPEG" in b["jpeg"]
+    assert b["png"] and "libspng" in b["png"]
+    assert b["resize"] and "OpenCV" in b["resize"]
+    assert b["pil"] and b["pil"].startswith(("Pillow-SIMD", "Pillow"))
+
+
+FALLBACK_SCRIPT = r"""
+import io, sys, warnings, numpy as np
+from PIL import Image
+import ferroload_codec as fc
+warnings.simplefilter("always")
+data = {name: bytes.fromhex(h) for name, h in zip(["jpeg", "png"], sys.argv[1:3])}
+with warnings.catch_warnings(record=True) as caught:
+    j = fc.decode_image(data["jpeg"], size=(100, 120))
+    p = fc.decode_image(data["png"], size=(20, 30), mode="L")
+    fc.decode_image(data["jpeg"])
+ref_j = np.asarray(Image.open(io.BytesIO(data["jpeg"])).convert("RGB").resize((120, 100), Image.BILINEAR))
+ref_p = np.asarray(Image.open(io.BytesIO(data["png"])).convert("L").resize((30, 20), Image.BILINEAR))
+print(fc.backends())
+print(float(np.abs(j.astype(int) - ref_j).mean()), float(np.abs(p[..., 0].astype(int) - ref_p).mean()))
+print(len([w for w in caught if "uses Pillow" in str(w.message)]))
+"""
+
+
+def test_everything_works_without_the_fast_libraries(tmp_path: Path) -> None:
+    env = {**os.environ, "FERROLOAD_CODEC_DISABLE": "turbojpeg,opencv,imagecodecs"}
+    res = subprocess.run(
+        [sys.executable, "-c", FALLBACK_SCRIPT, JPEG.hex(), PNG.hex()],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = res.stdout.strip().splitlines()
+    assert "'jpeg': None" in lines[0] and "'resize': None" in lines[0] and "'png': None" in lines[0]
+    mad_j, mad_p = map(float, lines[1].split())
+    assert mad_j < 1.0 and mad_p < 1.0  # Pillow all the way: the same pixels
+    assert lines[2] == "2"  # one warning per slow path (JPEG and PNG), not one per image
+
+
+def test_import_stays_light() -> None:
+    code = (
+        "import sys, ferroload_codec; "
+        "print(sorted({'cv2', 'turbojpeg', 'imagecodecs', 'av', 'soundfile', 'soxr', 'PIL'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
