@@ -145,7 +145,13 @@ def test_markdown_python_blocks(
 # --------------------------------------------------------------------------- doctests
 
 #: Public packages whose docstring examples must pass.
-DOCTEST_PACKAGES = ("ferroload_store", "ferroload_format", "ferroload")
+DOCTEST_PACKAGES = (
+    "ferroload_core",
+    "ferroload_store",
+    "ferroload_format",
+    "ferroload_codec",
+    "ferroload",
+)
 
 # Runs in a child interpreter: python -c RUNNER <package>. Collects the examples of the
 # package's own docstring and of every public object the package itself defines (a
@@ -200,6 +206,7 @@ def test_docstring_examples(package: str) -> None:
 
 #: API reference page of each package; `ferroload` (the facade) links to the others.
 API_PAGES = {
+    "ferroload_core": "core.md",
     "ferroload_store": "store.md",
     "ferroload_format": "format.md",
     "ferroload_codec": "codec.md",

@@ -114,8 +114,9 @@ def backends() -> dict[str, str | None]:
         in `*_fallback` entries).
 
     Example:
-        >>> sorted(backends())[:3]
-        ['audio', 'jpeg', 'pil']
+        >>> info = backends()
+        >>> "jpeg" in info and "video" in info
+        True
     """
     tj = turbojpeg()
     cv2 = opencv()
