@@ -5,4 +5,6 @@ import ferroload_catalog
 
 def test_version_comes_from_the_distribution() -> None:
     assert ferroload_catalog.__version__ == "0.1.0"
-    assert all(hasattr(ferroload_catalog, name) for name in ferroload_catalog.__all__)  # order: ruff's RUF022
+    assert all(
+        hasattr(ferroload_catalog, name) for name in ferroload_catalog.__all__
+    )  # order: ruff's RUF022

@@ -5,4 +5,6 @@ import ferroload_cli
 
 def test_version_comes_from_the_distribution() -> None:
     assert ferroload_cli.__version__ == "0.1.0"
-    assert all(hasattr(ferroload_cli, name) for name in ferroload_cli.__all__)  # order: ruff's RUF022
+    assert all(
+        hasattr(ferroload_cli, name) for name in ferroload_cli.__all__
+    )  # order: ruff's RUF022

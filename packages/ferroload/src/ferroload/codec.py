@@ -1,8 +1,8 @@
 """`ferroload.codec`: image, audio and video decoding (the `ferroload_codec` package).
 
-    >>> import ferroload.codec
-    >>> ferroload.codec.decode_image is ferroload.codec.ferroload_codec.decode_image
-    True
+>>> import ferroload.codec
+>>> ferroload.codec.decode_image is ferroload.codec.ferroload_codec.decode_image
+True
 """
 
 import ferroload_codec
