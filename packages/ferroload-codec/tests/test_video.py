@@ -397,7 +397,7 @@ def test_empty_and_garbage_input() -> None:
         assert "s9" in str(info.value)
         with pytest.raises(DecodeError):
             video_info(bad)
-    with pytest.raises(DecodeError, match="expected encoded video bytes"):
+    with pytest.raises(DecodeError, match="expected encoded bytes"):
         decode_video("video.mp4")  # type: ignore[arg-type]
 
 

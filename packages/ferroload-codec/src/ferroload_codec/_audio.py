@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from ferroload_codec._errors import CodecUnavailableError, DecodeError, UnsupportedFormatError
 from ferroload_codec._pool import DecodePool
+from ferroload_codec._sniff import as_buffer
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ DTYPES = ("float32", "int16")
 CROPS = ("start", "center", "random")
 #: soxr's quality preset ("HQ": 20-bit precision, 95% bandwidth, linear phase).
 RESAMPLE_QUALITY = "HQ"
-_BYTES_LIKE = (bytes, bytearray, memoryview)
 # Containers where libsndfile's seek is sample-accurate (checked against a full decode).
 _EXACT_SEEK = frozenset({"WAV", "WAVEX", "W64", "RF64", "AIFF", "AU", "CAF", "FLAC"})
 _FORMAT_NAMES = {"WAV": "wav", "WAVEX": "wav", "RF64": "wav", "W64": "wav", "OGG": "ogg"}
@@ -85,19 +85,6 @@ def _soxr() -> Any:
             f"resampling audio needs soxr (pip install soxr): {exc}"
         ) from exc
     return soxr
-
-
-def _as_bytes(data: object, sample_id: str | None) -> bytes | bytearray | memoryview:
-    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
-        data = np.ascontiguousarray(data).data
-    if not isinstance(data, _BYTES_LIKE):
-        raise DecodeError(f"expected encoded bytes, got {type(data).__name__}", sample_id=sample_id)
-    buf: bytes | bytearray | memoryview = data
-    if isinstance(buf, memoryview) and (buf.format != "B" or buf.ndim != 1):
-        buf = buf.cast("B") if buf.c_contiguous else buf.tobytes()
-    if len(buf) == 0:
-        raise DecodeError("empty input (0 bytes)", sample_id=sample_id)
-    return buf
 
 
 def _sniff_audio(buf: bytes | bytearray | memoryview) -> str | None:
@@ -251,7 +238,7 @@ class AudioDecoder:
             UnsupportedFormatError: bytes of no audio format libsndfile knows.
             CodecUnavailableError: soundfile (or soxr, to resample) is not installed.
         """
-        return self._decode(_as_bytes(data, sample_id), seed, sample_id, None)
+        return self._decode(as_buffer(data, sample_id), seed, sample_id, None)
 
     def _decode(
         self,
@@ -443,7 +430,7 @@ class AudioDecoder:
         def one(i: int) -> None:
             sid = sample_ids[i] if sample_ids is not None else None
             try:
-                buf = _as_bytes(items[i], sid)
+                buf = as_buffer(items[i], sid)
                 _, rates[i] = self._decode(
                     buf, seeds[i] if seeds is not None else None, sid, out[i]
                 )

@@ -23,7 +23,7 @@ from ferroload_codec._resize import (
     geometry,
     resize_into,
 )
-from ferroload_codec._sniff import Buffer, jpeg_orientation, png_header, sniff
+from ferroload_codec._sniff import Buffer, as_buffer, jpeg_orientation, png_header, sniff
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,6 @@ DEFAULT_MAX_PIXELS = 89_478_485
 ImageMode = Literal["RGB", "L", "RGBA"]
 CHANNELS = {"RGB": 3, "L": 1, "RGBA": 4}
 OnError = Literal["raise", "skip", "warn"]
-_BYTES_LIKE = (bytes, bytearray, memoryview)
 # PyTurboJPEG pixel formats and colour spaces (turbojpeg.h)
 _TJPF = {"RGB": 0, "L": 6, "RGBA": 7}
 _TJCS_CMYK, _TJCS_YCCK = 3, 4
@@ -62,23 +61,13 @@ class DecodedBatch(NamedTuple):
     errors: tuple[DecodeError, ...]
 
 
-def _as_bytes(data: Any, sample_id: str | None) -> Buffer:
-    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
-        data = data.data
-    if not isinstance(data, _BYTES_LIKE):
-        raise DecodeError(f"expected encoded bytes, got {type(data).__name__}", sample_id=sample_id)
-    if len(data) == 0:
-        raise DecodeError("empty input (0 bytes)", sample_id=sample_id)
-    return data
-
-
 def image_info(data: Buffer, *, sample_id: str | None = None) -> ImageInfo:
     """Format and size from an image's header, without decoding its pixels.
 
     Raises:
         DecodeError: for empty or damaged input; `UnsupportedFormatError` for an unknown format.
     """
-    buf = _as_bytes(data, sample_id)
+    buf = as_buffer(data, sample_id)
     fmt = sniff(buf)
     if fmt == "png" and (hdr := png_header(buf)) is not None:
         return ImageInfo("png", hdr[0], hdr[1])
@@ -264,7 +253,7 @@ class ImageDecoder:
                 raise ValueError("out= needs a decoder with a fixed size")
             if out.shape != want or out.dtype != np.uint8:
                 raise ValueError(f"out must be uint8 of shape {want}, got {out.dtype} {out.shape}")
-        return self._decode(_as_bytes(data, sample_id), out, sample_id)
+        return self._decode(as_buffer(data, sample_id), out, sample_id)
 
     def _decode(
         self,
@@ -507,7 +496,7 @@ class ImageDecoder:
         def one(i: int) -> None:
             sid = sample_ids[i] if sample_ids is not None else None
             try:
-                decode(_as_bytes(items[i], sid), out[i], sid)
+                decode(as_buffer(items[i], sid), out[i], sid)
             except DecodeError as exc:
                 errors[i] = exc
                 out[i] = 0

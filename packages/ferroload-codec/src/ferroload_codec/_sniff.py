@@ -3,10 +3,35 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
+
+import numpy as np
+
+from ferroload_codec._errors import DecodeError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 #: What the decoders accept as encoded input.
 Buffer = bytes | bytearray | memoryview
+
+
+def as_buffer(data: Any, sample_id: str | None, format: str | None = None) -> Buffer:
+    """Encoded input as a flat byte buffer; a `DecodeError` for anything else or nothing.
+
+    Accepts bytes, bytearray, memoryview (any shape or format: flattened to bytes) and 1-d
+    uint8 numpy arrays (zero-copy when contiguous).
+    """
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
+        data = np.ascontiguousarray(data).data
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise DecodeError(
+            f"expected encoded bytes, got {type(data).__name__}", sample_id=sample_id, format=format
+        )
+    buf: Buffer = data
+    if isinstance(buf, memoryview) and (buf.format != "B" or buf.ndim != 1):
+        buf = buf.cast("B") if buf.c_contiguous else buf.tobytes()
+    if len(buf) == 0:
+        raise DecodeError("empty input (0 bytes)", sample_id=sample_id, format=format)
+    return buf
 
 
 def sniff(data: Buffer) -> str | None:

@@ -45,12 +45,12 @@ from ferroload_codec._resize import (
     geometry,
     resize_into,
 )
+from ferroload_codec._sniff import as_buffer
 
 logger = logging.getLogger(__name__)
 
 Sampling = Literal["uniform", "stride", "random"]
 SAMPLINGS = ("uniform", "stride", "random")
-_BYTES_LIKE = (bytes, bytearray, memoryview)
 _FORMAT = "video"
 
 
@@ -132,20 +132,6 @@ def _av() -> Any:
             "video decoding needs PyAV: pip install ferroload-codec[video]"
         ) from exc
     return av
-
-
-def _as_bytes(data: Any, sample_id: str | None) -> bytes | bytearray | memoryview:
-    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
-        data = np.ascontiguousarray(data).data
-    if not isinstance(data, _BYTES_LIKE):
-        raise DecodeError(
-            f"expected encoded video bytes, got {type(data).__name__}",
-            sample_id=sample_id,
-            format=_FORMAT,
-        )
-    if len(data) == 0:
-        raise DecodeError("empty input (0 bytes)", sample_id=sample_id, format=_FORMAT)
-    return data
 
 
 def _damaged(exc: BaseException, what: str, sid: str | None) -> DecodeError:
@@ -576,7 +562,7 @@ def decode_video(
             got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
             raise ValueError(f"out must be uint8 of shape {want}, got {got}")
     rng = np.random.default_rng(seed) if sampling == "random" else None
-    buf = _as_bytes(data, sample_id)
+    buf = as_buffer(data, sample_id, _FORMAT)
     av = _av()
     stats = _Stats()
     _last.stats = stats
@@ -641,7 +627,7 @@ def video_info(data: bytes | bytearray | memoryview, *, sample_id: str | None = 
         >>> info.num_frames, info.fps, info.width, info.height, info.codec
         (45, 30.0, 64, 48, 'mpeg4')
     """
-    buf = _as_bytes(data, sample_id)
+    buf = as_buffer(data, sample_id, _FORMAT)
     av = _av()
     try:
         with _open(av, buf, sample_id) as container:
