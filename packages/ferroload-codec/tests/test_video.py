@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ferroload_codec._errors import CodecUnavailableError, DecodeError, ImageTooLargeError
-from ferroload_codec._video import VideoInfo, _last_stats, decode_video, video_info
+from ferroload_codec._video import VideoInfo, decode_video, video_info
+from ferroload_codec._video_frames import _last_stats
 
 from ._videos import (
     HEIGHT,
