@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import struct
@@ -421,3 +422,22 @@ def test_import_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_damaged_jpegs_never_disturb_the_next_decode_on_the_same_thread() -> None:
+    """Decompressors are reused per thread; a failure must not leak into the next image."""
+    rng = np.random.default_rng(5)
+    good = [encode(photo(48 + 8 * i, 64, i), "JPEG", quality=85) for i in range(6)]
+    refs = [decode_image(g) for g in good]
+    bomb = _jpeg_with_size(65_000, 65_000)
+    for step in range(300):
+        k = int(rng.integers(len(good)))
+        bad = bytearray(good[k])
+        cut = int(rng.integers(2, len(bad)))
+        for _ in range(int(rng.integers(0, 4))):
+            bad[int(rng.integers(len(bad)))] = int(rng.integers(256))
+        for data in (bytes(bad[:cut]), bomb):
+            with contextlib.suppress(DecodeError):
+                decode_image(data)
+        assert np.array_equal(decode_image(good[k]), refs[k]), step
+        assert image_info(good[k])[1:] == refs[k].shape[1::-1]

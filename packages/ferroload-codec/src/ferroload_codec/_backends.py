@@ -17,6 +17,8 @@ from importlib.metadata import PackageNotFoundError, packages_distributions, ver
 from types import ModuleType
 from typing import Any
 
+from ferroload_codec._turbo import Turbo
+
 logger = logging.getLogger(__name__)
 
 _warned: set[str] = set()
@@ -54,34 +56,18 @@ def imagecodecs() -> Any:
     return mod if mod is not None and hasattr(mod, "spng_decode") else None
 
 
-class _TurboError(Exception):
-    """libjpeg-turbo reported an error or a warning that means damaged data."""
-
-
 @functools.cache
-def turbojpeg() -> Any:
-    """A PyTurboJPEG decoder whose libjpeg warnings raise (None without libturbojpeg)."""
+def turbojpeg() -> Turbo | None:
+    """libjpeg-turbo, as PyTurboJPEG finds it (None when the library is missing)."""
     mod = _optional("turbojpeg", "turbojpeg")
     if mod is None:
         return None
-
-    class StrictTurboJPEG(mod.TurboJPEG):  # type: ignore[misc,name-defined]
-        # PyTurboJPEG turns libjpeg warnings (a truncated file decodes to grey) into
-        # Python warnings, which threads cannot catch safely; raise them instead.
-        def _TurboJPEG__report_error(self, handle: Any) -> None:  # noqa: N802
-            message = self._TurboJPEG__get_error_string(handle)
-            if "extraneous bytes before marker" in message:
-                return  # harmless: the image decodes completely
-            raise _TurboError(message)
-
     try:
-        return StrictTurboJPEG()
-    except (OSError, RuntimeError) as exc:  # the shared library is missing
+        finder = mod.TurboJPEG()  # raises when libturbojpeg cannot be loaded
+        return Turbo(finder._TurboJPEG__find_turbojpeg())
+    except (OSError, RuntimeError, AttributeError) as exc:
         logger.info("libturbojpeg not usable: %s", exc)
         return None
-
-
-TURBO_ERROR = _TurboError
 
 
 @functools.cache
@@ -91,12 +77,8 @@ def pil_distribution() -> str:
     return "pillow-simd" if "pillow-simd" in [d.lower() for d in dists] else "pillow"
 
 
-def _libjpeg_turbo_version(tj: Any) -> str:
-    try:
-        lib = tj._TurboJPEG__find_turbojpeg()  # the path PyTurboJPEG loaded
-        return str(os.path.basename(os.path.realpath(lib)))
-    except Exception:
-        return "libturbojpeg"
+def _libjpeg_turbo_version(tj: Turbo) -> str:
+    return os.path.basename(os.path.realpath(tj.lib_path))
 
 
 def _dist_version(name: str) -> str | None:

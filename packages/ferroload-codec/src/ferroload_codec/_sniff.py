@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -60,21 +61,42 @@ def png_header(data: Buffer) -> tuple[int, int, int, int] | None:
     return width, height, depth, color
 
 
-def jpeg_orientation(data: Buffer) -> int:
-    """The EXIF orientation (1-8) of a JPEG, 1 when it has none.
-
-    Walks the marker segments up to the first scan; reads only the APP1 Exif block.
-    """
+def _jpeg_segments(data: Buffer) -> Iterator[tuple[int, bytes]]:
+    """(marker, payload) of each JPEG marker segment before the first scan."""
     buf = data if isinstance(data, bytes) else bytes(data[: 1 << 16])
     pos, n = 2, len(buf)
     while pos + 4 <= n and buf[pos] == 0xFF:
         marker = buf[pos + 1]
-        if marker == 0xDA:  # start of scan: no more metadata
-            break
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0xDA:  # start of scan: no more headers
+            return
         length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
-        if marker == 0xE1 and buf[pos + 4 : pos + 10] == b"Exif\x00\x00":
-            return _tiff_orientation(buf[pos + 10 : pos + 2 + length])
+        if length < 2:
+            return
+        yield marker, buf[pos + 4 : pos + 2 + length]
         pos += 2 + length
+
+
+#: Start-of-frame markers (baseline, extended, progressive, lossless, arithmetic …).
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def jpeg_frame_size(data: Buffer) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header, or None when it has none before the scan."""
+    for marker, payload in _jpeg_segments(data):
+        if marker in _SOF_MARKERS and len(payload) >= 5:
+            height, width = struct.unpack_from(">HH", payload, 1)
+            return width, height
+    return None
+
+
+def jpeg_orientation(data: Buffer) -> int:
+    """The EXIF orientation (1-8) of a JPEG, 1 when it has none."""
+    for marker, payload in _jpeg_segments(data):
+        if marker == 0xE1 and payload[:6] == b"Exif\x00\x00":
+            return _tiff_orientation(payload[6:])
     return 1
 
 

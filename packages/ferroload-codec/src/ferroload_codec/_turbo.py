@@ -1,0 +1,119 @@
+"""libjpeg-turbo's TurboJPEG API with one decompressor per thread: two C calls per image.
+
+PyTurboJPEG finds and loads the library (it knows where each platform keeps it). Its own
+`decode` opens and destroys a decompressor for every call and goes through seven ctypes
+calls per image, each of which drops and retakes the GIL; with several decode threads that
+hand-over costs more than the Python work itself. Here each thread keeps one decompressor,
+and an image costs a header call and a decompress call, straight into the caller's array.
+
+A decompressor that reported an error is destroyed and replaced. Even so, a header too
+short to parse can leave the previous image's size in place without an error, so callers
+cross-check the size against the frame header (`_sniff.jpeg_frame_size`).
+
+libjpeg *warnings* are errors here, with one exception: "extraneous bytes before marker",
+after which the image decodes completely. A truncated file, for instance, is only a
+warning to libjpeg (it fills the rest with grey).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: TurboJPEG pixel formats and colour spaces (turbojpeg.h).
+PIXEL_FORMATS = {"RGB": 0, "L": 6, "RGBA": 7}
+COLORSPACE_CMYK, COLORSPACE_YCCK = 3, 4
+_TJERR_WARNING = 0
+_HARMLESS_WARNINGS = ("extraneous bytes before marker",)
+
+
+class TurboError(Exception):
+    """libjpeg-turbo reported an error, or a warning that means damaged data."""
+
+
+class Turbo:
+    """Decode JPEGs with libjpeg-turbo, thread-safely (a decompressor per thread).
+
+    Args:
+        lib_path: the shared library PyTurboJPEG located.
+    """
+
+    def __init__(self, lib_path: str) -> None:
+        self.lib_path = lib_path
+        lib = ctypes.CDLL(lib_path)
+        c_int_p = ctypes.POINTER(ctypes.c_int)
+        self._init = lib.tjInitDecompress
+        self._init.argtypes = []
+        self._init.restype = ctypes.c_void_p
+        self._header = lib.tjDecompressHeader3
+        self._header.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_ulong, *[c_int_p] * 4]
+        self._header.restype = ctypes.c_int
+        self._decompress = lib.tjDecompress2
+        self._decompress.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p,
+            ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+        ]  # fmt: skip
+        self._decompress.restype = ctypes.c_int
+        self._destroy = lib.tjDestroy
+        self._destroy.argtypes = [ctypes.c_void_p]
+        self._destroy.restype = ctypes.c_int
+        self._error_str = lib.tjGetErrorStr2
+        self._error_str.argtypes = [ctypes.c_void_p]
+        self._error_str.restype = ctypes.c_char_p
+        self._error_code = getattr(lib, "tjGetErrorCode", None)
+        if self._error_code is not None:
+            self._error_code.argtypes = [ctypes.c_void_p]
+            self._error_code.restype = ctypes.c_int
+        self._local = threading.local()
+
+    def _state(self) -> Any:
+        state = self._local
+        if not hasattr(state, "handle"):
+            handle = self._init()
+            if not handle:
+                raise TurboError("tjInitDecompress failed (out of memory?)")
+            state.handle = handle
+            state.ints = [ctypes.c_int() for _ in range(4)]
+            state.refs = [ctypes.byref(i) for i in state.ints]
+        return state
+
+    def _check(self, handle: int, status: int) -> None:
+        if status == 0:
+            return
+        message = (self._error_str(handle) or b"unknown libjpeg-turbo error").decode(
+            errors="replace"
+        )
+        warning = self._error_code is not None and self._error_code(handle) == _TJERR_WARNING
+        if warning and any(w in message for w in _HARMLESS_WARNINGS):
+            return
+        # A decompressor that failed may keep state from the image it failed on: start over.
+        self._destroy(handle)
+        del self._local.handle
+        raise TurboError(message)
+
+    def header(self, data: bytes) -> tuple[int, int, int, int]:
+        """(width, height, chroma subsampling, colour space) from a JPEG's header."""
+        state = self._state()
+        self._check(state.handle, self._header(state.handle, data, len(data), *state.refs))
+        w, h, subsampling, colorspace = (i.value for i in state.ints)
+        return w, h, subsampling, colorspace
+
+    def decode_into(self, data: bytes, dst: npt.NDArray[np.uint8], pixel_format: int) -> None:
+        """Decode into `dst` of shape (h, w, channels), rows may be strided.
+
+        The JPEG is scaled in the DCT domain to `dst`'s size, which must be one of
+        libjpeg-turbo's scaled sizes (`ceil(width * num / den)`).
+        """
+        h, w = dst.shape[:2]
+        if dst.strides[1] != dst.shape[2] or dst.strides[2] != 1:
+            raise ValueError("dst rows must be contiguous pixels")
+        state = self._state()
+        status = self._decompress(
+            state.handle, data, len(data), dst.__array_interface__["data"][0],
+            w, dst.strides[0], h, pixel_format, 0,
+        )  # fmt: skip
+        self._check(state.handle, status)
