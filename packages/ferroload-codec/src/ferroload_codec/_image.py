@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -130,6 +131,22 @@ def _pil_open(buf: Buffer, sample_id: str | None, fmt: str | None = None) -> Any
         raise DecodeError(
             f"damaged {(fmt or 'image').upper()} header: {exc}", sample_id=sample_id, format=fmt
         ) from None
+
+
+_scratch_local = threading.local()
+
+
+def _scratch(shape: tuple[int, int, int]) -> npt.NDArray[np.uint8]:
+    """A per-thread scratch array (reused, grown as needed) for a decode before resizing.
+
+    A fresh array per image would be a `mmap`/`munmap` pair above glibc's threshold (128
+    KiB: a 256x256 RGB image) plus page faults, and those serialise the decode threads.
+    """
+    need = shape[0] * shape[1] * shape[2]
+    buf: npt.NDArray[np.uint8] | None = getattr(_scratch_local, "buf", None)
+    if buf is None or buf.size < need:
+        buf = _scratch_local.buf = np.empty(max(need, 1 << 20), dtype=np.uint8)
+    return buf[:need].reshape(shape)
 
 
 def _orient(arr: npt.NDArray[np.uint8], orientation: int) -> npt.NDArray[np.uint8]:
@@ -374,7 +391,7 @@ class ImageDecoder:
             and result.strides[1:] == (self.channels, 1)
         )
         # Already the target size: straight into the output; else into a scratch array.
-        arr = result if direct else np.empty((sh, sw, self.channels), dtype=np.uint8)
+        arr = result if direct else _scratch((sh, sw, self.channels))
         try:
             tj.decode_into(data, arr, PIXEL_FORMATS[self.mode])
         except TurboError as exc:

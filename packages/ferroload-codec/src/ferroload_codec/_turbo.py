@@ -44,7 +44,11 @@ class Turbo:
 
     def __init__(self, lib_path: str) -> None:
         self.lib_path = lib_path
-        lib = ctypes.CDLL(lib_path)
+        # Cheap calls keep the GIL (PyDLL): a GIL hand-over costs more than they do, and
+        # with several decode threads every hand-over is a chance to wait. Only the
+        # decompression itself releases it (CDLL).
+        lib = ctypes.PyDLL(lib_path)
+        slow = ctypes.CDLL(lib_path)
         c_int_p = ctypes.POINTER(ctypes.c_int)
         self._init = lib.tjInitDecompress
         self._init.argtypes = []
@@ -52,7 +56,7 @@ class Turbo:
         self._header = lib.tjDecompressHeader3
         self._header.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_ulong, *[c_int_p] * 4]
         self._header.restype = ctypes.c_int
-        self._decompress = lib.tjDecompress2
+        self._decompress = slow.tjDecompress2
         self._decompress.argtypes = [
             ctypes.c_void_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p,
             ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
