@@ -21,7 +21,15 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-__all__ = ["Samples", "base_images", "encode_samples", "image_source"]
+__all__ = [
+    "Samples",
+    "base_images",
+    "encode_natural",
+    "encode_samples",
+    "image_source",
+    "natural_photos",
+    "natural_source",
+]
 
 _BASE_SIZE = 768
 _NUM_BASES = 12
@@ -205,6 +213,120 @@ def encode_samples(
     payloads = []
     for _ in range(n):
         img = _crop_resize(rng, sources, grain, size)
+        buf = io.BytesIO()
+        if fmt == "png":
+            img.save(buf, format="PNG")
+        else:
+            img.save(buf, format="JPEG", quality=quality)
+        payloads.append(buf.getvalue())
+    return Samples(name, fmt, payloads, labels)
+
+
+# --------------------------------------------------------------------------- natural crops
+# Used by bench_codec.py: crops of real photos at a random scale, no added grain.
+
+#: scikit-image's colour photos that ship with it (no download needed).
+_NATURAL_NAMES = (
+    "astronaut",
+    "chelsea",
+    "coffee",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+)
+
+
+@functools.cache
+def _natural_skimage() -> tuple[npt.NDArray[np.uint8], ...]:
+    if importlib.util.find_spec("skimage") is None:
+        return ()
+    sd = importlib.import_module("skimage.data")
+    out = []
+    for name in _NATURAL_NAMES:
+        try:
+            img = np.asarray(getattr(sd, name)())
+        except Exception:  # a photo that needs a download, or is missing
+            continue
+        if img.ndim == 3 and img.shape[2] == 3:
+            out.append(np.ascontiguousarray(img, dtype=np.uint8))
+    return tuple(out)
+
+
+def natural_source() -> str:
+    """Where `natural_photos` come from: `skimage.data (N photos)` or `synthetic`."""
+    photos = _natural_skimage()
+    return f"skimage.data ({len(photos)} photos)" if photos else "synthetic"
+
+
+def natural_photos(seed: int = 0) -> list[npt.NDArray[np.uint8]]:
+    """scikit-image's bundled colour photos (astronaut, chelsea, coffee, rocket, hubble deep
+    field, immunohistochemistry, retina), or the synthetic base images without skimage."""
+    photos = _natural_skimage()
+    return list(photos) if photos else base_images(seed)
+
+
+def _natural_crop(
+    rng: np.random.Generator, photos: list[npt.NDArray[np.uint8]], out_h: int, out_w: int
+) -> Image.Image:
+    """A crop of a random photo, with the output's aspect ratio, at a random scale (between
+    half and all of the largest such box, and never under half the output size), mirrored
+    half of the time, resized to `out_w` x `out_h` with Pillow's BICUBIC filter."""
+    photo = photos[int(rng.integers(len(photos)))]
+    h, w = photo.shape[:2]
+    fit = min(h / out_h, w / out_w)  # the largest box of the output's aspect ratio
+    low = min(fit, max(0.5 * fit, 0.5))
+    scale = float(rng.uniform(low, fit))
+    ch = max(1, min(h, round(out_h * scale)))
+    cw = max(1, min(w, round(out_w * scale)))
+    y = int(rng.integers(0, h - ch + 1))
+    x = int(rng.integers(0, w - cw + 1))
+    img = Image.fromarray(photo[y : y + ch, x : x + cw])
+    if rng.random() < 0.5:
+        img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return img.resize((out_w, out_h), Image.Resampling.BICUBIC)
+
+
+def encode_natural(
+    name: str,
+    n: int,
+    *,
+    fmt: str,
+    seed: int,
+    size: int | None = None,
+    short_side: tuple[int, int] = (300, 700),
+    max_aspect: float = 1.5,
+    landscape: float = 0.7,
+    quality: int = 90,
+    photos: list[npt.NDArray[np.uint8]] | None = None,
+) -> Samples:
+    """Encode `n` natural-image crops (see `_natural_crop`) as JPEG or RGB PNG.
+
+    Args:
+        name: name of the set.
+        n: number of images.
+        fmt: `jpg` or `png`.
+        seed: seed of the crops, shapes and labels.
+        size: side of square images; None draws each image's shape: the short side uniform
+            in `short_side` (inclusive), the long side that times a uniform aspect ratio in
+            [1, `max_aspect`], landscape with probability `landscape`.
+        quality: JPEG quality.
+        photos: the photos to crop from (default: `natural_photos(seed)`).
+    """
+    if fmt not in ("png", "jpg"):
+        raise ValueError(f"fmt must be 'png' or 'jpg', got {fmt!r}")
+    rng = np.random.default_rng(seed)
+    photos = natural_photos(seed) if photos is None else photos
+    labels = rng.integers(0, 1000, n).tolist()
+    payloads = []
+    for _ in range(n):
+        if size is not None:
+            oh = ow = size
+        else:
+            short = int(rng.integers(short_side[0], short_side[1] + 1))
+            long = round(short * float(rng.uniform(1.0, max_aspect)))
+            oh, ow = (short, long) if rng.random() < landscape else (long, short)
+        img = _natural_crop(rng, photos, oh, ow)
         buf = io.BytesIO()
         if fmt == "png":
             img.save(buf, format="PNG")

@@ -31,3 +31,16 @@ def test_bench_format_quick_run_measures_every_figure(tmp_path: Path) -> None:
     assert len(data["goals"]) == 10
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
     assert "GOALS" in res.stdout
+
+
+@pytest.mark.slow
+def test_bench_codec_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "codec.json"
+    cmd = [sys.executable, "benchmarks/bench_codec.py", "--quick", "--no-stock",
+           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data) >= {"meta", "cases", "goals"}
+    assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
+    assert "GOALS" in res.stdout
