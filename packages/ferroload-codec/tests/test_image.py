@@ -441,3 +441,12 @@ def test_damaged_jpegs_never_disturb_the_next_decode_on_the_same_thread() -> Non
                 decode_image(data)
         assert np.array_equal(decode_image(good[k]), refs[k]), step
         assert image_info(good[k])[1:] == refs[k].shape[1::-1]
+
+
+def test_animated_gif_gives_its_first_frame() -> None:
+    frames = [Image.new("RGB", (20, 10), c) for c in [(250, 0, 0), (0, 250, 0), (0, 0, 250)]]
+    buf = io.BytesIO()
+    frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:], duration=50, loop=0)
+    got = decode_image(buf.getvalue())
+    assert got.shape == (10, 20, 3)
+    assert got[..., 0].mean() > 200 and got[..., 1:].mean() < 30
