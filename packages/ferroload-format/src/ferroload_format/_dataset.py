@@ -386,6 +386,53 @@ class Dataset:
                 column=column,
             )
 
+    def read(self, indices: npt.ArrayLike, modality: str) -> list[bytes | None]:
+        """The payloads of one modality at several positions, reads coalesced per shard
+        region (the column-wise form of `get_many`, for loaders).
+
+        Returns:
+            One `bytes` per position, None where the sample lacks the modality.
+
+        Raises:
+            ColumnNotFoundError: for an unknown modality.
+            ShardNotFoundError, ShardTruncatedError, ChecksumMismatchError: as `get`.
+        """
+        if modality not in self._modalities:
+            self._resolve([modality])  # raises ColumnNotFoundError for unknown names
+            raise ColumnNotFoundError(
+                f"{modality!r} is a metadata column of {self.uri}, not a modality",
+                uri=self.uri,
+                column=modality,
+            )
+        return self._payloads(self._rows_of(indices), modality)
+
+    def column(self, name: str, indices: npt.ArrayLike | None = None) -> pa.Array:
+        """An index column (`sample_id`, a metadata column, or a modality's location
+        struct), whole or at some positions.
+
+        Raises:
+            ColumnNotFoundError: for an unknown column.
+        """
+        arr = self._index.column(name)
+        if indices is None:
+            return arr if self._rows is None else arr.take(pa.array(self._rows))
+        return arr.take(pa.array(self._rows_of(indices)))
+
+    def present(self, modality: str) -> npt.NDArray[np.bool_]:
+        """For every position, whether the sample has `modality`."""
+        mask = self._index.modality(modality).present
+        return mask if self._rows is None else mask[self._rows]
+
+    def sizes(self, modality: str) -> npt.NDArray[np.int64]:
+        """For every position, the stored bytes of `modality` (0 where absent)."""
+        lengths = self._index.modality(modality).length
+        return lengths if self._rows is None else lengths[self._rows]
+
+    def shard_of(self) -> npt.NDArray[np.int32]:
+        """For every position, the index in `manifest.shards` of the shard holding it."""
+        codes = self._index.shard_codes()
+        return codes if self._rows is None else codes[self._rows]
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Every sample, in order, read in coalesced chunks."""
         for start in range(0, len(self), _ITER_CHUNK):

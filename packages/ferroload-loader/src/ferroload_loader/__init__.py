@@ -1,14 +1,38 @@
-"""ferroload-loader: deterministic sampling, prefetch and batching into numpy, torch and Lightning.
+"""ferroload-loader: deterministic, resumable, parallel batches for training.
 
-A skeleton for now: the loader arrives with its own issue. torch and Lightning adapters
-will be opt-in submodules behind the `torch` and `lightning` extras.
+- `make_loader(source, batch_size=..., images=..., meta=...)` -> `FerroLoader`: batches of
+  decoded samples (numpy, or torch tensors), built ahead on a background thread with
+  decoding on a thread pool; no worker processes.
+- `Sampler`: the order: one permutation per (seed, epoch), the same whatever the number
+  of ranks, threads or worker processes; ranks get equal shares; exact mid-epoch resume,
+  also under another world size.
+- `mix(sources, weights)`: weighted mixing of datasets, deterministic and resumable.
+- `ferroload_loader.torch` (extra `torch`) and `ferroload_loader.lightning` (extra
+  `lightning`) adapt it to `torch.utils.data` and Lightning; importing this package
+  imports neither.
 """
 
 from importlib.metadata import PackageNotFoundError, version
+
+from ferroload_loader._loader import DEFAULT_PREFETCH_BYTES, FerroLoader, LoaderStats, make_loader
+from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER, locality
+from ferroload_loader._sampler import Sampler
+from ferroload_loader._source import Mixture, mix
 
 try:
     __version__ = version("ferroload-loader")
 except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "DEFAULT_PREFETCH_BYTES",
+    "DEFAULT_SHUFFLE_BUFFER",
+    "FerroLoader",
+    "LoaderStats",
+    "Mixture",
+    "Sampler",
+    "__version__",
+    "locality",
+    "make_loader",
+    "mix",
+]

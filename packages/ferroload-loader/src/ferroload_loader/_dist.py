@@ -1,0 +1,39 @@
+"""Rank and world size: explicit arguments, torch.distributed, or the environment."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """`(rank, world_size)` of this process.
+
+    Explicit arguments win; else `torch.distributed` when it is initialised (without
+    importing torch if the program did not); else the `RANK` / `WORLD_SIZE` environment
+    that torchrun, SLURM wrappers and Lightning set; else `(0, 1)`.
+
+    Raises:
+        ValueError: for a rank outside `[0, world_size)` or a world size below 1.
+    """
+    if rank is None or world_size is None:
+        env_rank, env_world = _detected()
+        rank = env_rank if rank is None else rank
+        world_size = env_world if world_size is None else world_size
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
+    return rank, world_size
+
+
+def _detected() -> tuple[int, int]:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        dist = getattr(torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as exc:
+        raise ValueError(f"RANK / WORLD_SIZE in the environment are not integers: {exc}") from None

@@ -1,0 +1,298 @@
+"""What a batch holds, column by column, and how each column is read and decoded."""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video
+from ferroload_codec._pool import DecodePool
+from ferroload_format import ColumnNotFoundError, Dataset
+from ferroload_loader._source import ResolvedSource
+
+logger = logging.getLogger(__name__)
+
+OnError = Literal["raise", "skip", "warn"]
+Crop = Literal["center", "pad"] | None
+_CROPS: dict[str | None, str] = {None: "exact", "center": "shorter", "pad": "longer"}
+ColumnSpec = Sequence[str] | Mapping[str, Mapping[str, Any]]
+
+
+@dataclass
+class BatchState:
+    """A batch being built: its items, their ids, which of them failed and why."""
+
+    items: npt.NDArray[np.int64]
+    sample_ids: list[str]
+    seeds: list[int]
+    ok: npt.NDArray[np.bool_]
+    errors: list[DecodeError] = field(default_factory=list)
+    columns: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, slots: npt.NDArray[np.int64], errors: Sequence[DecodeError]) -> None:
+        self.ok[slots] = False
+        self.errors.extend(errors)
+
+
+def _payloads(
+    source: ResolvedSource, name: str, items: npt.NDArray[np.int64]
+) -> list[bytes | None]:
+    out: list[bytes | None] = [None] * len(items)
+    for d, slots, pos in source.split(items):
+        for k, data in zip(slots.tolist(), source.datasets[d].read(pos, name), strict=True):
+            out[k] = data
+    return out
+
+
+class Field(abc.ABC):
+    """One column of a batch."""
+
+    name: str
+
+    def check(self, ds: Dataset) -> None:
+        """Raise `ColumnNotFoundError` unless `ds` has what this field reads."""
+        if self.name not in {m.name for m in ds.modalities}:
+            kind = "metadata column" if self.name in ds.metadata_columns else "column"
+            raise ColumnNotFoundError(
+                f"{ds.uri} has no modality {self.name!r} to decode"
+                + (f" ({self.name!r} is a {kind}; pass it in meta=)" if kind != "column" else ""),
+                uri=ds.uri,
+                column=self.name,
+            )
+
+    def item_bytes(self) -> int:
+        """Bytes of one item's decoded output (for the prefetch budget)."""
+        return 0
+
+    @abc.abstractmethod
+    def fill(self, batch: BatchState, source: ResolvedSource) -> None:
+        """Read and decode this column for the batch's items into `batch.columns`."""
+
+
+class _DecodedField(Field):
+    """A modality decoded into one fixed-shape array per item, with a presence mask."""
+
+    shape: tuple[int, ...]
+    dtype: Any = np.uint8
+    with_mask: bool = False
+
+    def item_bytes(self) -> int:
+        return int(np.prod(self.shape)) * int(np.dtype(self.dtype).itemsize)
+
+    def fill(self, batch: BatchState, source: ResolvedSource) -> None:
+        payloads = _payloads(source, self.name, batch.items)
+        n = len(payloads)
+        out = np.empty((n, *self.shape), dtype=self.dtype)
+        present = np.fromiter((p is not None for p in payloads), dtype=np.bool_, count=n)
+        idx = np.flatnonzero(present)
+        if len(idx) == n:
+            self.decode(payloads, out, batch, np.arange(n))
+        else:
+            part = np.empty((len(idx), *self.shape), dtype=self.dtype)
+            self.decode([payloads[i] for i in idx], part, batch, idx)
+            out[idx] = part
+            out[~present] = 0
+        batch.columns[self.name] = out
+        if self.with_mask:
+            batch.columns[f"{self.name}_present"] = present
+
+    @abc.abstractmethod
+    def decode(
+        self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
+    ) -> None:
+        """Decode `payloads` (items `slots` of the batch) into `out`; record failures."""
+
+
+class ImageField(_DecodedField):
+    """An image modality decoded to uint8 NHWC."""
+
+    def __init__(self, name: str, decoder: ImageDecoder) -> None:
+        self.name = name
+        self.decoder = decoder
+        assert decoder.output_shape is not None
+        self.shape = decoder.output_shape
+
+    def decode(
+        self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
+    ) -> None:
+        ids = [batch.sample_ids[i] for i in slots.tolist()]
+        res = self.decoder.decode_batch(payloads, out=out, sample_ids=ids, on_error="skip")
+        if res.errors:
+            batch.fail(slots[~res.ok], res.errors)
+
+
+class AudioField(_DecodedField):
+    """An audio modality decoded to (N, channels, length)."""
+
+    def __init__(self, name: str, decoder: AudioDecoder, channels: int) -> None:
+        self.name = name
+        self.decoder = decoder
+        assert decoder.length is not None
+        self.shape = (channels, decoder.length)
+        self.dtype = np.dtype(decoder.dtype)
+
+    def decode(
+        self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
+    ) -> None:
+        ids = [batch.sample_ids[i] for i in slots.tolist()]
+        seeds = [batch.seeds[i] for i in slots.tolist()]
+        res = self.decoder.decode_batch(
+            payloads, seeds=seeds, sample_ids=ids, out=out, on_error="skip"
+        )
+        if res.errors:
+            batch.fail(slots[~res.ok], res.errors)
+
+
+class VideoField(_DecodedField):
+    """A video modality decoded to (N, frames, H, W, C), one video per pool thread."""
+
+    def __init__(self, name: str, options: Mapping[str, Any], pool: DecodePool) -> None:
+        self.name = name
+        opts = dict(options)
+        size = opts.get("size")
+        frames = opts.get("num_frames", 8)
+        if size is None or frames is None:
+            raise ValueError(
+                f"video field {name!r} needs a fixed shape: num_frames and size, e.g. "
+                f"video={{{name!r}: {{'num_frames': 8, 'size': 112}}}}"
+            )
+        h, w = (size, size) if isinstance(size, int) else size
+        channels = {"RGB": 3, "L": 1, "RGBA": 4}[opts.get("mode", "RGB")]
+        self.shape = (int(frames), int(h), int(w), channels)
+        self.options = opts
+        self.pool = pool
+
+    def decode(
+        self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
+    ) -> None:
+        failed: list[tuple[int, DecodeError]] = []
+
+        def one(i: int) -> None:
+            k = int(slots[i])
+            try:
+                got = decode_video(
+                    payloads[i], seed=batch.seeds[k], sample_id=batch.sample_ids[k], out=out[i],
+                    **self.options,
+                )  # fmt: skip
+                if len(got) < len(out[i]):  # a stride clip shorter than asked: pad
+                    out[i, len(got) :] = 0
+            except DecodeError as exc:
+                failed.append((i, exc))
+                out[i] = 0
+
+        self.pool.run(len(payloads), one)
+        if failed:
+            failed.sort(key=lambda t: t[0])
+            batch.fail(slots[[i for i, _ in failed]], [e for _, e in failed])
+
+
+class MetaField(Field):
+    """A metadata column: numbers as an array, anything else as a list."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def check(self, ds: Dataset) -> None:
+        if self.name not in ds.metadata_columns:
+            raise ColumnNotFoundError(
+                f"{ds.uri} has no metadata column {self.name!r}; it has "
+                f"{', '.join(ds.metadata_columns) or 'none'}",
+                uri=ds.uri,
+                column=self.name,
+            )
+
+    def item_bytes(self) -> int:
+        return 8
+
+    def fill(self, batch: BatchState, source: ResolvedSource) -> None:
+        pieces, order = [], []
+        for d, slots, pos in source.split(batch.items):
+            pieces.append(source.datasets[d].column(self.name, pos))
+            order.append(slots)
+        arr = (
+            pieces[0]
+            if len(pieces) == 1
+            else pa.concat_arrays([p.cast(pieces[0].type) for p in pieces]).take(
+                pa.array(np.argsort(np.concatenate(order)))
+            )
+        )
+        batch.columns[self.name] = to_values(arr)
+
+
+def to_values(arr: pa.Array) -> Any:
+    """A numeric column without nulls as a numpy array, anything else as a Python list."""
+    t = arr.type
+    if arr.null_count == 0 and (
+        pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+    ):
+        return arr.to_numpy(zero_copy_only=False, writable=True)
+    if pa.types.is_floating(t):  # nulls become NaN
+        return pc.fill_null(arr, float("nan")).to_numpy(zero_copy_only=False, writable=True)
+    return arr.to_pylist()
+
+
+def build_fields(
+    source: ResolvedSource,
+    *,
+    images: ColumnSpec,
+    audio: ColumnSpec,
+    video: ColumnSpec,
+    meta: Sequence[str],
+    resize: int | tuple[int, int] | None,
+    crop: Crop,
+    threads: int | None,
+) -> list[Field]:
+    """The fields a loader builds, checked against every dataset of the source."""
+    if crop not in _CROPS:
+        raise ValueError(f"crop must be None, 'center' or 'pad', got {crop!r}")
+    pool = DecodePool(threads)
+    fields: list[Field] = []
+    for name, opts in _named(images, "images"):
+        kwargs = {"size": resize, "resize": _CROPS[crop], **opts}
+        if kwargs["size"] is None:
+            raise ValueError(
+                f"image field {name!r} needs an output size: pass resize=(h, w) (batches hold "
+                "one shape), or images={name!r: {'size': (h, w)}}"
+            )
+        size = kwargs.pop("size")
+        fields.append(ImageField(name, ImageDecoder(size, threads=pool.threads, **kwargs)))
+    for name, opts in _named(audio, "audio"):
+        kwargs = dict(opts)
+        if kwargs.get("length") is None:
+            raise ValueError(
+                f"audio field {name!r} needs a fixed length (frames at the output rate), "
+                f"e.g. audio={{{name!r}: {{'length': 16000, 'sample_rate': 16000, 'mono': True}}}}"
+            )
+        if not kwargs.get("mono") and kwargs.get("channels") is None:
+            kwargs["mono"] = True
+        channels = 1 if kwargs.get("mono") else int(kwargs["channels"])
+        fields.append(AudioField(name, AudioDecoder(threads=pool.threads, **kwargs), channels))
+    for name, opts in _named(video, "video"):
+        kwargs = {"size": resize, "resize": _CROPS[crop], **opts}
+        fields.append(VideoField(name, kwargs, pool))
+    fields.extend(MetaField(name) for name in meta)
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names) or "sample_id" in names:
+        raise ValueError(f"each column may appear once (sample_id is always included): {names}")
+    for ds in source.datasets:
+        for f in fields:
+            f.check(ds)
+            if isinstance(f, _DecodedField):
+                f.with_mask = f.with_mask or not bool(ds.present(f.name).all())
+    return fields
+
+
+def _named(spec: ColumnSpec, what: str) -> list[tuple[str, Mapping[str, Any]]]:
+    if isinstance(spec, str):
+        raise TypeError(f"{what}= takes a list of names or a dict of name -> options, not a str")
+    if isinstance(spec, Mapping):
+        return [(str(k), dict(v or {})) for k, v in spec.items()]
+    return [(str(k), {}) for k in spec]

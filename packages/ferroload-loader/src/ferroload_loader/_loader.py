@@ -1,0 +1,399 @@
+"""`FerroLoader` and `make_loader`: batches built ahead on a background thread."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ferroload_codec import DecodeError
+from ferroload_loader._batch import build_batch
+from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
+from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
+from ferroload_loader._sampler import Sampler
+from ferroload_loader._source import ResolvedSource, resolve_source
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PREFETCH_BYTES = 512 << 20
+Out = Literal["torch", "numpy"]
+_END = object()
+
+
+@dataclass
+class LoaderStats:
+    """Counters of a loader since it was created.
+
+    Attributes:
+        batches: batches delivered.
+        samples: samples delivered.
+        skipped: samples left out by `on_error="skip"`/`"warn"`.
+        skipped_ids: their sample ids (the most recent 1000).
+        build_seconds: time spent building batches (reading and decoding).
+        wait_seconds: time the consumer waited for a batch (0 when the loader keeps up).
+        peak_prefetch_bytes: the most bytes of built batches held at once.
+    """
+
+    batches: int = 0
+    samples: int = 0
+    skipped: int = 0
+    skipped_ids: deque[str] = field(default_factory=lambda: deque(maxlen=1000))
+    build_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    peak_prefetch_bytes: int = 0
+
+
+class FerroLoader:
+    """Deterministic, resumable batches of decoded samples; see `make_loader`.
+
+    Iterating runs the rest of the current epoch (all of it, unless resumed mid-epoch);
+    `set_epoch` moves to the next order. `state_dict()` / `load_state_dict()` capture the
+    position after the batches delivered so far.
+    """
+
+    def __init__(
+        self,
+        source: ResolvedSource,
+        fields: Sequence[Field],
+        sampler: Sampler,
+        *,
+        batch_size: int,
+        drop_last: bool = False,
+        out: Out = "torch",
+        pin_memory: bool = False,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+        on_error: OnError = "raise",
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if out not in ("torch", "numpy"):
+            raise ValueError(f"out must be 'torch' or 'numpy', got {out!r}")
+        if on_error not in ("raise", "skip", "warn"):
+            raise ValueError(f"on_error must be raise, skip or warn, got {on_error!r}")
+        if not isinstance(prefetch_bytes, int) or prefetch_bytes < 0:
+            raise ValueError(f"prefetch_bytes must be a non-negative int, got {prefetch_bytes!r}")
+        if out == "torch":
+            _require_torch()
+        self.source = source
+        self.fields = list(fields)
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.out: Out = out
+        self.pin_memory = pin_memory
+        self.prefetch_bytes = prefetch_bytes
+        self.on_error: OnError = on_error
+        self.stats = LoaderStats()
+        self._item_bytes = sum(f.item_bytes() for f in self.fields)
+        self._worker: _Prefetcher | None = None
+
+    # ------------------------------------------------------------------ size and state
+
+    def _rank_items(self) -> npt.NDArray[np.int64]:
+        items = self.sampler.indices()
+        if self.drop_last:
+            items = items[: len(items) // self.batch_size * self.batch_size]
+        return items
+
+    def __len__(self) -> int:
+        """Batches this rank delivers from the current position to the end of the epoch."""
+        n = len(self.sampler)
+        if self.drop_last:
+            return n // self.batch_size
+        return -(-n // self.batch_size)
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of `epoch` (a no-op for the current epoch, so resumes keep their place)."""
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the batches delivered so far (prefetched ones do not count)."""
+        return {"sampler": self.sampler.state_dict(), "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue after a `state_dict()`: the rest of its epoch, then the usual order.
+
+        The batch size and the world size may differ from the run that saved it.
+        """
+        self.sampler.load_state_dict(dict(state["sampler"]))
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self.sampler.exhausted:
+            self.sampler.consumed = 0  # iterating a finished epoch again replays it
+        items = self._rank_items()
+        batches = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
+        self.close()
+        worker = _Prefetcher(self, batches, self.sampler.seed, self.sampler.epoch)
+        self._worker = worker
+        return self._deliver(worker, batches)
+
+    def _deliver(
+        self, worker: _Prefetcher, batches: list[npt.NDArray[np.int64]]
+    ) -> Iterator[dict[str, Any]]:
+        try:
+            for items in batches:
+                t0 = time.perf_counter()
+                batch, errors = worker.take()
+                self.stats.wait_seconds += time.perf_counter() - t0
+                self.sampler.advance(len(items))
+                self.stats.batches += 1
+                self.stats.samples += len(batch["sample_id"])
+                if errors:
+                    self.stats.skipped += len(errors)
+                    self.stats.skipped_ids.extend(e.sample_id for e in errors if e.sample_id)
+                yield batch
+        finally:
+            worker.stop()
+
+    def close(self) -> None:
+        """Stop the prefetch thread of an unfinished iteration."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _build(
+        self, items: npt.NDArray[np.int64], seed: int, epoch: int
+    ) -> tuple[dict[str, Any], list[DecodeError]]:
+        t0 = time.perf_counter()
+        batch, errors = build_batch(
+            self.source, self.fields, items, seed=seed, epoch=epoch, on_error=self.on_error
+        )
+        if self.out == "torch":
+            batch = _to_torch(batch, pin=self.pin_memory)
+        self.stats.build_seconds += time.perf_counter() - t0
+        return batch, errors
+
+    def estimate_bytes(self, items: npt.NDArray[np.int64]) -> int:
+        """Bytes a built batch of `items` holds while it waits: its decoded arrays (the
+        encoded payloads are released once decoded), plus a little per sample for ids."""
+        return len(items) * (self._item_bytes + 64)
+
+    def __repr__(self) -> str:
+        names = [f.name for f in self.fields]
+        return (
+            f"FerroLoader({len(self)} batches of {self.batch_size}, columns={names}, "
+            f"out={self.out!r}, {self.sampler!r})"
+        )
+
+
+class _Prefetcher:
+    """Builds the batches of one iteration, in order, ahead of the consumer, within a
+    byte budget (a batch is always allowed when nothing is queued)."""
+
+    def __init__(
+        self, loader: FerroLoader, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int
+    ) -> None:
+        self._loader = loader
+        self._queue: deque[tuple[Any, int]] = deque()
+        self._bytes = 0
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(
+            target=self._run, args=(batches, seed, epoch), name="ferroload-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int) -> None:
+        budget = self._loader.prefetch_bytes
+        for items in batches:
+            cost = self._loader.estimate_bytes(items)
+            with self._cond:
+                while not self._stopped and self._queue and self._bytes + cost > budget:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+            try:
+                result: Any = self._loader._build(items, seed, epoch)
+            except BaseException as exc:  # delivered to the consumer, raised there
+                result = exc
+            with self._cond:
+                self._queue.append((result, cost))
+                self._bytes += cost
+                stats = self._loader.stats
+                stats.peak_prefetch_bytes = max(stats.peak_prefetch_bytes, self._bytes)
+                self._cond.notify_all()
+            if isinstance(result, BaseException):
+                return
+
+    def take(self) -> tuple[dict[str, Any], list[DecodeError]]:
+        with self._cond:
+            while not self._queue:
+                if not self._thread.is_alive():
+                    raise RuntimeError("the prefetch thread stopped without a batch")
+                self._cond.wait(timeout=0.5)
+            result, cost = self._queue.popleft()
+            self._bytes -= cost
+            self._cond.notify_all()
+        if isinstance(result, BaseException):
+            raise result
+        batch: tuple[dict[str, Any], list[DecodeError]] = result
+        return batch
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._queue.clear()
+            self._bytes = 0
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "out='torch' needs torch: pip install 'ferroload-loader[torch]', or pass out='numpy'"
+        ) from exc
+
+
+def _to_torch(batch: dict[str, Any], *, pin: bool) -> dict[str, Any]:
+    import torch
+
+    pin = pin and torch.cuda.is_available()
+    out: dict[str, Any] = {}
+    for k, v in batch.items():
+        if isinstance(v, np.ndarray):
+            t = torch.from_numpy(v)
+            out[k] = t.pin_memory() if pin else t
+        else:
+            out[k] = v
+    return out
+
+
+def make_loader(
+    source: Any,
+    *,
+    batch_size: int,
+    images: ColumnSpec = (),
+    audio: ColumnSpec = (),
+    video: ColumnSpec = (),
+    meta: Sequence[str] = (),
+    resize: int | tuple[int, int] | None = None,
+    crop: Crop = None,
+    out: Out = "torch",
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+    where: str | None = None,
+    threads: int | None = None,
+    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+    streaming: bool = False,
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    pin_memory: bool = False,
+    on_error: OnError = "raise",
+    rank: int | None = None,
+    world_size: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> FerroLoader:
+    """A loader of decoded batches: deterministic, elastic, resumable, no worker processes.
+
+    Args:
+        source: a dataset URI, a `Dataset` (or a subset view), or `mix(...)`.
+        batch_size: samples per batch on this rank.
+        images: image modalities to decode (names, or name -> `ImageDecoder` options).
+        audio: audio modalities (name -> `AudioDecoder` options; `length` is required).
+        video: video modalities (name -> `decode_video` options; `num_frames`, `size`).
+        meta: metadata columns: numbers as arrays/tensors, the rest as lists.
+        resize: output `(height, width)` (or an int) of images and video frames.
+        crop: `None` stretches to `resize`; `"center"` scales the shorter side and crops
+            the centre; `"pad"` scales the longer side and pads.
+        out: `"torch"` (tensors; needs the torch extra) or `"numpy"`.
+        shuffle: a new permutation every epoch (else dataset order).
+        seed: with the epoch, fixes the order.
+        drop_last: drop the last, incomplete batch (on every rank); else ranks are padded
+            to the same length by wrapping around.
+        where: a SQL WHERE clause over the index (see `Dataset.subset`).
+        threads: decode threads (default: the CPUs available).
+        prefetch_bytes: bytes of built batches held ahead of the consumer.
+        streaming: read shard by shard: shards in a shuffled order, then a seeded shuffle
+            buffer of `shuffle_buffer` items.
+        shuffle_buffer: items in the streaming shuffle buffer.
+        pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
+        on_error: per-sample decode failures: `raise`, or leave the sample out of its
+            batch (`skip`), also logging it (`warn`); counted in `loader.stats`.
+        rank, world_size: this process's place (default: torch.distributed or
+            `RANK` / `WORLD_SIZE`).
+        storage_options: for URIs, as in `Dataset.open`.
+
+    Example:
+        >>> import numpy as np
+        >>> from ferroload_format import Writer
+        >>> with Writer("memory://docs/loader-example", "demo") as w:
+        ...     for i in range(10):
+        ...         w.add(f"s{i}", None, {"label": i % 3})
+        >>> dl = make_loader("memory://docs/loader-example", batch_size=4, meta=["label"],
+        ...                  out="numpy", seed=0)
+        >>> [len(b["sample_id"]) for b in dl]
+        [4, 4, 2]
+    """
+    resolved = resolve_source(source, where=where, storage_options=storage_options)
+    fields = build_fields(
+        resolved, images=images, audio=audio, video=video, meta=meta, resize=resize, crop=crop,
+        threads=threads,
+    )  # fmt: skip
+    sampler = _make_sampler(
+        resolved, shuffle=shuffle, seed=seed, streaming=streaming, shuffle_buffer=shuffle_buffer,
+        drop_last=drop_last, rank=rank, world_size=world_size,
+    )  # fmt: skip
+    return FerroLoader(
+        resolved, fields, sampler, batch_size=batch_size, drop_last=drop_last, out=out,
+        pin_memory=pin_memory, prefetch_bytes=prefetch_bytes, on_error=on_error,
+    )  # fmt: skip
+
+
+def _make_sampler(
+    source: ResolvedSource,
+    *,
+    shuffle: bool,
+    seed: int,
+    streaming: bool,
+    shuffle_buffer: int,
+    drop_last: bool,
+    rank: int | None,
+    world_size: int | None,
+) -> Sampler:
+    common: dict[str, Any] = {
+        "shuffle": shuffle, "seed": seed, "drop_last": drop_last, "rank": rank,
+        "world_size": world_size,
+    }  # fmt: skip
+    if source.mixture is not None:
+        if streaming:
+            raise ValueError("streaming=True does not apply to mix(): mixtures draw items")
+        return Sampler(
+            source.num_items, mode="mixture",
+            mixture_sizes=[len(d) for d in source.datasets],
+            mixture_weights=source.mixture.weights, **common,
+        )  # fmt: skip
+    if streaming:
+        base = 0
+        codes = []
+        for ds in source.datasets:
+            codes.append(ds.shard_of().astype(np.int64) + base)
+            base += ds.num_shards
+        shard_of = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
+        return Sampler(
+            source.num_items, mode="shard_block", shard_of=shard_of,
+            shuffle_buffer=shuffle_buffer, **common,
+        )  # fmt: skip
+    return Sampler(source.num_items, mode="permutation", **common)

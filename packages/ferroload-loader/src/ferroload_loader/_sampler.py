@@ -1,0 +1,192 @@
+"""`Sampler`: one rank's share of the epoch's global order; resumable, elastic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ferroload_loader._dist import resolve_rank
+from ferroload_loader._order import (
+    DEFAULT_SHUFFLE_BUFFER,
+    Order,
+    mixture,
+    permutation,
+    shard_block_shuffle,
+    shard_blocks,
+)
+
+Mode = Literal["permutation", "shard_block", "sequential", "mixture"]
+STATE_VERSION = 1
+
+
+class Sampler:
+    """The item order of one rank: deterministic per (seed, epoch), elastic, resumable.
+
+    The epoch's *global* order is the same on every rank and whatever the world size;
+    rank `r` of `W` takes its items `r, r+W, r+2W, …`. After `k` batches of `B` items on
+    every rank, the first `k·B·W` items of the global order are used, so progress is one
+    number (`consumed`) that any world size can resume from.
+
+    It is a valid `torch.utils.data.DataLoader` sampler (an iterable of item ids with a
+    length), and Lightning calls its `set_epoch`.
+
+    Args:
+        num_items: items per epoch (the dataset's length).
+        shuffle: shuffle each epoch (else dataset order).
+        seed: the seed; with the epoch it fixes the order.
+        mode: `permutation` (full shuffle), `shard_block` (shuffled shards, then a
+            seeded shuffle buffer: for streaming), or `mixture` (see `ferroload.mix`).
+        shard_of: the shard of every item (`shard_block` mode).
+        shuffle_buffer: items in the shuffle buffer (`shard_block` mode).
+        mixture_sizes, mixture_weights: the sources of a mixture.
+        drop_last: drop the tail that does not fill every rank equally (else pad it by
+            wrapping around).
+        rank, world_size: this process's place (default: torch.distributed or the
+            `RANK` / `WORLD_SIZE` environment).
+
+    Example:
+        >>> s = Sampler(10, seed=1, rank=0, world_size=2)
+        >>> len(s), sorted(list(s) + list(Sampler(10, seed=1, rank=1, world_size=2)))
+        (5, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    """
+
+    def __init__(
+        self,
+        num_items: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        mode: Mode = "permutation",
+        shard_of: npt.NDArray[np.integer[Any]] | None = None,
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        mixture_sizes: list[int] | None = None,
+        mixture_weights: npt.NDArray[np.float64] | None = None,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        if not isinstance(num_items, int) or num_items < 0:
+            raise ValueError(f"num_items must be a non-negative int, got {num_items!r}")
+        if not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        if mode not in ("permutation", "shard_block", "sequential", "mixture"):
+            raise ValueError(f"unknown sampler mode {mode!r}")
+        if mode == "shard_block" and (shard_of is None or len(shard_of) != num_items):
+            raise ValueError("shard_block mode needs shard_of with one shard per item")
+        if mode == "mixture" and (mixture_sizes is None or mixture_weights is None):
+            raise ValueError("mixture mode needs mixture_sizes and mixture_weights")
+        self.num_items = num_items
+        self.shuffle = shuffle
+        self.seed = seed
+        self.mode: Mode = mode if shuffle or mode == "mixture" else "sequential"
+        self.shuffle_buffer = shuffle_buffer
+        self.drop_last = drop_last
+        self._shard_of = shard_of
+        self._mixture = (mixture_sizes, mixture_weights)
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.epoch = 0
+        self.consumed = 0
+        self._cache: tuple[int, Order] | None = None
+
+    # ------------------------------------------------------------------ the order
+
+    def global_order(self, epoch: int | None = None) -> Order:
+        """Every item id of `epoch` (default: the current one), in order, for all ranks."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._cache is not None and self._cache[0] == epoch:
+            return self._cache[1]
+        n, seed = self.num_items, self.seed
+        if self.mode == "permutation":
+            order = permutation(n, seed, epoch)
+        elif self.mode == "shard_block":
+            assert self._shard_of is not None
+            order = shard_block_shuffle(
+                shard_blocks(self._shard_of), seed, epoch, self.shuffle_buffer
+            )
+        elif self.mode == "mixture":
+            sizes, weights = self._mixture
+            assert sizes is not None and weights is not None
+            order = mixture(sizes, weights, n, seed, epoch, self.shuffle)
+        else:
+            order = np.arange(n, dtype=np.int64)
+        self._cache = (epoch, order)
+        return order
+
+    def _remaining(self) -> Order:
+        """The global order after the items already consumed, padded or cut so that every
+        rank gets the same count."""
+        rest = self.global_order()[min(self.consumed, self.num_items) :]
+        w = self.world_size
+        if self.drop_last:
+            return rest[: len(rest) // w * w]
+        if len(rest) % w and len(rest):
+            rest = np.resize(rest, -(-len(rest) // w) * w)  # wrap around
+        return rest
+
+    def indices(self) -> Order:
+        """This rank's item ids for the rest of the epoch."""
+        return self._remaining()[self.rank :: self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices().tolist())
+
+    def __len__(self) -> int:
+        return len(self._remaining()) // self.world_size
+
+    # ------------------------------------------------------------------ progress
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to `epoch` (a new order); setting the current epoch again changes nothing,
+        so that a resumed run keeps its position."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.consumed = 0
+
+    def advance(self, items_per_rank: int) -> None:
+        """Record that every rank used `items_per_rank` more items of its share."""
+        self.consumed = min(self.num_items, self.consumed + items_per_rank * self.world_size)
+
+    @property
+    def exhausted(self) -> bool:
+        """True when this epoch has no item left for this rank."""
+        return len(self) == 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the epoch stands: seed, epoch and items of the global order consumed."""
+        return {
+            "version": STATE_VERSION,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "consumed": self.consumed,
+            "num_items": self.num_items,
+            "mode": self.mode,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a `state_dict()`, also under another world size or batch size.
+
+        Raises:
+            ValueError: when the state belongs to another dataset (item count) or order.
+        """
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown sampler state version {state.get('version')!r}")
+        if state["num_items"] != self.num_items or state["mode"] != self.mode:
+            raise ValueError(
+                f"this state is for {state['num_items']} items in {state['mode']!r} order; "
+                f"this sampler has {self.num_items} items in {self.mode!r} order"
+            )
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self.consumed = int(state["consumed"])
+        self._cache = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Sampler({self.num_items} items, mode={self.mode!r}, seed={self.seed}, "
+            f"epoch={self.epoch}, consumed={self.consumed}, rank={self.rank}/{self.world_size})"
+        )
