@@ -279,14 +279,14 @@ def build_fields(
         kwargs = {"size": resize, "resize": _CROPS[crop], **opts}
         fields.append(VideoField(name, kwargs, pool))
     fields.extend(MetaField(name) for name in meta)
-    names = [f.name for f in fields]
-    if len(set(names)) != len(names) or "sample_id" in names:
-        raise ValueError(f"each column may appear once (sample_id is always included): {names}")
     for ds in source.datasets:
         for f in fields:
             f.check(ds)
             if isinstance(f, _DecodedField):
                 f.with_mask = f.with_mask or not bool(ds.present(f.name).all())
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names) or "sample_id" in names:
+        raise ValueError(f"each column may appear once (sample_id is always included): {names}")
     return fields
 
 

@@ -105,13 +105,27 @@ def mixture(
     return out
 
 
-def locality(order: Order) -> dict[str, float]:
-    """How shuffled an order is: statistics of |order[i+1] - order[i]| (see docs/loader.md)."""
-    if len(order) < 2:
-        return {"mean_jump": 0.0, "median_jump": 0.0, "adjacent": 0.0}
-    jumps = np.abs(np.diff(order))
-    return {
-        "mean_jump": float(jumps.mean() / len(order)),
-        "median_jump": float(np.median(jumps)),
-        "adjacent": float((jumps == 1).mean()),
-    }
+def locality(
+    order: Order, shard_of: npt.NDArray[np.integer] | None = None, window: int = 1024
+) -> dict[str, float]:
+    """How shuffled an order is, and how local its reads are (see docs/loader.md).
+
+    Returns:
+        `mean_jump`: mean |order[i+1] - order[i]| over the number of items (about 1/3
+        for a uniform permutation, 0 for the dataset order); `adjacent`: the fraction of
+        consecutive pairs that were neighbours in the dataset; with `shard_of`,
+        `shards_per_window`: mean distinct shards among `window` consecutive items (what
+        a streaming reader must keep open).
+    """
+    out = {"mean_jump": 0.0, "adjacent": 0.0}
+    if len(order) >= 2:
+        jumps = np.abs(np.diff(order))
+        out = {
+            "mean_jump": float(jumps.mean() / len(order)),
+            "adjacent": float((jumps == 1).mean()),
+        }
+    if shard_of is not None and len(order):
+        codes = np.asarray(shard_of)[order]
+        counts = [len(np.unique(codes[i : i + window])) for i in range(0, len(codes), window)]
+        out["shards_per_window"] = float(np.mean(counts))
+    return out

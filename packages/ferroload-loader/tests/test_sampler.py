@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ferroload_loader import Sampler
+
+
+def rank_sequences(n: int, world: int, **kw: object) -> list[list[int]]:
+    return [list(Sampler(n, rank=r, world_size=world, **kw)) for r in range(world)]  # type: ignore[arg-type]
+
+
+def test_ranks_partition_the_epoch() -> None:
+    seqs = rank_sequences(100, 4, seed=1)
+    assert [len(s) for s in seqs] == [25] * 4
+    assert sorted(sum(seqs, [])) == list(range(100))
+
+
+def test_uneven_tails_are_padded_or_dropped() -> None:
+    padded = rank_sequences(10, 4, seed=1)
+    assert [len(s) for s in padded] == [3] * 4
+    assert set(sum(padded, [])) == set(range(10))  # two items appear twice
+    dropped = rank_sequences(10, 4, seed=1, drop_last=True)
+    assert [len(s) for s in dropped] == [2] * 4
+    assert len(set(sum(dropped, []))) == 8
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_the_global_order_is_the_same_for_every_world_size(world: int) -> None:
+    n = 96
+    seqs = rank_sequences(n, world, seed=5)
+    interleaved = [seqs[i % world][i // world] for i in range(n)]
+    assert interleaved == Sampler(n, seed=5, rank=0, world_size=1).global_order().tolist()
+
+
+@given(
+    n=st.integers(1, 300),
+    world1=st.integers(1, 5),
+    world2=st.integers(1, 5),
+    batch1=st.integers(1, 20),
+    steps=st.integers(0, 30),
+    seed=st.integers(0, 3),
+)
+def test_resume_under_another_world_size_loses_and_repeats_nothing(
+    n: int, world1: int, world2: int, batch1: int, steps: int, seed: int
+) -> None:
+    first = [
+        Sampler(n, seed=seed, rank=r, world_size=world1, drop_last=True) for r in range(world1)
+    ]
+    per_rank = len(first[0])
+    steps = min(steps, per_rank // batch1)
+    used = [x for s in first for x in s.indices()[: steps * batch1].tolist()]
+    for s in first:
+        s.advance(steps * batch1)
+    state = first[0].state_dict()
+    assert all(s.state_dict() == state for s in first)
+    second = []
+    for r in range(world2):
+        s = Sampler(n, seed=seed, rank=r, world_size=world2, drop_last=True)
+        s.load_state_dict(state)
+        second.append(s.indices().tolist())
+    rest = [x for seq in second for x in seq]
+    assert not set(used) & set(rest)  # nothing repeated
+    assert len(used) + len(rest) == len(set(used) | set(rest))
+    order = first[0].global_order().tolist()
+    # what is left is exactly the rest of the global order (less the tail drop_last cuts)
+    assert sorted(rest) == sorted(order[steps * batch1 * world1 :][: len(rest)])
+    assert len(rest) == (n - steps * batch1 * world1) // world2 * world2
+
+
+def test_set_epoch_and_state() -> None:
+    s = Sampler(50, seed=2)
+    e0 = list(s)
+    s.set_epoch(1)
+    assert list(s) != e0
+    s.advance(10)
+    s.set_epoch(1)  # the current epoch again: position kept (what a resume needs)
+    assert s.consumed == 10
+    assert len(s) == 40
+    state = s.state_dict()
+    other = Sampler(50, seed=99)
+    other.load_state_dict(state)
+    assert (other.seed, other.epoch, other.consumed) == (2, 1, 10)
+    assert list(other) == list(s)
+    with pytest.raises(ValueError, match="items"):
+        Sampler(51).load_state_dict(state)
+    with pytest.raises(ValueError, match="version"):
+        Sampler(50).load_state_dict({**state, "version": 99})
+    s.advance(1000)
+    assert s.exhausted and s.consumed == 50
+
+
+def test_unshuffled_order_is_the_dataset_order() -> None:
+    assert list(Sampler(6, shuffle=False, rank=1, world_size=2)) == [1, 3, 5]
+
+
+def test_rank_and_world_size_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    s = Sampler(9, seed=0)
+    assert (s.rank, s.world_size) == (2, 3)
+    monkeypatch.setenv("RANK", "5")
+    with pytest.raises(ValueError, match="rank"):
+        Sampler(9)
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ValueError, match="not integers"):
+        Sampler(9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_items": -1}, "num_items"),
+        ({"num_items": 5, "mode": "zigzag"}, "mode"),
+        ({"num_items": 5, "mode": "shard_block"}, "shard_of"),
+        ({"num_items": 5, "mode": "mixture"}, "mixture"),
+        ({"num_items": 5, "world_size": 0}, "world_size"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        Sampler(**kwargs)  # type: ignore[arg-type]
+
+
+def test_sampler_is_cheap_to_iterate_for_a_million_items() -> None:
+    s = Sampler(1_000_000, seed=0, rank=1, world_size=4)
+    idx = s.indices()
+    assert len(idx) == 250_000
+    assert idx.dtype == np.int64
