@@ -450,3 +450,19 @@ def test_animated_gif_gives_its_first_frame() -> None:
     got = decode_image(buf.getvalue())
     assert got.shape == (10, 20, 3)
     assert got[..., 0].mean() > 200 and got[..., 1:].mean() < 30
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_decoder_used_before_fork_works_in_the_child() -> None:
+    """A forked child inherits the pool object but none of its threads."""
+    import signal
+
+    dec = ImageDecoder((16, 16), threads=2)
+    dec.decode_batch([JPEG] * 4)  # start the pool's threads in the parent
+    pid = os.fork()
+    if pid == 0:  # the child: a hang here would be killed by the alarm
+        signal.alarm(20)
+        ok = dec.decode_batch([JPEG] * 4).ok.all()
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -224,3 +224,14 @@ def test_checksum_mismatch_on_read_when_asked(local_uri: str, write: WriteFn) ->
 def test_dataset_repr(uri: str, write: WriteFn) -> None:
     ds = write(uri, 3)
     assert "samples=3" in repr(ds) and "version=1" in repr(ds)
+
+
+def test_datasets_and_views_pickle_for_worker_processes(local_uri: str, write: WriteFn) -> None:
+    import pickle
+
+    ds = write(local_uri, 12)
+    view = ds.subset("label = 2")
+    for d in (ds, view):
+        clone = pickle.loads(pickle.dumps(d))
+        assert (clone.uri, clone.version, len(clone)) == (d.uri, d.version, len(d))
+        assert clone.get_many(range(len(d))) == d.get_many(range(len(d)))

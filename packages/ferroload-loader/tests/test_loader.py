@@ -328,3 +328,8 @@ def test_audio_and_video_fields(tmp_path: object) -> None:
     ))  # fmt: skip
     # random audio crops are seeded per (seed, epoch, item): the same run gives the same crops
     assert all(np.array_equal(x["audio"], y["audio"]) for x, y in zip(batches, again, strict=True))
+
+
+def test_meta_must_be_a_list(make_dataset: MakeDataset) -> None:
+    with pytest.raises(TypeError, match="list of column names"):
+        numpy_loader(make_dataset(3), meta="label")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,10 +24,16 @@ class DecodePool:
             raise ValueError(f"threads must be a positive int or None, got {threads!r}")
         self.threads = threads or available_cpus()
         self._executor: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
+            if self._pid != os.getpid():
+                # A forked child inherits the executor but none of its threads: waiting on
+                # it would hang for ever. Start afresh (the parent's lock is not ours either).
+                self._executor = None
+                self._pid = os.getpid()
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     self.threads - 1, thread_name_prefix="ferroload-decode"

@@ -86,6 +86,11 @@ class Dataset:
         self._shard_paths = [s.path for s in manifest.shards]
         self._resolved: dict[tuple[str, ...] | None, tuple[list[str], list[str]]] = {}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # For worker processes: the store and manifest travel, the index is read again
+        # lazily there (its cache and lock stay behind).
+        return (_rebuild, (self._store, self._manifest, self._rows, self._verify))
+
     @classmethod
     def open(
         cls,
@@ -531,3 +536,9 @@ class Dataset:
         if raise_on_error:
             report.raise_for_problems()
         return report
+
+
+def _rebuild(
+    store: Store, manifest: Manifest, rows: npt.NDArray[np.int64] | None, verify: bool
+) -> Dataset:
+    return Dataset(store, manifest, rows=rows, verify_checksums=verify)

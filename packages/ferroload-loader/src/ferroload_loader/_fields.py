@@ -278,6 +278,8 @@ def build_fields(
     for name, opts in _named(video, "video"):
         kwargs = {"size": resize, "resize": _CROPS[crop], **opts}
         fields.append(VideoField(name, kwargs, pool))
+    if isinstance(meta, str):
+        raise TypeError("meta= takes a list of column names, not a str")
     fields.extend(MetaField(name) for name in meta)
     for ds in source.datasets:
         for f in fields:

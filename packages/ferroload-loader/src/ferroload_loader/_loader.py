@@ -178,7 +178,7 @@ class FerroLoader:
             self.source, self.fields, items, seed=seed, epoch=epoch, on_error=self.on_error
         )
         if self.out == "torch":
-            batch = _to_torch(batch, pin=self.pin_memory)
+            batch = to_torch(batch, pin=self.pin_memory)
         self.stats.build_seconds += time.perf_counter() - t0
         return batch, errors
 
@@ -267,7 +267,8 @@ def _require_torch() -> None:
         ) from exc
 
 
-def _to_torch(batch: dict[str, Any], *, pin: bool) -> dict[str, Any]:
+def to_torch(batch: dict[str, Any], *, pin: bool) -> dict[str, Any]:
+    """The batch with numpy arrays as (optionally page-locked) torch tensors."""
     import torch
 
     pin = pin and torch.cuda.is_available()
@@ -352,7 +353,7 @@ def make_loader(
         resolved, images=images, audio=audio, video=video, meta=meta, resize=resize, crop=crop,
         threads=threads,
     )  # fmt: skip
-    sampler = _make_sampler(
+    sampler = make_sampler(
         resolved, shuffle=shuffle, seed=seed, streaming=streaming, shuffle_buffer=shuffle_buffer,
         drop_last=drop_last, rank=rank, world_size=world_size,
     )  # fmt: skip
@@ -362,7 +363,7 @@ def make_loader(
     )  # fmt: skip
 
 
-def _make_sampler(
+def make_sampler(
     source: ResolvedSource,
     *,
     shuffle: bool,
@@ -373,6 +374,7 @@ def _make_sampler(
     rank: int | None,
     world_size: int | None,
 ) -> Sampler:
+    """The sampler `make_loader` uses for `source` (shared with the torch adapters)."""
     common: dict[str, Any] = {
         "shuffle": shuffle, "seed": seed, "drop_last": drop_last, "rank": rank,
         "world_size": world_size,

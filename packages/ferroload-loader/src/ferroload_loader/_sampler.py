@@ -89,14 +89,14 @@ class Sampler:
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.epoch = 0
         self.consumed = 0
-        self._cache: tuple[int, Order] | None = None
+        self._cache: tuple[tuple[int, int], Order] | None = None
 
     # ------------------------------------------------------------------ the order
 
     def global_order(self, epoch: int | None = None) -> Order:
         """Every item id of `epoch` (default: the current one), in order, for all ranks."""
         epoch = self.epoch if epoch is None else epoch
-        if self._cache is not None and self._cache[0] == epoch:
+        if self._cache is not None and self._cache[0] == (epoch, self.seed):
             return self._cache[1]
         n, seed = self.num_items, self.seed
         if self.mode == "permutation":
@@ -112,7 +112,7 @@ class Sampler:
             order = mixture(sizes, weights, n, seed, epoch, self.shuffle)
         else:
             order = np.arange(n, dtype=np.int64)
-        self._cache = (epoch, order)
+        self._cache = ((epoch, self.seed), order)
         return order
 
     def _remaining(self) -> Order:

@@ -1,0 +1,278 @@
+"""Lightning adapter (extra `lightning`): `FerroDataModule` and `LightningLoader`.
+
+Lightning drives a loader through a few duck-typed hooks, and `FerroDataModule` hands it
+loaders that answer them the way its loops expect:
+
+* every epoch the fit loop calls `loader.sampler.set_epoch(epoch)`: a new order per epoch;
+* checkpoints store `loader.state_dict()` (the position after the batches the training
+  loop received) and a resumed `fit(ckpt_path=...)` calls `loader.load_state_dict(...)`:
+  the epoch continues exactly where it stopped;
+* ranks come from the trainer (`global_rank`, `world_size`), so DDP needs nothing more.
+
+Importing this module imports Lightning and torch; importing `ferroload_loader` does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+try:
+    from lightning.pytorch import LightningDataModule
+except ImportError as exc:  # pragma: no cover  (exercised only without the extra)
+    raise ImportError(
+        "ferroload_loader.lightning needs Lightning: pip install 'ferroload-loader[lightning]'"
+    ) from exc
+
+from ferroload_loader._fields import ColumnSpec, Crop, OnError
+from ferroload_loader._loader import DEFAULT_PREFETCH_BYTES, FerroLoader, make_loader
+from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
+
+__all__ = ["FerroDataModule", "LightningLoader"]
+
+
+class LightningLoader(FerroLoader):
+    """A `FerroLoader` shaped for Lightning's fit and evaluation loops.
+
+    It is the same loader (same sampler, fields and prefetching) with three differences
+    that Lightning's loops rely on:
+
+    * `len()` is the number of batches of the *whole* epoch on this rank, also after a
+      mid-epoch `load_state_dict()`. Lightning counts the batches of a resumed epoch
+      from the checkpoint's batch index onward and ends the epoch when that count
+      reaches `len()`; a length of only the remaining batches would end it early.
+    * iterating is lazy: the batches are chosen at the first `next()`, not at `iter()`.
+      Lightning creates the iterator of a resumed run before it calls `set_epoch()`,
+      so a run resumed from a checkpoint taken at the end of an epoch starts the next
+      epoch with the next epoch's order.
+    * with `evaluation=True` every iteration runs the whole split from its first batch
+      (validation after the sanity check, or a second `trainer.validate`, sees every
+      sample), and `state_dict()` is not needed (Lightning stores only training state).
+
+    Lightning also looks for `batch_sampler` next to `sampler`; it is `None` here.
+
+    Args:
+        loader: the loader to adapt (from `make_loader`); its sampler, fields and options
+            are shared, so use only the adapted one afterwards.
+        evaluation: restart from the beginning of the epoch on every iteration.
+
+    Example:
+        >>> from ferroload_format import Writer
+        >>> with Writer("memory://docs/lightning-loader", "demo") as w:
+        ...     for i in range(10):
+        ...         w.add(f"s{i}", None, {"label": i % 3})
+        >>> base = make_loader("memory://docs/lightning-loader", batch_size=4,
+        ...                    meta=["label"], out="numpy")
+        >>> dl = LightningLoader(base)
+        >>> it = iter(dl)
+        >>> len(next(it)["sample_id"]), len(dl)
+        (4, 3)
+        >>> state = dl.state_dict()
+        >>> resumed = LightningLoader(make_loader("memory://docs/lightning-loader",
+        ...                                       batch_size=4, meta=["label"], out="numpy"))
+        >>> resumed.load_state_dict(state)
+        >>> len(resumed), [len(b["sample_id"]) for b in resumed]
+        (3, [4, 2])
+    """
+
+    batch_sampler = None
+
+    def __init__(self, loader: FerroLoader, *, evaluation: bool = False) -> None:
+        super().__init__(
+            loader.source, loader.fields, loader.sampler, batch_size=loader.batch_size,
+            drop_last=loader.drop_last, out=loader.out, pin_memory=loader.pin_memory,
+            prefetch_bytes=loader.prefetch_bytes, on_error=loader.on_error,
+        )  # fmt: skip
+        self.evaluation = evaluation
+
+    def __len__(self) -> int:
+        """Batches of the whole epoch on this rank (whatever part of it was consumed)."""
+        sampler = self.sampler
+        n, world = sampler.num_items, sampler.world_size
+        per_rank = n // world if sampler.drop_last else -(-n // world)
+        if self.drop_last:
+            return per_rank // self.batch_size
+        return -(-per_rank // self.batch_size)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self.evaluation:
+            self.sampler.consumed = 0
+        yield from super().__iter__()
+
+    def __repr__(self) -> str:
+        kind = "evaluation" if self.evaluation else "training"
+        return f"LightningLoader({kind}, {super().__repr__()})"
+
+
+class FerroDataModule(LightningDataModule):
+    """A `LightningDataModule` over ferroload datasets: deterministic, resumable, DDP-aware.
+
+    `train_dataloader()` shuffles with `seed` (a new order every epoch, which Lightning
+    selects through `sampler.set_epoch`) and takes rank and world size from the trainer,
+    so under DDP every rank reads its own share of one global order. Checkpoints hold
+    the loader's position (Lightning saves `state_dict()` of stateful loaders), and
+    `trainer.fit(..., ckpt_path=...)` continues a mid-epoch checkpoint batch for batch:
+    no sample is lost or repeated. (Lightning counts the batches of a resumed epoch
+    itself, so resume mid-epoch with the same batch size and number of devices; after a
+    change, resume from a checkpoint taken at the end of an epoch.)
+    Validation, test and predict loaders keep dataset
+    order and run their whole split every time; under DDP they pad the last batches by
+    wrapping around, as `DistributedSampler` does.
+
+    Args:
+        train: the training data: a dataset URI, a `Dataset` (or a subset view), or
+            `mix(...)`; `None` for a module used only to validate, test or predict.
+        val, test, predict: the other splits (a URI or a `Dataset`), optional.
+        batch_size: training samples per batch on each rank.
+        val_batch_size: samples per batch of the other splits (default: `batch_size`).
+        images, audio, video, meta, resize, crop: what a batch holds, as in `make_loader`.
+        seed: with the epoch, fixes the training order.
+        shuffle: shuffle the training data (the other splits are never shuffled).
+        drop_last: drop the last, incomplete training batch.
+        where: a SQL WHERE clause over the index, applied to every split (pass subset
+            views for per-split filters).
+        threads, prefetch_bytes, streaming, shuffle_buffer, pin_memory, on_error,
+            storage_options: as in `make_loader` (`streaming` applies to training only).
+
+    Raises:
+        ValueError: when no source is given for a split that Lightning asks for, or an
+            option is invalid (raised when the loader is built).
+
+    Example:
+        >>> from ferroload_format import Writer
+        >>> with Writer("memory://docs/datamodule", "demo") as w:
+        ...     for i in range(20):
+        ...         w.add(f"s{i:02d}", None, {"x": float(i), "label": i % 2})
+        >>> dm = FerroDataModule("memory://docs/datamodule", val="memory://docs/datamodule",
+        ...                      batch_size=8, meta=["x", "label"], seed=1)
+        >>> dl = dm.train_dataloader()
+        >>> len(dl), sorted(sid for b in dl for sid in b["sample_id"]) == [
+        ...     f"s{i:02d}" for i in range(20)]
+        (3, True)
+
+        With a trainer: ``lightning.Trainer(max_epochs=2).fit(model, datamodule=dm)``.
+    """
+
+    def __init__(
+        self,
+        train: Any = None,
+        *,
+        val: Any = None,
+        test: Any = None,
+        predict: Any = None,
+        batch_size: int,
+        val_batch_size: int | None = None,
+        images: ColumnSpec = (),
+        audio: ColumnSpec = (),
+        video: ColumnSpec = (),
+        meta: Sequence[str] = (),
+        resize: int | tuple[int, int] | None = None,
+        crop: Crop = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        where: str | None = None,
+        threads: int | None = None,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+        streaming: bool = False,
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        pin_memory: bool = False,
+        on_error: OnError = "raise",
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if val_batch_size is not None and (
+            not isinstance(val_batch_size, int) or val_batch_size < 1
+        ):
+            raise ValueError(f"val_batch_size must be a positive int, got {val_batch_size!r}")
+        self.sources: dict[str, Any] = {
+            "train": train, "val": val, "test": test, "predict": predict,
+        }  # fmt: skip
+        self.batch_size = batch_size
+        self.val_batch_size = batch_size if val_batch_size is None else val_batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.streaming = streaming
+        self.shuffle_buffer = shuffle_buffer
+        self._options: dict[str, Any] = {
+            "images": images, "audio": audio, "video": video, "meta": meta, "resize": resize,
+            "crop": crop, "where": where, "threads": threads, "prefetch_bytes": prefetch_bytes,
+            "pin_memory": pin_memory, "on_error": on_error, "storage_options": storage_options,
+        }  # fmt: skip
+        self._loaders: list[FerroLoader] = []
+
+    # ------------------------------------------------------------------ loaders
+
+    def _rank(self) -> tuple[int | None, int | None]:
+        """Rank and world size from the attached trainer (else torch.distributed / env)."""
+        trainer = self.trainer
+        if trainer is None:
+            return None, None
+        return trainer.global_rank, trainer.world_size
+
+    def _source(self, split: str) -> Any:
+        source = self.sources[split]
+        if source is None:
+            raise ValueError(
+                f"FerroDataModule has no {split!r} source: pass {split}=<uri or Dataset> "
+                "to FerroDataModule(...)"
+            )
+        return source
+
+    def _evaluation_loader(self, split: str) -> LightningLoader | list[LightningLoader]:
+        source = self.sources[split]
+        if source is None:
+            return []  # Lightning skips a split whose loader list is empty
+        rank, world_size = self._rank()
+        base = make_loader(
+            source, batch_size=self.val_batch_size, shuffle=False, seed=self.seed,
+            drop_last=False, rank=rank, world_size=world_size, out="torch", **self._options,
+        )  # fmt: skip
+        loader = LightningLoader(base, evaluation=True)
+        self._loaders.append(loader)
+        return loader
+
+    def train_dataloader(self) -> LightningLoader:
+        """The training loader: shuffled per (seed, epoch), this rank's share, resumable.
+
+        Raises:
+            ValueError: when the module has no `train` source.
+        """
+        rank, world_size = self._rank()
+        base = make_loader(
+            self._source("train"), batch_size=self.batch_size, shuffle=self.shuffle,
+            seed=self.seed, drop_last=self.drop_last, streaming=self.streaming,
+            shuffle_buffer=self.shuffle_buffer, rank=rank, world_size=world_size, out="torch",
+            **self._options,
+        )  # fmt: skip
+        loader = LightningLoader(base)
+        self._loaders.append(loader)
+        return loader
+
+    def val_dataloader(self) -> LightningLoader | list[LightningLoader]:
+        """The validation loader in dataset order (an empty list when there is no `val`)."""
+        return self._evaluation_loader("val")
+
+    def test_dataloader(self) -> LightningLoader | list[LightningLoader]:
+        """The test loader in dataset order (an empty list when there is no `test`)."""
+        return self._evaluation_loader("test")
+
+    def predict_dataloader(self) -> LightningLoader | list[LightningLoader]:
+        """The predict loader in dataset order (an empty list when there is no `predict`)."""
+        return self._evaluation_loader("predict")
+
+    def teardown(self, stage: str) -> None:
+        """Stop the prefetch threads of the loaders this module made."""
+        for loader in self._loaders:
+            loader.close()
+        self._loaders.clear()
+
+    def __repr__(self) -> str:
+        splits = [k for k, v in self.sources.items() if v is not None]
+        return (
+            f"FerroDataModule(splits={splits}, batch_size={self.batch_size}, "
+            f"val_batch_size={self.val_batch_size}, seed={self.seed}, shuffle={self.shuffle})"
+        )

@@ -1,0 +1,618 @@
+"""Adapters for `torch.utils.data`: a map-style and an iterable dataset.
+
+Importing this module imports torch (the `torch` extra); `ferroload_loader` itself never
+does. `make_loader` needs no worker processes; these adapters are for code built around
+`torch.utils.data.DataLoader`:
+
+- `FerroTorchDataset`: map-style, one decoded sample per index; with DataLoader's
+  auto-batching it reads and decodes a whole batch at once (`__getitems__`). Use it with
+  a `Sampler` (`ds.sampler()`) for the deterministic ferroload order.
+- `FerroIterableDataset`: whole batches, the same sequence as `make_loader` whatever the
+  number of DataLoader workers (`DataLoader(ds, batch_size=None, num_workers=k)`).
+
+Both pickle without their heavy state (open datasets, decoders, thread pools), which
+every process builds for itself on first use, so they work with forked and spawned
+workers alike. The dataset version is pinned: workers read the version the main process
+opened, even if a newer one is committed meanwhile. `memory://` datasets live in one
+process, so spawned workers cannot read them (forked ones can).
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.utils.data
+
+from ferroload_core import available_cpus
+from ferroload_format import Dataset
+from ferroload_loader._batch import build_batch
+from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
+from ferroload_loader._loader import make_sampler, to_torch
+from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
+from ferroload_loader._sampler import Sampler
+from ferroload_loader._source import Mixture, ResolvedSource, resolve_source
+
+if TYPE_CHECKING:
+    from ferroload_format import Manifest
+    from ferroload_store import Store
+
+__all__ = ["FerroIterableDataset", "FerroTorchDataset"]
+
+_INT64 = (-(1 << 63), 1 << 63)
+
+
+# ---------------------------------------------------------------------- portable source
+
+
+@dataclass(frozen=True)
+class _DatasetRef:
+    """What reopens a dataset (or view) in another process: same version, same rows."""
+
+    store: Store
+    manifest: Manifest
+    rows: npt.NDArray[np.int64] | None
+    verify_checksums: bool
+
+    @classmethod
+    def of(cls, ds: Dataset) -> _DatasetRef:
+        return cls(ds.store, ds.manifest, ds._rows, ds._verify)
+
+    def open(self) -> Dataset:
+        # a fresh Store: no file descriptors, locks or object-store clients from the parent
+        return Dataset(
+            copy.copy(self.store),
+            self.manifest,
+            rows=self.rows,
+            verify_checksums=self.verify_checksums,
+        )
+
+
+@dataclass(frozen=True)
+class _SourceRef:
+    """A `ResolvedSource` in picklable form (`where=` already applied: rows are kept)."""
+
+    datasets: tuple[_DatasetRef, ...]
+    weights: tuple[float, ...] | None
+    num_samples: int
+
+    @classmethod
+    def of(cls, source: ResolvedSource) -> _SourceRef:
+        mixture = source.mixture
+        return cls(
+            tuple(_DatasetRef.of(d) for d in source.datasets),
+            None if mixture is None else tuple(mixture.weights.tolist()),
+            source.num_items,
+        )
+
+    def open(self) -> ResolvedSource:
+        datasets = [d.open() for d in self.datasets]
+        if self.weights is None:
+            return resolve_source(datasets[0])
+        return resolve_source(Mixture(datasets, list(self.weights), num_samples=self.num_samples))
+
+
+class _SharedInts:
+    """A few int64s in shared memory: set in the main process, read by DataLoader workers,
+    persistent ones included (forked or spawned: torch shares the storage)."""
+
+    def __init__(self, *values: int) -> None:
+        t = torch.tensor(values, dtype=torch.int64)
+        self._t = t.share_memory_()  # type: ignore[no-untyped-call]
+
+    def set(self, *values: int) -> None:
+        self._t.copy_(torch.tensor(values, dtype=torch.int64))
+
+    def get(self) -> list[int]:
+        return [int(v) for v in self._t.tolist()]
+
+
+def _check_seed(seed: int) -> int:
+    if not isinstance(seed, int) or not _INT64[0] <= seed < _INT64[1]:
+        raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
+    return seed
+
+
+def _check_on_error(on_error: str) -> None:
+    if on_error not in ("raise", "skip", "warn"):
+        raise ValueError(f"on_error must be raise, skip or warn, got {on_error!r}")
+
+
+def _spec(
+    images: ColumnSpec,
+    audio: ColumnSpec,
+    video: ColumnSpec,
+    meta: Sequence[str],
+    resize: int | tuple[int, int] | None,
+    crop: Crop,
+) -> dict[str, Any]:
+    """The field options of `build_fields`, as plain (picklable) containers."""
+
+    def plain(spec: ColumnSpec) -> ColumnSpec:
+        if isinstance(spec, str):  # build_fields says why not
+            return spec
+        if isinstance(spec, Mapping):
+            return {k: dict(v or {}) for k, v in spec.items()}
+        return tuple(spec)
+
+    return {
+        "images": plain(images), "audio": plain(audio), "video": plain(video),
+        "meta": meta if isinstance(meta, str) else tuple(meta), "resize": resize, "crop": crop,
+    }  # fmt: skip
+
+
+def _worker_threads(threads: int | None) -> int | None:
+    """Decode threads for this process: `threads`, else the CPUs shared out among the
+    DataLoader workers (inside one), else None (the loader default: every CPU)."""
+    if threads is not None:
+        return threads
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return None
+    return max(1, available_cpus() // max(1, info.num_workers))
+
+
+class _PerProcess:
+    """The source and fields of a dataset, built once per process.
+
+    The main process builds them in `__init__` (to check the options and know the
+    length); a pickled copy drops them, and a forked copy notices the new process id;
+    either rebuilds them on first use from the picklable `_ref` and `_spec`.
+    """
+
+    _state: tuple[ResolvedSource, list[Field]] | None
+    _pid: int | None
+
+    def _init_source(
+        self,
+        source: Any,
+        *,
+        where: str | None,
+        storage_options: Mapping[str, Any] | None,
+        threads: int | None,
+        spec: dict[str, Any],
+    ) -> ResolvedSource:
+        resolved = resolve_source(source, where=where, storage_options=storage_options)
+        fields = build_fields(resolved, threads=threads, **spec)
+        self._ref = _SourceRef.of(resolved)
+        self._spec = spec
+        self._threads = threads
+        self._state = (resolved, fields)
+        self._pid = os.getpid()
+        return resolved
+
+    def _runtime(self) -> tuple[ResolvedSource, list[Field]]:
+        if self._state is None or self._pid != os.getpid():
+            resolved = self._ref.open()
+            fields = build_fields(resolved, threads=_worker_threads(self._threads), **self._spec)
+            self._state = (resolved, fields)
+            self._pid = os.getpid()
+        return self._state
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_state"] = None
+        state["_pid"] = None
+        return state
+
+
+# ---------------------------------------------------------------------- map-style
+
+
+class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
+    """A map-style torch dataset of decoded samples.
+
+    `ds[i]` is one sample: a dict with `sample_id` (str), each image as a uint8 HWC
+    tensor, each audio / video field as a tensor, numeric metadata as 0-d tensors and
+    other metadata as Python values (a `<name>_present` bool tensor for modalities some
+    samples lack). With DataLoader's auto-batching (`batch_size=B`), torch calls
+    `__getitems__` with the indices of a batch: they are read with coalesced requests
+    and decoded together on the thread pool, and `default_collate` then stacks the
+    samples into the batch `make_loader(..., out="torch")` would give.
+
+    The order is the sampler's: `ds.sampler(...)` returns the `Sampler` that
+    `make_loader` would use for the same options (any `Sampler(len(ds), ...)` works too
+    for a single dataset), so `DataLoader(ds, batch_size=B, sampler=ds.sampler())` with
+    `seed=s` yields the same batches as `make_loader(..., batch_size=B, seed=s)`, whatever
+    `num_workers`. Call the sampler's `set_epoch` every epoch; the sampler from
+    `ds.sampler()` also passes the epoch on to the dataset (see `set_epoch`).
+
+    Decode threads per DataLoader worker default to the CPUs divided by `num_workers`.
+
+    Args:
+        source: a dataset URI, a `Dataset` (or subset view), or `mix(...)`.
+        images: image modalities to decode (names, or name -> `ImageDecoder` options).
+        audio: audio modalities (name -> `AudioDecoder` options; `length` is required).
+        video: video modalities (name -> `decode_video` options; `num_frames`, `size`).
+        meta: metadata columns.
+        resize: output `(height, width)` (or an int) of images and video frames.
+        crop: `None` stretches, `"center"` crops, `"pad"` pads (see `make_loader`).
+        where: a SQL WHERE clause over the index (see `Dataset.subset`).
+        threads: decode threads per process (default: the CPUs, shared out among the
+            DataLoader workers).
+        on_error: `raise`, or leave failed samples out of their batch (`skip`, `warn`:
+            also logged, from the worker that decoded them). `ds[i]` of a failed sample
+            raises whatever `on_error` is: it has nothing to return.
+        seed: seeds per-sample random choices (audio crops, video clips) with the epoch,
+            as `make_loader(seed=...)` does; `ds.sampler()` uses it for the order too.
+        storage_options: for URIs, as in `Dataset.open`.
+
+    Raises:
+        ColumnNotFoundError: for a field the dataset lacks.
+        ValueError: for invalid options.
+
+    Example:
+        >>> from ferroload_format import Writer
+        >>> from torch.utils.data import DataLoader
+        >>> with Writer("memory://docs/torch-map", "demo") as w:
+        ...     for i in range(10):
+        ...         w.add(f"s{i}", None, {"label": i})
+        >>> ds = FerroTorchDataset("memory://docs/torch-map", meta=["label"])
+        >>> len(ds), ds[3]["label"], ds[3]["sample_id"]
+        (10, tensor(3), 's3')
+        >>> sampler = ds.sampler()
+        >>> dl = DataLoader(ds, batch_size=4, sampler=sampler)
+        >>> sampler.set_epoch(0)
+        >>> [b["label"].shape[0] for b in dl]
+        [4, 4, 2]
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        images: ColumnSpec = (),
+        audio: ColumnSpec = (),
+        video: ColumnSpec = (),
+        meta: Sequence[str] = (),
+        resize: int | tuple[int, int] | None = None,
+        crop: Crop = None,
+        where: str | None = None,
+        threads: int | None = None,
+        on_error: OnError = "raise",
+        seed: int = 0,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        _check_on_error(on_error)
+        spec = _spec(images, audio, video, meta, resize, crop)
+        resolved = self._init_source(
+            source, where=where, storage_options=storage_options, threads=threads, spec=spec
+        )
+        self.on_error: OnError = on_error
+        self._num_items = int(sum(len(d) for d in resolved.datasets))
+        self._seed_epoch = _SharedInts(_check_seed(seed), 0)
+
+    @property
+    def seed(self) -> int:
+        """The seed of per-sample random choices."""
+        return self._seed_epoch.get()[0]
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of per-sample random choices."""
+        return self._seed_epoch.get()[1]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use `epoch` for per-sample random choices (audio crops, video clips).
+
+        The sampler from `ds.sampler()` calls this from its own `set_epoch`. The epoch
+        lives in shared memory, so DataLoader workers see it, persistent ones too.
+        """
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self._seed_epoch.set(self.seed, epoch)
+
+    def sampler(
+        self,
+        *,
+        shuffle: bool = True,
+        streaming: bool = False,
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> Sampler:
+        """The `Sampler` `make_loader` would use with these options, for `DataLoader`.
+
+        It orders items by this dataset's `seed` (as `make_loader(seed=...)` does), and
+        its `set_epoch` also calls this dataset's `set_epoch`. Pass `drop_last=True` to
+        the DataLoader too, to drop a last incomplete batch as `make_loader` does.
+
+        Args:
+            shuffle, streaming, shuffle_buffer, drop_last, rank, world_size: as in
+                `make_loader`.
+        """
+        resolved, _ = self._runtime()
+        base = make_sampler(
+            resolved, shuffle=shuffle, seed=self.seed,
+            streaming=streaming, shuffle_buffer=shuffle_buffer, drop_last=drop_last,
+            rank=rank, world_size=world_size,
+        )  # fmt: skip
+        self._seed_epoch.set(self.seed, base.epoch)
+        return _LinkedSampler(base, self._seed_epoch)
+
+    def __len__(self) -> int:
+        """Items in the dataset (all datasets of a mixture: the ids `__getitem__` takes)."""
+        return self._num_items
+
+    def _items(self, indices: Sequence[int]) -> npt.NDArray[np.int64]:
+        items = np.asarray([operator.index(i) for i in indices], dtype=np.int64)
+        n = self._num_items
+        bad = (items < -n) | (items >= n)
+        if bad.any():
+            raise IndexError(
+                f"index {int(items[bad][0])} is out of range for {n} samples of "
+                f"{', '.join(d.uri for d in self._runtime()[0].datasets)}"
+            )
+        return np.where(items < 0, items + n, items)
+
+    def _decode(self, items: npt.NDArray[np.int64], on_error: OnError) -> list[dict[str, Any]]:
+        source, fields = self._runtime()
+        seed, epoch = self._seed_epoch.get()
+        batch, errors = build_batch(
+            source, fields, items, seed=seed, epoch=epoch, on_error=on_error
+        )
+        n = len(batch["sample_id"])
+        if n == 0 and errors:
+            err = errors[0]
+            err.add_note(
+                f"every sample of this batch ({len(items)}) failed to decode; a map-style "
+                "batch cannot be empty"
+            )
+            raise err
+        columns = {
+            k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()
+        }
+        return [{k: v[j] for k, v in columns.items()} for j in range(n)]
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """One decoded sample (raises on a decode failure whatever `on_error` is)."""
+        return self._decode(self._items([index]), "raise")[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """The decoded samples of one batch, decoded together (failed ones left out
+        with `on_error` "skip"/"warn"); DataLoader calls it when auto-batching."""
+        return self._decode(self._items(indices), self.on_error)
+
+    def __repr__(self) -> str:
+        names = [f.name for f in self._runtime()[1]]
+        return f"FerroTorchDataset({self._num_items} samples, columns={names})"
+
+
+class _LinkedSampler(Sampler):
+    """A `Sampler` whose `set_epoch` also sets its dataset's epoch (random choices)."""
+
+    def __init__(self, base: Sampler, seed_epoch: _SharedInts) -> None:
+        # adopts the state of a configured sampler (no second validation of its options)
+        self.__dict__.update(base.__dict__)
+        self._dataset_epoch = seed_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        seed = self._dataset_epoch.get()[0]
+        self._dataset_epoch.set(seed, epoch)
+
+
+# ---------------------------------------------------------------------- iterable
+
+
+class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[str, Any]]):
+    """Whole batches for `DataLoader(ds, batch_size=None, num_workers=k)`.
+
+    It yields the batches `make_loader(..., out="torch")` yields, in the same order,
+    whatever `k`: worker `w` of `k` builds only batches `w, w+k, w+2k, …` of this rank's
+    epoch, and DataLoader takes them from the workers round-robin. Use `batch_size=None`
+    in the DataLoader: the dataset batches. DataLoader's own `pin_memory` and
+    `prefetch_factor` replace `make_loader`'s `pin_memory` and `prefetch_bytes`.
+
+    **Epochs.** Call `ds.set_epoch(epoch)` before iterating each epoch. The position
+    (seed, epoch, resume point) lives in shared memory, so it reaches the workers also
+    with `persistent_workers=True`.
+
+    **Resume.** The workers build batches ahead of the training loop, so only the loop
+    knows how many it has received: pass that count to `state_dict(batches)`. The state
+    is `make_loader`'s (either can load the other's): `load_state_dict` continues after
+    those batches, also under another batch size, world size or worker count. Every
+    iteration of an epoch starts at the position set by `set_epoch` (the epoch's start)
+    or `load_state_dict`, and `batches` counts from there.
+
+    Decode threads per DataLoader worker default to the CPUs divided by `k`. Per-sample
+    failures follow `on_error` as in `make_loader` (with `warn`, logged by the worker).
+
+    Args:
+        source: a dataset URI, a `Dataset` (or subset view), or `mix(...)`.
+        batch_size: samples per batch on this rank.
+        images, audio, video, meta, resize, crop, where, streaming, shuffle_buffer,
+            on_error, storage_options: as in `make_loader`.
+        shuffle: a new permutation every epoch (else dataset order).
+        seed: with the epoch, fixes the order.
+        drop_last: drop the last, incomplete batch; else ranks are padded by wrapping.
+        threads: decode threads per process (default: the CPUs, shared out among the
+            DataLoader workers).
+        rank, world_size: this process's place (default: torch.distributed or
+            `RANK` / `WORLD_SIZE`).
+
+    Raises:
+        ColumnNotFoundError: for a field the dataset lacks.
+        ValueError: for invalid options.
+
+    Example:
+        >>> from ferroload_format import Writer
+        >>> from torch.utils.data import DataLoader
+        >>> with Writer("memory://docs/torch-iterable", "demo") as w:
+        ...     for i in range(10):
+        ...         w.add(f"s{i}", None, {"label": i})
+        >>> ds = FerroIterableDataset("memory://docs/torch-iterable", batch_size=4,
+        ...                           meta=["label"], seed=0)
+        >>> dl = DataLoader(ds, batch_size=None)
+        >>> ds.set_epoch(0)
+        >>> it = iter(dl)
+        >>> first = next(it)
+        >>> len(ds), first["label"].shape
+        (3, torch.Size([4]))
+        >>> state = ds.state_dict(1)            # the loop received one batch
+        >>> resumed = FerroIterableDataset("memory://docs/torch-iterable", batch_size=4,
+        ...                                meta=["label"], seed=0)
+        >>> resumed.load_state_dict(state)
+        >>> [b["sample_id"] for b in DataLoader(resumed, batch_size=None)] == [
+        ...     b["sample_id"] for b in it]
+        True
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        batch_size: int,
+        images: ColumnSpec = (),
+        audio: ColumnSpec = (),
+        video: ColumnSpec = (),
+        meta: Sequence[str] = (),
+        resize: int | tuple[int, int] | None = None,
+        crop: Crop = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        where: str | None = None,
+        threads: int | None = None,
+        streaming: bool = False,
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        on_error: OnError = "raise",
+        rank: int | None = None,
+        world_size: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        _check_on_error(on_error)
+        _check_seed(seed)
+        spec = _spec(images, audio, video, meta, resize, crop)
+        resolved = self._init_source(
+            source, where=where, storage_options=storage_options, threads=threads, spec=spec
+        )
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.on_error: OnError = on_error
+        self._sampler = make_sampler(
+            resolved, shuffle=shuffle, seed=seed, streaming=streaming,
+            shuffle_buffer=shuffle_buffer, drop_last=drop_last, rank=rank,
+            world_size=world_size,
+        )  # fmt: skip
+        self._position = _SharedInts(seed, 0, 0)
+
+    # ------------------------------------------------------------------ position
+
+    def _publish(self) -> None:
+        s = self._sampler
+        self._position.set(_check_seed(s.seed), s.epoch, s.consumed)
+
+    def _synced(self) -> Sampler:
+        """This process's sampler at the published position (workers hold copies)."""
+        s = self._sampler
+        seed, epoch, consumed = self._position.get()
+        if (seed, epoch, consumed) != (s.seed, s.epoch, s.consumed):
+            state = s.state_dict()
+            state.update(seed=seed, epoch=epoch, consumed=consumed)
+            s.load_state_dict(state)
+        return s
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._sampler.epoch
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self._sampler.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._sampler.world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of `epoch` from its start (a no-op for the current epoch, so that
+        a resumed run keeps its place). Call it before iterating."""
+        self._sampler.set_epoch(epoch)
+        self._publish()
+
+    def _rank_items(self) -> npt.NDArray[np.int64]:
+        items = self._synced().indices()
+        if self.drop_last:
+            items = items[: len(items) // self.batch_size * self.batch_size]
+        return items
+
+    def __len__(self) -> int:
+        """Batches this rank yields from the current position to the end of the epoch."""
+        n = len(self._synced())
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def state_dict(self, batches: int) -> dict[str, Any]:
+        """The position after the first `batches` batches of the current iteration.
+
+        Args:
+            batches: how many batches the training loop has received since the position
+                was set (by `set_epoch` or `load_state_dict`); `len(ds)` at the end.
+
+        Returns:
+            The state `make_loader`'s `state_dict()` returns for the same position.
+
+        Raises:
+            ValueError: for a count outside `[0, len(ds)]`.
+        """
+        total = len(self)
+        if not isinstance(batches, int) or not 0 <= batches <= total:
+            raise ValueError(f"batches must be an int in [0, {total}], got {batches!r}")
+        s = copy.copy(self._synced())
+        s.advance(min(batches * self.batch_size, len(self._rank_items())))
+        return {"sampler": s.state_dict(), "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue after a `state_dict()` (of this class or of `make_loader`).
+
+        The batch size and world size may differ from the run that saved it.
+
+        Raises:
+            ValueError: when the state belongs to another dataset or order.
+        """
+        self._sampler.load_state_dict(dict(state["sampler"]))
+        self._publish()
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        source, fields = self._runtime()
+        sampler = self._synced()
+        seed, epoch = sampler.seed, sampler.epoch
+        items = self._rank_items()
+        b = self.batch_size
+        for start in range(worker * b, len(items), workers * b):
+            batch, _ = build_batch(
+                source, fields, items[start : start + b], seed=seed, epoch=epoch,
+                on_error=self.on_error,
+            )  # fmt: skip
+            yield to_torch(batch, pin=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        sampler = copy.copy(self._sampler)
+        sampler._cache = None  # the epoch's order: cheaper to recompute than to send
+        state["_sampler"] = sampler
+        return state
+
+    def __repr__(self) -> str:
+        names = [f.name for f in self._runtime()[1]]
+        return (
+            f"FerroIterableDataset({len(self)} batches of {self.batch_size}, "
+            f"columns={names}, {self._sampler!r})"
+        )
