@@ -150,6 +150,9 @@ DOCTEST_PACKAGES = (
     "ferroload_store",
     "ferroload_format",
     "ferroload_codec",
+    "ferroload_loader",
+    "ferroload_loader.torch",
+    "ferroload_loader.lightning",
     "ferroload",
 )
 
@@ -173,9 +176,10 @@ for attr in exported:
     if not (inspect.isclass(obj) or inspect.isroutine(obj)):
         continue
     home = inspect.getmodule(obj)
-    if home is None or home.__name__.split(".")[0] != name:
+    if home is None or not (home.__name__ == name or home.__name__.startswith(name + ".")):
         continue
     tests += [t for t in finder.find(obj, f"{name}.{attr}", module=home) if t.examples]
+tests = list({t.name: t for t in tests}.values())  # a module's own classes come up twice
 runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
 for test in tests:
     print(f"doctest {test.name} ({len(test.examples)} examples)", flush=True)

@@ -333,3 +333,23 @@ def test_audio_and_video_fields(tmp_path: object) -> None:
 def test_meta_must_be_a_list(make_dataset: MakeDataset) -> None:
     with pytest.raises(TypeError, match="list of column names"):
         numpy_loader(make_dataset(3), meta="label")
+
+
+def test_length_is_the_whole_epoch_and_batches_are_chosen_lazily(make_dataset: MakeDataset) -> None:
+    uri = make_dataset(30)
+    dl = numpy_loader(uri, batch_size=8)
+    it = iter(dl)
+    next(it)
+    state = dl.state_dict()
+    dl.close()
+    resumed = numpy_loader(uri, batch_size=8)
+    resumed.load_state_dict(state)
+    assert (len(resumed), resumed.remaining()) == (4, 3)  # torch/Lightning read len()
+    lazy = iter(resumed)  # Lightning builds the iterator, then calls set_epoch
+    resumed.set_epoch(1)
+    first = next(lazy)["sample_id"]
+    fresh = numpy_loader(uri, batch_size=8)
+    fresh.set_epoch(1)
+    assert first == next(iter(fresh))["sample_id"]
+    resumed.close()
+    fresh.close()

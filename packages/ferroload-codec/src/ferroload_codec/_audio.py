@@ -151,7 +151,7 @@ class AudioDecoder:
     Raises:
         ValueError: for an unknown option value.
 
-    Example:
+    Examples:
         >>> import io
         >>> import numpy as np, soundfile
         >>> buf = io.BytesIO()
@@ -554,7 +554,7 @@ def decode_audio(
             of no audio format).
         ValueError: for an unknown option value.
 
-    Example:
+    Examples:
         >>> import io
         >>> import numpy as np, soundfile
         >>> buf = io.BytesIO()

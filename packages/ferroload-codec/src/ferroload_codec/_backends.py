@@ -95,7 +95,7 @@ def backends() -> dict[str, str | None]:
         One entry per role; None where the fast library is missing (the fallback is named
         in `*_fallback` entries).
 
-    Example:
+    Examples:
         >>> info = backends()
         >>> "jpeg" in info and "video" in info
         True

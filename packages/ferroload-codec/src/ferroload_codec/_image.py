@@ -204,7 +204,7 @@ class ImageDecoder:
         pad_value: fill value of the padding with `resize="longer"`.
         threads: decode threads for batches (default: the CPUs available).
 
-    Example:
+    Examples:
         >>> import io
         >>> from PIL import Image
         >>> buf = io.BytesIO()
@@ -609,7 +609,7 @@ def decode_image(
 ) -> npt.NDArray[np.uint8]:
     """Decode one image to a uint8 HWC array (see `ImageDecoder` for the options).
 
-    Example:
+    Examples:
         >>> import io
         >>> from PIL import Image
         >>> buf = io.BytesIO()
@@ -645,7 +645,7 @@ def decode_images(
 
     Decoders are cached per option set, so repeated calls reuse their threads.
 
-    Example:
+    Examples:
         >>> import io
         >>> from PIL import Image
         >>> buf = io.BytesIO()

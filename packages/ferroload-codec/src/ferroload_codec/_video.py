@@ -257,7 +257,7 @@ def decode_video(
         ImageTooLargeError: frames over `max_pixels`.
         CodecUnavailableError: when PyAV is not installed.
 
-    Example:
+    Examples:
         >>> import io, av
         >>> buf = io.BytesIO()
         >>> with av.open(buf, "w", format="matroska") as mkv:
@@ -338,7 +338,7 @@ def video_info(data: bytes | bytearray | memoryview, *, sample_id: str | None = 
         DecodeError: for empty, truncated or damaged input, or no video stream.
         CodecUnavailableError: when PyAV is not installed.
 
-    Example:
+    Examples:
         >>> import io, av
         >>> buf = io.BytesIO()
         >>> with av.open(buf, "w", format="matroska") as mkv:

@@ -17,7 +17,7 @@ class FerroloadError(Exception):
 def available_cpus() -> int:
     """How many CPUs this process may run on (its affinity mask, else the machine's count).
 
-    Example:
+    Examples:
         >>> available_cpus() >= 1
         True
     """

@@ -55,7 +55,7 @@ class Dataset:
     first use, only those needed. Positions are 0-based row numbers; a view created by
     `subset()` or `take()` renumbers its rows from 0.
 
-    Example:
+    Examples:
         >>> from ferroload_format import Writer
         >>> with Writer("memory://docs/dataset-example", "demo") as w:
         ...     w.declare("image", "jpg", "tensor", "image")
@@ -491,7 +491,7 @@ class Dataset:
                 settings or run more than one statement.
             QueryError: if DuckDB cannot run the clause (syntax, unknown column, …).
 
-        Example:
+        Examples:
             >>> from ferroload_format import Writer
             >>> with Writer("memory://docs/subset-example", "demo") as w:
             ...     for i in range(6):

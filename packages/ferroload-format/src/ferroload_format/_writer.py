@@ -65,7 +65,7 @@ class Writer:
         DatasetNameError: if `name` differs from the existing dataset's name.
         ManifestError: if the existing dataset cannot be read.
 
-    Example:
+    Examples:
         >>> w = Writer("memory://docs/writer-example", "demo")
         >>> w.declare("image", "jpg", "tensor", "image")
         >>> w.add("s0000", {"image": b"\\xff\\xd8..."}, {"label": 3, "caption": "a cat"})

@@ -103,8 +103,20 @@ class FerroLoader:
             items = items[: len(items) // self.batch_size * self.batch_size]
         return items
 
+    #: Lightning looks for a batch sampler next to `sampler`; the loader batches itself.
+    batch_sampler = None
+
     def __len__(self) -> int:
-        """Batches this rank delivers from the current position to the end of the epoch."""
+        """Batches of the whole epoch on this rank, also after a mid-epoch resume (what
+        torch and Lightning expect of a length; `remaining()` counts what is left)."""
+        s = self.sampler
+        per_rank = s.num_items // s.world_size if s.drop_last else -(-s.num_items // s.world_size)
+        if self.drop_last:
+            return per_rank // self.batch_size
+        return -(-per_rank // self.batch_size)
+
+    def remaining(self) -> int:
+        """Batches this rank still delivers in the current epoch."""
         n = len(self.sampler)
         if self.drop_last:
             return n // self.batch_size
@@ -133,6 +145,11 @@ class FerroLoader:
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """The rest of the current epoch, batch by batch.
+
+        The batches are chosen at the first `next()`, not at `iter()`: Lightning creates a
+        resumed run's iterator before it calls `set_epoch`.
+        """
         if self.sampler.exhausted:
             self.sampler.consumed = 0  # iterating a finished epoch again replays it
         items = self._rank_items()
@@ -140,11 +157,6 @@ class FerroLoader:
         self.close()
         worker = _Prefetcher(self, batches, self.sampler.seed, self.sampler.epoch)
         self._worker = worker
-        return self._deliver(worker, batches)
-
-    def _deliver(
-        self, worker: _Prefetcher, batches: list[npt.NDArray[np.int64]]
-    ) -> Iterator[dict[str, Any]]:
         try:
             for items in batches:
                 t0 = time.perf_counter()
@@ -333,11 +345,12 @@ def make_loader(
         pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
         on_error: per-sample decode failures: `raise`, or leave the sample out of its
             batch (`skip`), also logging it (`warn`); counted in `loader.stats`.
-        rank, world_size: this process's place (default: torch.distributed or
-            `RANK` / `WORLD_SIZE`).
+        rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
+        world_size: the number of ranks (default: torch.distributed, else
+            `WORLD_SIZE`, else 1).
         storage_options: for URIs, as in `Dataset.open`.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from ferroload_format import Writer
         >>> with Writer("memory://docs/loader-example", "demo") as w:

@@ -41,13 +41,15 @@ class Sampler:
             seeded shuffle buffer: for streaming), or `mixture` (see `ferroload.mix`).
         shard_of: the shard of every item (`shard_block` mode).
         shuffle_buffer: items in the shuffle buffer (`shard_block` mode).
-        mixture_sizes, mixture_weights: the sources of a mixture.
+        mixture_sizes: items in each source of a mixture (`mixture` mode).
+        mixture_weights: the sources' probabilities (`mixture` mode).
         drop_last: drop the tail that does not fill every rank equally (else pad it by
             wrapping around).
-        rank, world_size: this process's place (default: torch.distributed or the
-            `RANK` / `WORLD_SIZE` environment).
+        rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
+        world_size: the number of ranks (default: torch.distributed, else
+            `WORLD_SIZE`, else 1).
 
-    Example:
+    Examples:
         >>> s = Sampler(10, seed=1, rank=0, world_size=2)
         >>> len(s), sorted(list(s) + list(Sampler(10, seed=1, rank=1, world_size=2)))
         (5, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])

@@ -81,7 +81,7 @@ def mix(
         num_samples: items per epoch (default: the datasets' total length).
         storage_options: for URIs, as in `Dataset.open`.
 
-    Example:
+    Examples:
         >>> from ferroload_format import Writer
         >>> for name in ("a", "b"):
         ...     with Writer(f"memory://docs/mix-{name}", name) as w:

@@ -34,29 +34,19 @@ __all__ = ["FerroDataModule", "LightningLoader"]
 class LightningLoader(FerroLoader):
     """A `FerroLoader` shaped for Lightning's fit and evaluation loops.
 
-    It is the same loader (same sampler, fields and prefetching) with three differences
-    that Lightning's loops rely on:
-
-    * `len()` is the number of batches of the *whole* epoch on this rank, also after a
-      mid-epoch `load_state_dict()`. Lightning counts the batches of a resumed epoch
-      from the checkpoint's batch index onward and ends the epoch when that count
-      reaches `len()`; a length of only the remaining batches would end it early.
-    * iterating is lazy: the batches are chosen at the first `next()`, not at `iter()`.
-      Lightning creates the iterator of a resumed run before it calls `set_epoch()`,
-      so a run resumed from a checkpoint taken at the end of an epoch starts the next
-      epoch with the next epoch's order.
-    * with `evaluation=True` every iteration runs the whole split from its first batch
-      (validation after the sanity check, or a second `trainer.validate`, sees every
-      sample), and `state_dict()` is not needed (Lightning stores only training state).
-
-    Lightning also looks for `batch_sampler` next to `sampler`; it is `None` here.
+    It is the same loader (same sampler, fields and prefetching); with `evaluation=True`
+    every iteration runs the whole split from its first batch (validation after the
+    sanity check, or a second `trainer.validate`, sees every sample), and `state_dict()`
+    is not needed (Lightning stores only training state). What Lightning's fit loop needs
+    of any loader — a whole-epoch `len()`, batches chosen at the first `next()`,
+    `sampler.set_epoch`, `state_dict` — `FerroLoader` itself provides.
 
     Args:
         loader: the loader to adapt (from `make_loader`); its sampler, fields and options
             are shared, so use only the adapted one afterwards.
         evaluation: restart from the beginning of the epoch on every iteration.
 
-    Example:
+    Examples:
         >>> from ferroload_format import Writer
         >>> with Writer("memory://docs/lightning-loader", "demo") as w:
         ...     for i in range(10):
@@ -75,8 +65,6 @@ class LightningLoader(FerroLoader):
         (3, [4, 2])
     """
 
-    batch_sampler = None
-
     def __init__(self, loader: FerroLoader, *, evaluation: bool = False) -> None:
         super().__init__(
             loader.source, loader.fields, loader.sampler, batch_size=loader.batch_size,
@@ -84,15 +72,6 @@ class LightningLoader(FerroLoader):
             prefetch_bytes=loader.prefetch_bytes, on_error=loader.on_error,
         )  # fmt: skip
         self.evaluation = evaluation
-
-    def __len__(self) -> int:
-        """Batches of the whole epoch on this rank (whatever part of it was consumed)."""
-        sampler = self.sampler
-        n, world = sampler.num_items, sampler.world_size
-        per_rank = n // world if sampler.drop_last else -(-n // world)
-        if self.drop_last:
-            return per_rank // self.batch_size
-        return -(-per_rank // self.batch_size)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self.evaluation:
@@ -119,26 +98,29 @@ class FerroDataModule(LightningDataModule):
     order and run their whole split every time; under DDP they pad the last batches by
     wrapping around, as `DistributedSampler` does.
 
+    `images`, `audio`, `video`, `meta`, `resize` and `crop` (what a batch holds) and
+    `threads`, `prefetch_bytes`, `streaming` (training only), `shuffle_buffer`,
+    `pin_memory`, `on_error` and `storage_options` are the options of `make_loader`.
+
     Args:
         train: the training data: a dataset URI, a `Dataset` (or a subset view), or
             `mix(...)`; `None` for a module used only to validate, test or predict.
-        val, test, predict: the other splits (a URI or a `Dataset`), optional.
+        val: the validation split (a URI or a `Dataset`), optional.
+        test: the test split, optional.
+        predict: the prediction split, optional.
         batch_size: training samples per batch on each rank.
         val_batch_size: samples per batch of the other splits (default: `batch_size`).
-        images, audio, video, meta, resize, crop: what a batch holds, as in `make_loader`.
         seed: with the epoch, fixes the training order.
         shuffle: shuffle the training data (the other splits are never shuffled).
         drop_last: drop the last, incomplete training batch.
         where: a SQL WHERE clause over the index, applied to every split (pass subset
             views for per-split filters).
-        threads, prefetch_bytes, streaming, shuffle_buffer, pin_memory, on_error,
-            storage_options: as in `make_loader` (`streaming` applies to training only).
 
     Raises:
         ValueError: when no source is given for a split that Lightning asks for, or an
             option is invalid (raised when the loader is built).
 
-    Example:
+    Examples:
         >>> from ferroload_format import Writer
         >>> with Writer("memory://docs/datamodule", "demo") as w:
         ...     for i in range(20):

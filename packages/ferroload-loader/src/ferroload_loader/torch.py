@@ -248,7 +248,7 @@ class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         ColumnNotFoundError: for a field the dataset lacks.
         ValueError: for invalid options.
 
-    Example:
+    Examples:
         >>> from ferroload_format import Writer
         >>> from torch.utils.data import DataLoader
         >>> with Writer("memory://docs/torch-map", "demo") as w:
@@ -325,9 +325,8 @@ class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         its `set_epoch` also calls this dataset's `set_epoch`. Pass `drop_last=True` to
         the DataLoader too, to drop a last incomplete batch as `make_loader` does.
 
-        Args:
-            shuffle, streaming, shuffle_buffer, drop_last, rank, world_size: as in
-                `make_loader`.
+        Its options (`shuffle`, `streaming`, `shuffle_buffer`, `drop_last`, `rank`,
+        `world_size`) are those of `make_loader`.
         """
         resolved, _ = self._runtime()
         base = make_sampler(
@@ -423,27 +422,29 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
     iteration of an epoch starts at the position set by `set_epoch` (the epoch's start)
     or `load_state_dict`, and `batches` counts from there.
 
-    Decode threads per DataLoader worker default to the CPUs divided by `k`. Per-sample
+    The options `images`, `audio`, `video`, `meta`, `resize`, `crop`, `where`,
+    `streaming`, `shuffle_buffer`, `on_error` and `storage_options` are those of
+    `make_loader`. Decode threads per DataLoader worker default to the CPUs divided by
+    `k`. Per-sample
     failures follow `on_error` as in `make_loader` (with `warn`, logged by the worker).
 
     Args:
         source: a dataset URI, a `Dataset` (or subset view), or `mix(...)`.
         batch_size: samples per batch on this rank.
-        images, audio, video, meta, resize, crop, where, streaming, shuffle_buffer,
-            on_error, storage_options: as in `make_loader`.
         shuffle: a new permutation every epoch (else dataset order).
         seed: with the epoch, fixes the order.
         drop_last: drop the last, incomplete batch; else ranks are padded by wrapping.
         threads: decode threads per process (default: the CPUs, shared out among the
             DataLoader workers).
-        rank, world_size: this process's place (default: torch.distributed or
-            `RANK` / `WORLD_SIZE`).
+        rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
+        world_size: the number of ranks (default: torch.distributed, else
+            `WORLD_SIZE`, else 1).
 
     Raises:
         ColumnNotFoundError: for a field the dataset lacks.
         ValueError: for invalid options.
 
-    Example:
+    Examples:
         >>> from ferroload_format import Writer
         >>> from torch.utils.data import DataLoader
         >>> with Writer("memory://docs/torch-iterable", "demo") as w:

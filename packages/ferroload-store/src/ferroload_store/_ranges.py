@@ -60,7 +60,7 @@ def coalesce_ranges(
     Raises:
         ValueError: if the inputs differ in length or hold negative values.
 
-    Example:
+    Examples:
         >>> plan = coalesce_ranges([0, 100, 10_000_000], [50, 50, 10])
         >>> plan.num_reads, plan.starts.tolist(), plan.lengths.tolist()
         (2, [0, 10000000], [150, 10])

@@ -546,7 +546,7 @@ def open_store(
     Raises:
         InvalidURIError: if the URI has an unknown scheme or is empty.
 
-    Example:
+    Examples:
         >>> store = open_store("memory://docs/example")
         >>> store.put("a.txt", b"hello")
         >>> store.get("a.txt")

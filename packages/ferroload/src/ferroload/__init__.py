@@ -1,7 +1,9 @@
 """ferroload: a fast, cloud-native dataset format and runtime for ML training.
 
-The user-facing facade: it re-exports the public API of the ferroload packages, and
-`ferroload.codec` is the codec package (`ferroload.codec.decode_image`, …).
+The user-facing facade: it re-exports the public API of the ferroload packages;
+`ferroload.codec` is the codec package (`ferroload.codec.decode_image`, …) and
+`ferroload.loader` the loader's, with its torch and Lightning adapters
+(`ferroload.loader.FerroTorchDataset`, imported only when used).
 
     >>> import ferroload
     >>> w = ferroload.Writer("memory://docs/facade", "demo")
@@ -55,6 +57,7 @@ from ferroload_format import (
     WriterClosedError,
     gc,
 )
+from ferroload_loader import FerroLoader, Mixture, Sampler, make_loader, mix
 from ferroload_store import (
     InvalidURIError,
     ObjectExistsError,
@@ -82,6 +85,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DecodeError",
     "DuplicateSampleError",
+    "FerroLoader",
     "FerroloadError",
     "FormatError",
     "GcReport",
@@ -91,6 +95,7 @@ __all__ = [
     "InvalidSampleIdError",
     "InvalidURIError",
     "ManifestError",
+    "Mixture",
     "Modality",
     "NotADatasetError",
     "ObjectExistsError",
@@ -98,6 +103,7 @@ __all__ = [
     "ObjectTruncatedError",
     "QueryError",
     "SampleIndexError",
+    "Sampler",
     "SchemaConflictError",
     "ShardNotFoundError",
     "ShardTruncatedError",
@@ -115,5 +121,7 @@ __all__ = [
     "WriterClosedError",
     "__version__",
     "gc",
+    "make_loader",
+    "mix",
     "open_store",
 ]
