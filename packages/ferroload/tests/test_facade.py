@@ -8,6 +8,7 @@ import duckdb
 import pytest
 
 import ferroload
+import ferroload.loader
 import ferroload_format
 import ferroload_store
 
@@ -21,7 +22,14 @@ def test_public_api_is_importable() -> None:
 
 
 def test_design_quickstart_runs_as_written(tmp_path: Path) -> None:
-    jpg_bytes = b"\xff\xd8\xff\xe0 pretend jpeg"
+    import io
+
+    import torch
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (300, 240), (200, 30, 30)).save(buf, "JPEG")
+    jpg_bytes = buf.getvalue()
     root = str(tmp_path / "ds")
     w = ferroload.Writer(root, "demo")
     w.declare("image", "jpg", "tensor", "image")
@@ -37,6 +45,18 @@ def test_design_quickstart_runs_as_written(tmp_path: Path) -> None:
         "WHERE label = 3 AND caption LIKE '%cat%'"
     ).fetchall()
     assert rows == [("s0000",)]
+
+    dl = ferroload.make_loader(
+        root, batch_size=64, images=["image"], meta=["label"], resize=(224, 224), out="torch"
+    )
+    for epoch in range(2):
+        dl.set_epoch(epoch)  # deterministic reshuffle, DDP-aware
+        for batch in dl:
+            assert batch["image"].dtype == torch.uint8
+            assert batch["image"].shape == (1, 224, 224, 3)  # uint8 NHWC tensor
+            assert batch["label"].tolist() == [3]
+    assert ferroload.loader.FerroTorchDataset.__module__ == "ferroload_loader.torch"
+    assert isinstance(ferroload.Sampler(4), ferroload.loader.Sampler)
 
 
 def test_the_demo_writes_reopens_and_queries(tmp_path: Path) -> None:
