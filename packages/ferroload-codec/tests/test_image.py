@@ -466,3 +466,11 @@ def test_a_decoder_used_before_fork_works_in_the_child() -> None:
         os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_batches_of_memoryviews_decode_like_bytes() -> None:
+    """The loader hands the decoder zero-copy views of memory-mapped shards."""
+    items = [encode(photo(32, 32, i), "PNG") for i in range(4)] + [JPEG]
+    dec = ImageDecoder((32, 32))
+    views = dec.decode_batch([memoryview(x) for x in items]).images
+    assert np.array_equal(views, dec.decode_batch(items).images)

@@ -199,11 +199,13 @@ def test_breaking_out_stops_the_prefetch_thread(make_dataset: MakeDataset) -> No
     dl.close()
     deadline = time.monotonic() + 5
     while (
-        any(t.name == "ferroload-prefetch" for t in threading.enumerate())
+        any(t.name in ("ferroload-prefetch", "ferroload-read") for t in threading.enumerate())
         and time.monotonic() < deadline
     ):
         time.sleep(0.01)
-    assert not any(t.name == "ferroload-prefetch" for t in threading.enumerate())
+    assert not any(
+        t.name in ("ferroload-prefetch", "ferroload-read") for t in threading.enumerate()
+    )
     assert threading.active_count() <= before + 2  # decode pool threads may stay
 
 

@@ -557,7 +557,7 @@ class ImageDecoder:
                     logger.warning("skipped an image that failed to decode: %s", e)
         return DecodedBatch(out, ok, failed)
 
-    def _same_size_png(self) -> Callable[[object, npt.NDArray[np.uint8]], bool] | None:
+    def _same_size_png(self) -> Callable[[Any, npt.NDArray[np.uint8]], bool] | None:
         """A lean path for batches of 8-bit PNGs already at the output size and mode.
 
         Tiny images (32x32) cost about 35 µs in libspng; the general path's checks add
@@ -576,8 +576,11 @@ class ImageDecoder:
         spng_decode = ic.spng_decode
         unpack = struct.unpack_from
 
-        def fast(item: object, target: npt.NDArray[np.uint8]) -> bool:
-            if type(item) is not bytes or item[:16] != _PNG_HEAD or len(item) < 33:
+        def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
+            kind = type(item)  # exact types only: this runs once per image
+            if (kind is not bytes and kind is not memoryview) or len(item) < 33:
+                return False
+            if item[:16] != _PNG_HEAD:
                 return False
             if unpack(">IIBB", item, 16) != (tw, th, 8, color):
                 return False

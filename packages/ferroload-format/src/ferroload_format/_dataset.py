@@ -324,10 +324,13 @@ class Dataset:
         cols = [(c, values[c]) for c in order if c in values]
         return [{c: v[k] for c, v in cols} for k in range(n)]
 
-    def _payloads(self, rows: npt.NDArray[np.int64], modality: str) -> list[bytes | None]:
-        """Bytes of `modality` for each row (None where absent), one coalesced read per region."""
+    def _payloads(
+        self, rows: npt.NDArray[np.int64], modality: str, *, copy: bool = True
+    ) -> list[Any]:
+        """Bytes of `modality` for each row (None where absent), one coalesced read per
+        region; with `copy=False`, views into the store's buffers instead of bytes."""
         a = self._index.modality(modality)
-        out: list[bytes | None] = [None] * len(rows)
+        out: list[Any] = [None] * len(rows)
         present = np.flatnonzero(a.present[rows])
         if not len(present):
             return out
@@ -343,7 +346,7 @@ class Dataset:
             except (ObjectNotFoundError, ObjectTruncatedError) as exc:
                 raise self._read_error(exc, shard, grows, a) from exc
             for k, view in zip(present[group].tolist(), views, strict=True):
-                out[k] = bytes(view)
+                out[k] = bytes(view) if copy else view
             if self._verify:
                 for k, r in zip(present[group].tolist(), grows.tolist(), strict=True):
                     data = out[k]
@@ -378,7 +381,9 @@ class Dataset:
             sample_id=sid,
         )
 
-    def _check(self, data: bytes, expected: int, row: int, column: str, shard: str) -> None:
+    def _check(
+        self, data: bytes | memoryview, expected: int, row: int, column: str, shard: str
+    ) -> None:
         got = xxhash.xxh3_64_intdigest(data)
         if got != expected:
             sid = self._sample_id(row)
@@ -391,12 +396,20 @@ class Dataset:
                 column=column,
             )
 
-    def read(self, indices: npt.ArrayLike, modality: str) -> list[bytes | None]:
+    def read(
+        self, indices: npt.ArrayLike, modality: str, *, copy: bool = True
+    ) -> list[bytes | memoryview | None]:
         """The payloads of one modality at several positions, reads coalesced per shard
         region (the column-wise form of `get_many`, for loaders).
 
+        Args:
+            indices: positions.
+            modality: the modality to read.
+            copy: `False` returns read-only memoryviews into the store's buffers (for a
+                local dataset, its memory-mapped shards) instead of copying each payload.
+
         Returns:
-            One `bytes` per position, None where the sample lacks the modality.
+            One payload per position, None where the sample lacks the modality.
 
         Raises:
             ColumnNotFoundError: for an unknown modality.
@@ -409,7 +422,7 @@ class Dataset:
                 uri=self.uri,
                 column=modality,
             )
-        return self._payloads(self._rows_of(indices), modality)
+        return self._payloads(self._rows_of(indices), modality, copy=copy)
 
     def column(self, name: str, indices: npt.ArrayLike | None = None) -> pa.Array:
         """An index column (`sample_id`, a metadata column, or a modality's location

@@ -31,6 +31,57 @@ def item_seeds(seed: int, epoch: int, items: npt.NDArray[np.int64]) -> list[int]
     return [int(v) for v in x.tolist()]
 
 
+def prepare_batch(
+    source: ResolvedSource,
+    fields: Sequence[Field],
+    items: npt.NDArray[np.int64],
+    *,
+    seed: int,
+    epoch: int,
+) -> BatchState:
+    """The reading half of a batch: ids, seeds, payload views and metadata columns."""
+    sample_ids: list[str] = [""] * len(items)
+    for d, slots, pos in source.split(items):
+        ids = source.datasets[d].column("sample_id", pos).to_pylist()
+        for k, sid in zip(slots.tolist(), ids, strict=True):
+            sample_ids[k] = sid
+    batch = BatchState(
+        items=items,
+        sample_ids=sample_ids,
+        seeds=item_seeds(seed, epoch, items),
+        ok=np.ones(len(items), dtype=np.bool_),
+    )
+    for f in fields:
+        f.prepare(batch, source)
+    return batch
+
+
+def finish_batch(
+    batch: BatchState, fields: Sequence[Field], *, on_error: OnError
+) -> tuple[dict[str, Any], list[Any]]:
+    """The decoding half: decode into the batch arrays, then leave failed items out.
+
+    Returns:
+        The batch (column name -> array or list; `sample_id` always) and the errors of the
+        items left out (with `on_error` "skip" or "warn").
+
+    Raises:
+        DecodeError: the first failure, with `on_error="raise"`.
+    """
+    for f in fields:
+        f.fill(batch)
+    columns: dict[str, Any] = {"sample_id": batch.sample_ids, **batch.columns}
+    if batch.ok.all():
+        return columns, []
+    if on_error == "raise":
+        raise batch.errors[0]
+    keep = np.flatnonzero(batch.ok)
+    if on_error == "warn":
+        for err in batch.errors:
+            logger.warning("left a sample out of its batch: %s", err)
+    return {k: _take(v, keep) for k, v in columns.items()}, list(batch.errors)
+
+
 def build_batch(
     source: ResolvedSource,
     fields: Sequence[Field],
@@ -40,39 +91,9 @@ def build_batch(
     epoch: int,
     on_error: OnError,
 ) -> tuple[dict[str, Any], list[Any]]:
-    """Read and decode the items of one batch.
-
-    Returns:
-        The batch (column name -> array or list; `sample_id` always) and the errors of the
-        items left out (with `on_error` "skip" or "warn").
-
-    Raises:
-        DecodeError: the first failure, with `on_error="raise"`.
-    """
-    sample_ids: list[str] = [""] * len(items)
-    for d, slots, pos in source.split(items):
-        for k, sid in zip(
-            slots.tolist(), source.datasets[d].column("sample_id", pos).to_pylist(), strict=True
-        ):
-            sample_ids[k] = sid
-    batch = BatchState(
-        items=items,
-        sample_ids=sample_ids,
-        seeds=item_seeds(seed, epoch, items),
-        ok=np.ones(len(items), dtype=np.bool_),
-    )
-    for f in fields:
-        f.fill(batch, source)
-    columns: dict[str, Any] = {"sample_id": sample_ids, **batch.columns}
-    if batch.ok.all():
-        return columns, []
-    if on_error == "raise":
-        raise batch.errors[0]
-    keep = np.flatnonzero(batch.ok)
-    for err in batch.errors:
-        if on_error == "warn":
-            logger.warning("left a sample out of its batch: %s", err)
-    return {k: _take(v, keep) for k, v in columns.items()}, list(batch.errors)
+    """Read and decode the items of one batch (`prepare_batch`, then `finish_batch`)."""
+    state = prepare_batch(source, fields, items, seed=seed, epoch=epoch)
+    return finish_batch(state, fields, on_error=on_error)
 
 
 def _take(values: Any, keep: npt.NDArray[np.int64]) -> Any:

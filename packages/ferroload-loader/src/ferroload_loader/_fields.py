@@ -36,18 +36,19 @@ class BatchState:
     ok: npt.NDArray[np.bool_]
     errors: list[DecodeError] = field(default_factory=list)
     columns: dict[str, Any] = field(default_factory=dict)
+    payloads: dict[str, list[Any]] = field(default_factory=dict)
 
     def fail(self, slots: npt.NDArray[np.int64], errors: Sequence[DecodeError]) -> None:
         self.ok[slots] = False
         self.errors.extend(errors)
 
 
-def _payloads(
-    source: ResolvedSource, name: str, items: npt.NDArray[np.int64]
-) -> list[bytes | None]:
-    out: list[bytes | None] = [None] * len(items)
+def _payloads(source: ResolvedSource, name: str, items: npt.NDArray[np.int64]) -> list[Any]:
+    """Each item's payload of modality `name` (zero-copy views; None where absent)."""
+    out: list[Any] = [None] * len(items)
     for d, slots, pos in source.split(items):
-        for k, data in zip(slots.tolist(), source.datasets[d].read(pos, name), strict=True):
+        views = source.datasets[d].read(pos, name, copy=False)
+        for k, data in zip(slots.tolist(), views, strict=True):
             out[k] = data
     return out
 
@@ -73,8 +74,13 @@ class Field(abc.ABC):
         return 0
 
     @abc.abstractmethod
-    def fill(self, batch: BatchState, source: ResolvedSource) -> None:
-        """Read and decode this column for the batch's items into `batch.columns`."""
+    def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
+        """The reading half: fetch what this column needs (the loader overlaps it with
+        the previous batch's decoding)."""
+
+    @abc.abstractmethod
+    def fill(self, batch: BatchState) -> None:
+        """The decoding half: turn what `prepare` fetched into `batch.columns` entries."""
 
 
 class _DecodedField(Field):
@@ -87,8 +93,11 @@ class _DecodedField(Field):
     def item_bytes(self) -> int:
         return int(np.prod(self.shape)) * int(np.dtype(self.dtype).itemsize)
 
-    def fill(self, batch: BatchState, source: ResolvedSource) -> None:
-        payloads = _payloads(source, self.name, batch.items)
+    def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
+        batch.payloads[self.name] = _payloads(source, self.name, batch.items)
+
+    def fill(self, batch: BatchState) -> None:
+        payloads = batch.payloads.pop(self.name)
         n = len(payloads)
         out = np.empty((n, *self.shape), dtype=self.dtype)
         present = np.fromiter((p is not None for p in payloads), dtype=np.bool_, count=n)
@@ -212,7 +221,7 @@ class MetaField(Field):
     def item_bytes(self) -> int:
         return 8
 
-    def fill(self, batch: BatchState, source: ResolvedSource) -> None:
+    def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
         pieces, order = [], []
         for d, slots, pos in source.split(batch.items):
             pieces.append(source.datasets[d].column(self.name, pos))
@@ -224,6 +233,10 @@ class MetaField(Field):
                 pa.array(np.argsort(np.concatenate(order)))
             )
         )
+        batch.payloads[self.name] = [arr]
+
+    def fill(self, batch: BatchState) -> None:
+        (arr,) = batch.payloads.pop(self.name)
         batch.columns[self.name] = to_values(arr)
 
 

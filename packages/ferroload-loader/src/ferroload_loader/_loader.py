@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ferroload_codec import DecodeError
-from ferroload_loader._batch import build_batch
-from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
+from ferroload_loader._batch import finish_batch, prepare_batch
+from ferroload_loader._fields import BatchState, ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import ResolvedSource, resolve_source
@@ -182,13 +182,12 @@ class FerroLoader:
         with contextlib.suppress(Exception):
             self.close()
 
-    def _build(
-        self, items: npt.NDArray[np.int64], seed: int, epoch: int
-    ) -> tuple[dict[str, Any], list[DecodeError]]:
+    def _prepare(self, items: npt.NDArray[np.int64], seed: int, epoch: int) -> BatchState:
+        return prepare_batch(self.source, self.fields, items, seed=seed, epoch=epoch)
+
+    def _finish(self, state: BatchState) -> tuple[dict[str, Any], list[DecodeError]]:
         t0 = time.perf_counter()
-        batch, errors = build_batch(
-            self.source, self.fields, items, seed=seed, epoch=epoch, on_error=self.on_error
-        )
+        batch, errors = finish_batch(state, self.fields, on_error=self.on_error)
         if self.out == "torch":
             batch = to_torch(batch, pin=self.pin_memory)
         self.stats.build_seconds += time.perf_counter() - t0
@@ -208,8 +207,16 @@ class FerroLoader:
 
 
 class _Prefetcher:
-    """Builds the batches of one iteration, in order, ahead of the consumer, within a
-    byte budget (a batch is always allowed when nothing is queued)."""
+    """Builds the batches of one iteration, in order, ahead of the consumer.
+
+    Two threads: a reader fetches the ids, metadata and payloads of the next batches
+    (`prepare`, mostly Python and page-cache reads) while a builder decodes the current
+    one on the decode pool (`finish`, GIL released); so the decode threads never wait for
+    reads. Built batches wait within a byte budget (one is always allowed when none is
+    waiting); at most `READ_AHEAD` batches are read ahead of the builder.
+    """
+
+    READ_AHEAD = 2
 
     def __init__(
         self, loader: FerroLoader, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int
@@ -217,26 +224,56 @@ class _Prefetcher:
         self._loader = loader
         self._queue: deque[tuple[Any, int]] = deque()
         self._bytes = 0
+        self._read: deque[Any] = deque()
         self._cond = threading.Condition()
         self._stopped = False
-        self._thread = threading.Thread(
-            target=self._run, args=(batches, seed, epoch), name="ferroload-prefetch", daemon=True
+        self._n = len(batches)
+        self._reader = threading.Thread(
+            target=self._read_ahead, args=(batches, seed, epoch), name="ferroload-read",
+            daemon=True,
+        )  # fmt: skip
+        self._builder = threading.Thread(
+            target=self._build, args=(batches,), name="ferroload-prefetch", daemon=True
         )
-        self._thread.start()
+        self._reader.start()
+        self._builder.start()
 
-    def _run(self, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int) -> None:
-        budget = self._loader.prefetch_bytes
+    def _read_ahead(self, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int) -> None:
         for items in batches:
-            cost = self._loader.estimate_bytes(items)
             with self._cond:
-                while not self._stopped and self._queue and self._bytes + cost > budget:
+                while not self._stopped and len(self._read) >= self.READ_AHEAD:
                     self._cond.wait()
                 if self._stopped:
                     return
             try:
-                result: Any = self._loader._build(items, seed, epoch)
-            except BaseException as exc:  # delivered to the consumer, raised there
+                result: Any = self._loader._prepare(items, seed, epoch)
+            except BaseException as exc:  # handed on, raised in the consumer
                 result = exc
+            with self._cond:
+                self._read.append(result)
+                self._cond.notify_all()
+            if isinstance(result, BaseException):
+                return
+
+    def _build(self, batches: list[npt.NDArray[np.int64]]) -> None:
+        budget = self._loader.prefetch_bytes
+        for items in batches:
+            cost = self._loader.estimate_bytes(items)
+            with self._cond:
+                while not self._stopped and (
+                    not self._read or (self._queue and self._bytes + cost > budget)
+                ):
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                state = self._read.popleft()
+                self._cond.notify_all()
+            result: Any = state
+            if not isinstance(state, BaseException):
+                try:
+                    result = self._loader._finish(state)
+                except BaseException as exc:  # handed on, raised in the consumer
+                    result = exc
             with self._cond:
                 self._queue.append((result, cost))
                 self._bytes += cost
@@ -249,7 +286,7 @@ class _Prefetcher:
     def take(self) -> tuple[dict[str, Any], list[DecodeError]]:
         with self._cond:
             while not self._queue:
-                if not self._thread.is_alive():
+                if not self._builder.is_alive():
                     raise RuntimeError("the prefetch thread stopped without a batch")
                 self._cond.wait(timeout=0.5)
             result, cost = self._queue.popleft()
@@ -264,10 +301,12 @@ class _Prefetcher:
         with self._cond:
             self._stopped = True
             self._queue.clear()
+            self._read.clear()
             self._bytes = 0
             self._cond.notify_all()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+        for thread in (self._reader, self._builder):
+            if thread is not threading.current_thread():
+                thread.join(timeout=30)
 
 
 def _require_torch() -> None:
