@@ -44,3 +44,18 @@ def test_bench_codec_quick_run_measures_every_figure(tmp_path: Path) -> None:
     assert set(data) >= {"meta", "cases", "goals"}
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
     assert "GOALS" in res.stdout
+
+
+@pytest.mark.slow
+def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "loader.json"
+    cmd = [sys.executable, "benchmarks/bench_loader.py", "--quick", "--no-stock",
+           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data) >= {"meta", "sets", "goals"}
+    assert len(data["goals"]) == 7
+    assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
+    # whatever the timings, every system must deliver the same samples
+    assert all(g["pass"] for g in data["goals"] if "same samples" in g["goal"])
