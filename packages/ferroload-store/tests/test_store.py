@@ -179,3 +179,21 @@ def test_range_file_reads_like_a_file(store: Store) -> None:
         buf = bytearray(3)
         assert f.readinto(buf) == 3
         assert bytes(buf) == b"456"
+
+
+def test_a_file_truncated_after_it_was_mapped_reports_truncation(tmp_path: Path) -> None:
+    """Local ranges are served from a memory map; a truncated file must not crash (SIGBUS)."""
+    store = open_store(tmp_path)
+    store.put("f", bytes(range(256)) * 64)
+    views = store.get_ranges("f", [0, 10_000], [10, 10])  # maps the file
+    assert bytes(views[1]) == (bytes(range(256)) * 64)[10_000:10_010]
+    with open(tmp_path / "f", "r+b") as f:
+        f.truncate(5000)
+    with pytest.raises(ObjectTruncatedError) as info:
+        store.get_ranges("f", [0, 10_000], [10, 10])
+    assert info.value.size == 5000
+    assert bytes(store.get_ranges("f", [100], [5])[0]) == bytes(range(100, 105))
+    with open(tmp_path / "f", "r+b") as f:
+        f.truncate(0)
+    with pytest.raises(ObjectTruncatedError):
+        store.get_ranges("f", [0], [1])

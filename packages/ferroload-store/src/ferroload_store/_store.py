@@ -111,8 +111,16 @@ class _OpenFile:
         self.mapped: mmap.mmap | None = None
 
     def mapping(self) -> mmap.mmap | None:
-        """The whole file mapped read-only (None for an empty file); made on first use."""
-        if self.mapped is None and os.fstat(self.fd).st_size:
+        """The whole file mapped read-only (None for an empty file).
+
+        Made on first use, and made again when the file's size changed: touching a page
+        past the end of a file truncated after it was mapped would kill the process
+        (SIGBUS), so every use checks the size first (one `fstat`).
+        """
+        size = os.fstat(self.fd).st_size
+        if self.mapped is not None and len(self.mapped) != size:
+            self.mapped = None  # views handed out earlier keep the old map alive
+        if self.mapped is None and size:
             self.mapped = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         return self.mapped
 
@@ -433,9 +441,10 @@ class Store:
         starts: npt.ArrayLike,
         lengths: npt.ArrayLike,
     ) -> list[memoryview]:
-        """Ranges of a local file as zero-copy views of its memory map: no system call and
-        no copy per range (the page cache serves them). Shards are immutable; a file
-        truncated by someone else *while mapped* would fault on access (SIGBUS)."""
+        """Ranges of a local file as zero-copy views of its memory map: one `fstat` per
+        call, no system call and no copy per range (the page cache serves them). A file
+        truncated since it was mapped is mapped again at its new size, so the ranges past
+        its end are reported as truncated instead of faulting."""
         with self._errors(path, "range read of"):
             f = self._acquire(path)
             try:
