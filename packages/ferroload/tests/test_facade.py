@@ -21,15 +21,18 @@ def test_public_api_is_importable() -> None:
     assert ferroload.FerroloadError is ferroload_store.FerroloadError
 
 
-def test_design_quickstart_runs_as_written(tmp_path: Path) -> None:
+def _jpeg() -> bytes:
     import io
 
-    import torch
     from PIL import Image
 
     buf = io.BytesIO()
     Image.new("RGB", (300, 240), (200, 30, 30)).save(buf, "JPEG")
-    jpg_bytes = buf.getvalue()
+    return buf.getvalue()
+
+
+def test_design_quickstart_runs_as_written(tmp_path: Path) -> None:
+    jpg_bytes = _jpeg()
     root = str(tmp_path / "ds")
     w = ferroload.Writer(root, "demo")
     w.declare("image", "jpg", "tensor", "image")
@@ -46,6 +49,13 @@ def test_design_quickstart_runs_as_written(tmp_path: Path) -> None:
     ).fetchall()
     assert rows == [("s0000",)]
 
+
+def test_design_quickstart_loader_part(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="out='torch' needs the torch extra")
+    root = str(tmp_path / "ds")
+    with ferroload.Writer(root, "demo") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        w.add("s0000", {"image": _jpeg()}, {"label": 3, "caption": "a cat"})
     dl = ferroload.make_loader(
         root, batch_size=64, images=["image"], meta=["label"], resize=(224, 224), out="torch"
     )
