@@ -502,6 +502,7 @@ class ImageDecoder:
         out: npt.NDArray[np.uint8] | None = None,
         sample_ids: Sequence[str] | None = None,
         on_error: OnError = "raise",
+        meanwhile: Callable[[], None] | None = None,
     ) -> DecodedBatch:
         """Decode many images into one NHWC array on the thread pool.
 
@@ -511,6 +512,8 @@ class ImageDecoder:
             sample_ids: names for errors, one per item.
             on_error: `raise` the first error (by index), or `skip` (zero-fill, report in
                 the result) or `warn` (skip and log a warning per failed image).
+            meanwhile: work for the calling thread to do while the pool's other threads
+                start decoding (a loader reads its next batch there); it runs once.
 
         Raises:
             ValueError: without a fixed `size`, or for an `out` of the wrong shape.
@@ -546,7 +549,7 @@ class ImageDecoder:
                 errors[i] = exc
                 out[i] = 0
 
-        self.pool.run(n, one)
+        self.pool.run(n, one, meanwhile=meanwhile)
         failed = tuple(e for e in errors if e is not None)
         ok = np.fromiter((e is None for e in errors), dtype=np.bool_, count=n)
         if failed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,9 +57,17 @@ def prepare_batch(
 
 
 def finish_batch(
-    batch: BatchState, fields: Sequence[Field], *, on_error: OnError
+    batch: BatchState,
+    fields: Sequence[Field],
+    *,
+    on_error: OnError,
+    meanwhile: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], list[Any]]:
     """The decoding half: decode into the batch arrays, then leave failed items out.
+
+    `meanwhile` runs in this thread while the decode pool's other threads work on the
+    first decoded column (or after the columns, when none uses the pool); it must not
+    raise.
 
     Returns:
         The batch (column name -> array or list; `sample_id` always) and the errors of the
@@ -68,8 +76,12 @@ def finish_batch(
     Raises:
         DecodeError: the first failure, with `on_error="raise"`.
     """
+    batch.meanwhile = meanwhile
     for f in fields:
         f.fill(batch)
+    leftover = batch.take_meanwhile()
+    if leftover is not None:
+        leftover()
     columns: dict[str, Any] = {"sample_id": batch.sample_ids, **batch.columns}
     if batch.ok.all():
         return columns, []

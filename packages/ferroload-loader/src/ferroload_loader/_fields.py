@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,12 @@ class BatchState:
     errors: list[DecodeError] = field(default_factory=list)
     columns: dict[str, Any] = field(default_factory=dict)
     payloads: dict[str, list[Any]] = field(default_factory=dict)
+    meanwhile: Callable[[], None] | None = None
+
+    def take_meanwhile(self) -> Callable[[], None] | None:
+        """The work to overlap with this batch's decoding (given to one decoder only)."""
+        work, self.meanwhile = self.meanwhile, None
+        return work
 
     def fail(self, slots: npt.NDArray[np.int64], errors: Sequence[DecodeError]) -> None:
         self.ok[slots] = False
@@ -133,7 +139,9 @@ class ImageField(_DecodedField):
         self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
     ) -> None:
         ids = [batch.sample_ids[i] for i in slots.tolist()]
-        res = self.decoder.decode_batch(payloads, out=out, sample_ids=ids, on_error="skip")
+        res = self.decoder.decode_batch(
+            payloads, out=out, sample_ids=ids, on_error="skip", meanwhile=batch.take_meanwhile()
+        )
         if res.errors:
             batch.fail(slots[~res.ok], res.errors)
 
@@ -197,7 +205,7 @@ class VideoField(_DecodedField):
                 failed.append((i, exc))
                 out[i] = 0
 
-        self.pool.run(len(payloads), one)
+        self.pool.run(len(payloads), one, meanwhile=batch.take_meanwhile())
         if failed:
             failed.sort(key=lambda t: t[0])
             batch.fail(slots[[i for i, _ in failed]], [e for _, e in failed])
@@ -208,6 +216,9 @@ class MetaField(Field):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # per dataset: the whole column as numpy when it is numeric without nulls (then a
+        # batch is one fancy index), else None (a batch takes from the Arrow column)
+        self._numeric: dict[int, npt.NDArray[Any] | None] = {}
 
     def check(self, ds: Dataset) -> None:
         if self.name not in ds.metadata_columns:
@@ -221,23 +232,35 @@ class MetaField(Field):
     def item_bytes(self) -> int:
         return 8
 
+    def _as_numpy(self, d: int, ds: Dataset) -> npt.NDArray[Any] | None:
+        if d not in self._numeric:
+            values = to_values(ds.column(self.name))
+            self._numeric[d] = values if isinstance(values, np.ndarray) else None
+        return self._numeric[d]
+
     def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
-        pieces, order = [], []
+        parts = []
         for d, slots, pos in source.split(batch.items):
-            pieces.append(source.datasets[d].column(self.name, pos))
-            order.append(slots)
-        arr = (
-            pieces[0]
-            if len(pieces) == 1
-            else pa.concat_arrays([p.cast(pieces[0].type) for p in pieces]).take(
-                pa.array(np.argsort(np.concatenate(order)))
+            ds = source.datasets[d]
+            numeric = self._as_numpy(d, ds)
+            parts.append(
+                (slots, numeric[pos] if numeric is not None else ds.column(self.name, pos))
             )
-        )
-        batch.payloads[self.name] = [arr]
+        batch.payloads[self.name] = parts
 
     def fill(self, batch: BatchState) -> None:
-        (arr,) = batch.payloads.pop(self.name)
-        batch.columns[self.name] = to_values(arr)
+        parts = batch.payloads.pop(self.name)
+        if len(parts) == 1:
+            _, values = parts[0]
+            batch.columns[self.name] = (
+                values if isinstance(values, np.ndarray) else to_values(values)
+            )
+            return
+        # a mixture: several datasets, one column in batch order
+        arrays = [pa.array(v) if isinstance(v, np.ndarray) else v for _, v in parts]
+        merged = pa.concat_arrays([a.cast(arrays[0].type) for a in arrays])
+        order = np.argsort(np.concatenate([slots for slots, _ in parts]))
+        batch.columns[self.name] = to_values(merged.take(pa.array(order)))
 
 
 def to_values(arr: pa.Array) -> Any:

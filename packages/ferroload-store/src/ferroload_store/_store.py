@@ -405,11 +405,11 @@ class Store:
             ObjectTruncatedError: if the object ends before one of the ranges does;
                 `end` is the first offset past the data that could not be read.
         """
+        if self._root is not None:
+            return self._mapped_ranges(path, starts, lengths)
         plan = coalesce_ranges(starts, lengths, max_gap=max_gap, max_read=max_read)
         if plan.num_reads == 0:
             return []
-        if self._root is not None:
-            return self._mapped_ranges(path, plan.starts, plan.lengths, starts, lengths)
         rs, rl = plan.starts.tolist(), plan.lengths.tolist()
         with self._errors(path, "range read of"):
             got = obstore.get_ranges(self._obstore(), self._key(path), starts=rs, lengths=rl)
@@ -434,12 +434,7 @@ class Store:
         ]
 
     def _mapped_ranges(
-        self,
-        path: str,
-        read_starts: npt.NDArray[np.int64],
-        read_lengths: npt.NDArray[np.int64],
-        starts: npt.ArrayLike,
-        lengths: npt.ArrayLike,
+        self, path: str, starts: npt.ArrayLike, lengths: npt.ArrayLike
     ) -> list[memoryview]:
         """Ranges of a local file as zero-copy views of its memory map: one `fstat` per
         call, no system call and no copy per range (the page cache serves them). A file
@@ -458,8 +453,10 @@ class Store:
         beyond = np.flatnonzero(e > size)
         if len(beyond):
             self._truncated(path, int(e[beyond[0]]), size)
-        # requests in the sense of the object stores: one per coalesced region touched
-        self.stats.add_read(len(read_starts), int(read_lengths.sum()))
+        if not len(s):
+            return []
+        # one request: the whole call is served from one mapping
+        self.stats.add_read(1, int((e - s).sum()))
         if mapped is None:
             return [memoryview(b"") for _ in range(len(s))]
         view = memoryview(mapped)
