@@ -1,21 +1,44 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ferroload_format import Dataset, Writer
+from ferroload_store.testing import MotoServer
+
+#: The bucket every S3 test writes to, each under its own fresh prefix.
+BUCKET = "ferroload-format-tests"
 
 
-@pytest.fixture(params=["local", "memory"])
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    """moto's S3 server, started once for the session, with `BUCKET` created."""
+    with MotoServer() as server:
+        server.create_bucket(BUCKET)
+        yield server
+
+
+@pytest.fixture(params=["local", "memory", pytest.param("s3", marks=pytest.mark.s3)])
 def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh dataset root on each backend that needs no service."""
+    """A fresh dataset root on each backend: local disk, memory, and S3 (moto).
+
+    For S3 the moto server's settings are in the `AWS_*` environment variables for the
+    test (obstore reads them), so tests open the URI without `storage_options`, as a
+    user with configured credentials would.
+    """
     if request.param == "local":
         return str(tmp_path / "ds")
-    return f"memory://format-tests-{uuid.uuid4().hex}/ds"
+    if request.param == "memory":
+        return f"memory://format-tests-{uuid.uuid4().hex}/ds"
+    moto: MotoServer = request.getfixturevalue("moto")
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    for name, value in moto.environ().items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{BUCKET}/{uuid.uuid4().hex}/ds"
 
 
 @pytest.fixture

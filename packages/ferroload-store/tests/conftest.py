@@ -1,16 +1,47 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ferroload_store import Store, open_store
+from ferroload_store.testing import MotoServer
+
+#: The bucket every S3 test writes to, each under its own fresh prefix.
+BUCKET = "ferroload-store-tests"
 
 
-@pytest.fixture(params=["local", "memory"])
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    """moto's S3 server, started once for the session, with `BUCKET` created."""
+    with MotoServer() as server:
+        server.create_bucket(BUCKET)
+        yield server
+
+
+@pytest.fixture
+def s3_options(moto: MotoServer) -> dict[str, Any]:
+    """`storage_options` for the moto server."""
+    return moto.storage_options()
+
+
+@pytest.fixture
+def s3_uri(moto: MotoServer) -> str:
+    """A fresh, empty prefix of the test bucket."""
+    return f"s3://{BUCKET}/{uuid.uuid4().hex}"
+
+
+@pytest.fixture(params=["local", "memory", pytest.param("s3", marks=pytest.mark.s3)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """An empty store on each backend that needs no service."""
+    """An empty store on each backend: local disk, memory, and S3 (moto)."""
     if request.param == "local":
         return open_store(tmp_path / "root")
-    return open_store(f"memory://store-tests-{uuid.uuid4().hex}/root")
+    if request.param == "memory":
+        return open_store(f"memory://store-tests-{uuid.uuid4().hex}/root")
+    moto: MotoServer = request.getfixturevalue("moto")
+    return open_store(
+        f"s3://{BUCKET}/{uuid.uuid4().hex}/root", storage_options=moto.storage_options()
+    )

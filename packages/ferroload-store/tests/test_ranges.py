@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ferroload_store import coalesce_ranges
+from ferroload_store import coalesce_ranges, split_reads
 
 ranges = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)), min_size=0, max_size=60)
 
@@ -57,3 +57,37 @@ def test_max_read_splits_long_runs() -> None:
 def test_bad_input(starts: list[int], lengths: list[int]) -> None:
     with pytest.raises(ValueError, match=r"lengths|non-negative"):
         coalesce_ranges(starts, lengths)
+
+
+reads = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 5_000)), min_size=0, max_size=40)
+
+
+@given(reads, st.integers(1, 3_000))
+def test_parts_tile_every_read_exactly(rs: list[tuple[int, int]], part_size: int) -> None:
+    starts = [s for s, _ in rs]
+    lengths = [n for _, n in rs]
+    parts = split_reads(starts, lengths, part_size)
+    assert np.all(np.diff(parts.read_of) >= 0)
+    for r, (s, n) in enumerate(rs):
+        mine = parts.read_of == r
+        ps, pl, po = parts.starts[mine], parts.lengths[mine], parts.offset_in_read[mine]
+        # Adjacent, in order, covering [s, s + n) exactly, as few as part_size allows.
+        assert ps[0] == s and po[0] == 0
+        assert np.all(ps[1:] == ps[:-1] + pl[:-1])
+        assert np.all(ps - s == po)
+        assert pl.sum() == n
+        assert len(ps) == max(1, -(-n // part_size))
+        assert np.all(pl <= part_size)
+        assert pl.max() - pl.min() <= 1  # equal to a byte
+
+
+def test_split_example_and_errors() -> None:
+    parts = split_reads([0], [40 << 20], 8 << 20)
+    assert parts.num_parts == 5
+    assert parts.lengths.tolist() == [8 << 20] * 5
+    empty = split_reads([], [], 10)
+    assert empty.num_parts == 0
+    with pytest.raises(ValueError, match="part_size"):
+        split_reads([0], [10], 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        split_reads([0], [-1], 10)

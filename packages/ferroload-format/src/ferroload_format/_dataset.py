@@ -446,6 +446,12 @@ class Dataset:
         lengths = self._index.modality(modality).length
         return lengths if self._rows is None else lengths[self._rows]
 
+    def offsets(self, modality: str) -> npt.NDArray[np.int64]:
+        """For every position, where `modality`'s bytes start in its shard (with `sizes`
+        and `shard_of`, the byte range a loader's read-ahead plans with)."""
+        offsets = self._index.modality(modality).offset
+        return offsets if self._rows is None else offsets[self._rows]
+
     def shard_of(self) -> npt.NDArray[np.int32]:
         """For every position, the index in `manifest.shards` of the shard holding it."""
         codes = self._index.shard_codes()

@@ -18,12 +18,14 @@ from ferroload_codec import DecodeError
 from ferroload_loader._batch import finish_batch, prepare_batch
 from ferroload_loader._fields import BatchState, ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
+from ferroload_loader._readahead import ReadAhead, plan_blocks
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import ResolvedSource, resolve_source
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PREFETCH_BYTES = 512 << 20
+DEFAULT_READAHEAD_BYTES = 256 << 20
 Out = Literal["torch", "numpy"]
 _END = object()
 
@@ -70,6 +72,7 @@ class FerroLoader:
         out: Out = "torch",
         pin_memory: bool = False,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+        readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
         on_error: OnError = "raise",
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -80,6 +83,8 @@ class FerroLoader:
             raise ValueError(f"on_error must be raise, skip or warn, got {on_error!r}")
         if not isinstance(prefetch_bytes, int) or prefetch_bytes < 0:
             raise ValueError(f"prefetch_bytes must be a non-negative int, got {prefetch_bytes!r}")
+        if not isinstance(readahead_bytes, int) or readahead_bytes < 0:
+            raise ValueError(f"readahead_bytes must be a non-negative int, got {readahead_bytes!r}")
         if out == "torch":
             _require_torch()
         self.source = source
@@ -90,6 +95,7 @@ class FerroLoader:
         self.out: Out = out
         self.pin_memory = pin_memory
         self.prefetch_bytes = prefetch_bytes
+        self.readahead_bytes = readahead_bytes
         self.on_error: OnError = on_error
         self.stats = LoaderStats()
         self._item_bytes = sum(f.item_bytes() for f in self.fields)
@@ -155,7 +161,8 @@ class FerroLoader:
         items = self._rank_items()
         batches = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
         self.close()
-        worker = _Prefetcher(self, batches, self.sampler.seed, self.sampler.epoch)
+        readahead = self._readahead(batches)
+        worker = _Prefetcher(self, batches, self.sampler.seed, self.sampler.epoch, readahead)
         self._worker = worker
         try:
             for items in batches:
@@ -181,6 +188,16 @@ class FerroLoader:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+    def _readahead(self, batches: list[npt.NDArray[np.int64]]) -> ReadAhead | None:
+        """A read-ahead over the blocks `batches` read, for datasets with a block cache
+        (remote ones); None for local data."""
+        modalities = {m.name for d in self.source.datasets for m in d.modalities}
+        names = [f.name for f in self.fields if f.name in modalities]
+        plan = plan_blocks(self.source, names, batches)
+        if plan is None or self.readahead_bytes == 0:
+            return None
+        return ReadAhead(plan, self.readahead_bytes)
 
     def _prepare(self, items: npt.NDArray[np.int64], seed: int, epoch: int) -> BatchState:
         return prepare_batch(self.source, self.fields, items, seed=seed, epoch=epoch)
@@ -221,9 +238,16 @@ class _Prefetcher:
     """
 
     def __init__(
-        self, loader: FerroLoader, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int
+        self,
+        loader: FerroLoader,
+        batches: list[npt.NDArray[np.int64]],
+        seed: int,
+        epoch: int,
+        readahead: ReadAhead | None = None,
     ) -> None:
         self._loader = loader
+        self._readahead = readahead
+        self._prepared = 0
         self._queue: deque[tuple[Any, int]] = deque()
         self._bytes = 0
         self._cond = threading.Condition()
@@ -238,6 +262,10 @@ class _Prefetcher:
             return self._loader._prepare(items, seed, epoch)
         except BaseException as exc:  # handed on, raised in the consumer in its turn
             return exc
+        finally:
+            if self._readahead is not None:
+                self._readahead.done(self._prepared)
+            self._prepared += 1
 
     def _run(self, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int) -> None:
         budget = self._loader.prefetch_bytes
@@ -293,6 +321,8 @@ class _Prefetcher:
             self._queue.clear()
             self._bytes = 0
             self._cond.notify_all()
+        if self._readahead is not None:
+            self._readahead.stop()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
 
@@ -338,6 +368,7 @@ def make_loader(
     where: str | None = None,
     threads: int | None = None,
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
+    readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
     streaming: bool = False,
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
     pin_memory: bool = False,
@@ -366,6 +397,8 @@ def make_loader(
         where: a SQL WHERE clause over the index (see `Dataset.subset`).
         threads: decode threads (default: the CPUs available).
         prefetch_bytes: bytes of built batches held ahead of the consumer.
+        readahead_bytes: for remote datasets, bytes of cache blocks fetched ahead of the
+            batch builder in the epoch's known order (0 turns read-ahead off).
         streaming: read shard by shard: shards in a shuffled order, then a seeded shuffle
             buffer of `shuffle_buffer` items.
         shuffle_buffer: items in the streaming shuffle buffer.
@@ -399,7 +432,8 @@ def make_loader(
     )  # fmt: skip
     return FerroLoader(
         resolved, fields, sampler, batch_size=batch_size, drop_last=drop_last, out=out,
-        pin_memory=pin_memory, prefetch_bytes=prefetch_bytes, on_error=on_error,
+        pin_memory=pin_memory, prefetch_bytes=prefetch_bytes,
+        readahead_bytes=readahead_bytes, on_error=on_error,
     )  # fmt: skip
 
 

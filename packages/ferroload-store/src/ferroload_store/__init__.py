@@ -3,7 +3,9 @@
 Built on obstore. `open_store(uri)` gives a `Store` rooted at a local path, a
 `memory://name` store shared within the process, or an `s3://`, `gs://`, `az://` or
 `https://` prefix. Reads of several byte ranges of one object are coalesced
-(`Store.get_ranges`); the commit primitive is `Store.put_if_absent`.
+(`Store.get_ranges`); on object stores they run as parallel, retried requests tuned by
+`IOOptions`. The commit primitive is `Store.put_if_absent`. `ferroload_store.testing`
+holds a moto S3 server and a fault-injecting proxy for tests and benchmarks.
 
 Every ferroload error derives from `FerroloadError` (defined in ferroload-core,
 re-exported here).
@@ -12,23 +14,32 @@ re-exported here).
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core import FerroloadError
+from ferroload_store._cache import BlockCache, CacheStats
 from ferroload_store._errors import (
+    CacheConfigError,
+    CacheError,
+    InvalidCacheKeyError,
     InvalidURIError,
     ObjectExistsError,
     ObjectNotFoundError,
     ObjectTruncatedError,
     StoreError,
+    StoreTimeoutError,
     UnsupportedOperationError,
 )
 from ferroload_store._file import RangeFile
+from ferroload_store._options import DEFAULT_PART_SIZE, IOOptions
 from ferroload_store._ranges import (
     DEFAULT_MAX_GAP,
     DEFAULT_MAX_READ,
     CoalescedRanges,
+    ReadParts,
     coalesce_ranges,
+    split_reads,
 )
-from ferroload_store._store import ObjectInfo, ObjectWriter, Store, StoreStats, open_store
+from ferroload_store._store import ObjectInfo, Store, StoreStats, open_store
 from ferroload_store._uri import ParsedURI, parse_uri
+from ferroload_store._writers import ObjectWriter
 
 try:
     __version__ = version("ferroload-store")
@@ -38,8 +49,15 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 __all__ = [
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_READ",
+    "DEFAULT_PART_SIZE",
+    "BlockCache",
+    "CacheConfigError",
+    "CacheError",
+    "CacheStats",
     "CoalescedRanges",
     "FerroloadError",
+    "IOOptions",
+    "InvalidCacheKeyError",
     "InvalidURIError",
     "ObjectExistsError",
     "ObjectInfo",
@@ -48,12 +66,15 @@ __all__ = [
     "ObjectWriter",
     "ParsedURI",
     "RangeFile",
+    "ReadParts",
     "Store",
     "StoreError",
     "StoreStats",
+    "StoreTimeoutError",
     "UnsupportedOperationError",
     "__version__",
     "coalesce_ranges",
     "open_store",
     "parse_uri",
+    "split_reads",
 ]

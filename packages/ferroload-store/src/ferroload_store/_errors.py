@@ -54,3 +54,33 @@ class ObjectTruncatedError(StoreError, EOFError):
 
 class UnsupportedOperationError(StoreError, NotImplementedError):
     """The backend cannot do what was asked (for example a conditional put)."""
+
+
+class CacheError(StoreError):
+    """The block cache's directory cannot be created, read or written.
+
+    `path` is the cache directory; point `FERROLOAD_CACHE_DIR` (or `BlockCache(directory)`)
+    at a writable local directory to fix it.
+    """
+
+
+class CacheConfigError(FerroloadError, ValueError):
+    """A block cache setting (size, block size, `FERROLOAD_CACHE_SIZE`) is invalid."""
+
+
+class InvalidCacheKeyError(FerroloadError, ValueError):
+    """A block cache key that `BlockCache.key` could not have made (not lowercase hex)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"invalid block cache key {key!r}: expected 16 to 128 lowercase hex digits, "
+            "as made by BlockCache.key(...)"
+        )
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """A request to an object store took longer than its timeout, on every attempt.
+
+    Raise `IOOptions(timeout=…)` (or `connect_timeout`) for slow links.
+    """

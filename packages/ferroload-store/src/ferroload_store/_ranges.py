@@ -118,3 +118,68 @@ def _split_oversized(
             read_ends.append(b)
         read_id[i] = len(read_starts) - 1
     return read_id, np.asarray(read_starts, dtype=np.int64), np.asarray(read_ends, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class ReadParts:
+    """Reads cut into parts that are fetched in parallel.
+
+    Attributes:
+        starts: start offset of each part; the parts of one read are adjacent and in order.
+        lengths: length of each part.
+        read_of: for each part, the index of the read it belongs to (ascending).
+        offset_in_read: for each part, where it starts inside its read.
+    """
+
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    read_of: npt.NDArray[np.int64]
+    offset_in_read: npt.NDArray[np.int64]
+
+    @property
+    def num_parts(self) -> int:
+        """How many requests the parts take."""
+        return len(self.starts)
+
+
+def split_reads(starts: npt.ArrayLike, lengths: npt.ArrayLike, part_size: int) -> ReadParts:
+    """Cut every read longer than `part_size` into parts of about `part_size` bytes.
+
+    A read of `n` bytes becomes `ceil(n / part_size)` parts of equal length (to a byte),
+    so that none is much shorter than the others; shorter reads, and empty ones, stay
+    one part.
+
+    Args:
+        starts: start offset of each read.
+        lengths: length of each read.
+        part_size: the largest part, in bytes.
+
+    Returns:
+        The parts, and for each the read it belongs to and where it sits inside it.
+
+    Raises:
+        ValueError: if the inputs differ in length or hold negative values, or
+            `part_size` is not positive.
+
+    Examples:
+        >>> parts = split_reads([0, 100], [40, 10], part_size=16)
+        >>> parts.starts.tolist(), parts.lengths.tolist(), parts.read_of.tolist()
+        ([0, 14, 27, 100], [14, 13, 13, 10], [0, 0, 0, 1])
+    """
+    s = np.asarray(starts, dtype=np.int64).reshape(-1)
+    n = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if s.shape != n.shape:
+        raise ValueError(f"starts and lengths differ in length ({len(s)} != {len(n)})")
+    if len(s) and (s.min() < 0 or n.min() < 0):
+        raise ValueError("read starts and lengths must be non-negative")
+    if isinstance(part_size, bool) or int(part_size) != part_size or part_size <= 0:
+        raise ValueError(f"part_size must be a positive int, got {part_size!r}")
+    count = np.maximum(1, -(-n // int(part_size)))
+    read_of = np.repeat(np.arange(len(s), dtype=np.int64), count)
+    first = np.cumsum(count) - count
+    j = np.arange(len(read_of), dtype=np.int64) - first[read_of]
+    base = (n // count)[read_of]
+    extra = (n % count)[read_of]
+    part_len = base + (j < extra)
+    offset = j * base + np.minimum(j, extra)
+    return ReadParts(s[read_of] + offset, part_len, read_of, offset)

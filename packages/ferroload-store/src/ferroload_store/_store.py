@@ -5,23 +5,31 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import obstore
 import obstore.exceptions as obx
+from obstore.store import HTTPStore as _ObHTTPStore
 from obstore.store import LocalStore as _ObLocalStore
 from obstore.store import MemoryStore as _ObMemoryStore
 
+from ferroload_store._backend import (
+    duration_text,
+    obstore_kwargs,
+    obstore_retry_config,
+    open_obstore,
+    user_sets_retry_config,
+)
 from ferroload_store._errors import (
     ObjectExistsError,
     ObjectNotFoundError,
@@ -30,8 +38,11 @@ from ferroload_store._errors import (
     UnsupportedOperationError,
 )
 from ferroload_store._file import RangeFile
-from ferroload_store._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_READ, coalesce_ranges
+from ferroload_store._options import IOOptions
+from ferroload_store._ranges import DEFAULT_MAX_READ, coalesce_ranges
+from ferroload_store._remote import RemoteEngine, check_not_forked, mark_runtime_used, translate
 from ferroload_store._uri import ParsedURI, parse_uri
+from ferroload_store._writers import LocalFileWriter, ObjectWriter, ObstoreWriter
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +73,9 @@ class StoreStats:
     """Request and byte counters of one `Store` (reads, writes, listings).
 
     Useful to check that reads are coalesced: `get_requests` counts every request that
-    fetched bytes, whatever its size.
+    fetched bytes, whatever its size (a read split into parts counts each part).
+    `retries` counts the requests to an object store that failed transiently and were
+    made again (see [`IOOptions`][ferroload_store.IOOptions]).
     """
 
     get_requests: int = 0
@@ -72,6 +85,7 @@ class StoreStats:
     list_requests: int = 0
     head_requests: int = 0
     delete_requests: int = 0
+    retries: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_read(self, requests: int, nbytes: int) -> None:
@@ -125,85 +139,39 @@ class _OpenFile:
         return self.mapped
 
 
-class ObjectWriter(Protocol):
-    """A stream that becomes one object when closed; nothing is visible before `close`."""
-
-    def write(self, data: bytes | bytearray | memoryview) -> int: ...
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-
-
-class _LocalFileWriter:
-    """Writes a temporary file beside the target and renames it into place on close."""
-
-    def __init__(self, target: Path, stats: StoreStats) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._target = target
-        self._tmp = target.with_name(f"{target.name}.tmp-{secrets.token_hex(6)}")
-        self._file = open(self._tmp, "wb")  # noqa: SIM115  (closed in close/abort)
-        self._stats = stats
-        self._written = 0
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        n = self._file.write(data)
-        self._written += n
-        return n
-
-    def close(self) -> None:
-        if self._file.closed:
-            return
-        self._file.close()
-        os.replace(self._tmp, self._target)
-        self._stats.add(put_requests=1, bytes_written=self._written)
-
-    def abort(self) -> None:
-        if not self._file.closed:
-            self._file.close()
-        self._tmp.unlink(missing_ok=True)
-
-
-class _ObstoreWriter:
-    """Buffered multipart upload through obstore; abandoned uploads are never completed."""
-
-    def __init__(self, store: Any, key: str, stats: StoreStats) -> None:
-        self._writer = obstore.open_writer(store, key)
-        self._stats = stats
-        self._written = 0
-        self._done = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        n = int(self._writer.write(data))
-        self._written += n
-        return n
-
-    def close(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._writer.close()
-        self._stats.add(put_requests=1, bytes_written=self._written)
-
-    def abort(self) -> None:
-        # obstore has no explicit abort: an unclosed multipart upload never becomes an object.
-        self._done = True
-
-
 class Store:
     """A dataset root on local disk, in memory, or in an object store.
 
     Paths given to methods are keys relative to the root, `/`-separated. Writes go through
     obstore (atomic put and put-if-absent on every backend); reads of local files use
-    positional reads on cached file descriptors, which are two orders of magnitude cheaper
-    per call than a round trip through obstore's runtime.
+    positional reads and memory maps of cached file descriptors, which are two orders of
+    magnitude cheaper per call than a round trip through obstore's runtime. Requests to an
+    object store run in parallel under a concurrency limit, with retries and timeouts, as
+    its [`IOOptions`][ferroload_store.IOOptions] say.
+
+    A store pickles to its URI and options (for worker processes). obstore cannot make
+    requests in a process forked after it made some: use the `spawn` or `forkserver`
+    start method for workers that read object stores.
 
     Create one with [`open_store`][ferroload_store.open_store].
     """
 
-    def __init__(self, parsed: ParsedURI, *, storage_options: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        parsed: ParsedURI,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        io: IOOptions | None = None,
+    ):
         self._parsed = parsed
         self._storage_options = dict(storage_options or {})
+        self._io = io if io is not None else IOOptions()
+        if not isinstance(self._io, IOOptions):
+            raise TypeError(f"io must be an IOOptions, got {type(io).__name__}")
         self._ob: Any = None
         self._ob_lock = threading.Lock()
+        self._remote: RemoteEngine | None = None
+        self._writer_ob: Any = None
         self._fds: OrderedDict[str, _OpenFile] = OrderedDict()
         self._fd_lock = threading.Lock()
         self.stats = StoreStats()
@@ -212,10 +180,19 @@ class Store:
             with _MEMORY_LOCK:
                 self._ob = _MEMORY_STORES.setdefault(parsed.location, _ObMemoryStore())
         elif parsed.kind == "object":
-            try:
-                self._ob = obstore.store.from_url(parsed.location, **self._storage_options)
-            except (obx.BaseError, ValueError, TypeError) as exc:
-                raise StoreError(f"cannot open {parsed.uri}: {exc}", uri=parsed.uri) from exc
+            kwargs = obstore_kwargs(parsed.location, self._storage_options, self._io)
+            client = kwargs["client_options"]
+            timeouts = (
+                f"timeout={duration_text(client.get('timeout'))}, "
+                f"connect_timeout={duration_text(client.get('connect_timeout'))}"
+            )
+            self._remote = RemoteEngine(
+                lambda: open_obstore(parsed, kwargs),
+                uri=parsed.uri,
+                io=self._io,
+                stats=self.stats,
+                timeouts=timeouts,
+            )
 
     # ------------------------------------------------------------------ identity
 
@@ -238,11 +215,18 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
 
+    @property
+    def io(self) -> IOOptions:
+        """How this store reads from an object store (ignored by local and memory stores)."""
+        return self._io
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"parsed": self._parsed, "storage_options": self._storage_options}
+        return {"parsed": self._parsed, "storage_options": self._storage_options, "io": self._io}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["parsed"], storage_options=state["storage_options"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["parsed"], storage_options=state["storage_options"], io=state.get("io")
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -251,6 +235,9 @@ class Store:
 
     def _obstore(self) -> Any:
         """The obstore store (for local roots created on first write, with the directory)."""
+        if self._remote is not None:
+            return self._remote.store
+        mark_runtime_used()
         if self._ob is None:
             with self._ob_lock:
                 if self._ob is None:
@@ -260,26 +247,13 @@ class Store:
 
     def _translate(self, exc: BaseException, path: str, action: str) -> StoreError:
         """The ferroload error for a backend or OS error raised while doing `action`."""
-        where = f"{self.uri}/{path}"
-        if isinstance(exc, StoreError):
-            return exc
-        if isinstance(exc, (obx.NotFoundError, FileNotFoundError, NotADirectoryError)):
-            return ObjectNotFoundError(f"{where} does not exist", uri=self.uri, path=path)
-        if isinstance(exc, (obx.AlreadyExistsError, FileExistsError)):
-            return ObjectExistsError(f"{where} already exists", uri=self.uri, path=path)
-        if isinstance(exc, obx.NotSupportedError):
-            return UnsupportedOperationError(
-                f"{action} is not supported by the backend of {self.uri}: {exc}",
-                uri=self.uri,
-                path=path,
-            )
-        return StoreError(f"{action} {where} failed: {exc}", uri=self.uri, path=path)
+        return translate(exc, uri=self.uri, path=path, action=action)
 
     @contextmanager
     def _errors(self, path: str, action: str) -> Iterator[None]:
         try:
             yield
-        except (obx.BaseError, OSError) as exc:
+        except (obx.BaseError, OSError, NotImplementedError) as exc:
             translated = self._translate(exc, path, action)
             if translated is exc:
                 raise
@@ -324,7 +298,9 @@ class Store:
                     os.close(f.fd)
 
     def close(self) -> None:
-        """Close cached file descriptors (the store stays usable)."""
+        """Close cached file descriptors and stop I/O threads (the store stays usable)."""
+        if self._remote is not None:
+            self._remote.close()
         with self._fd_lock:
             paths = list(self._fds)
         for path in paths:
@@ -342,11 +318,17 @@ class Store:
         Raises:
             ObjectNotFoundError: if it does not exist.
         """
-        with self._errors(path, "get"):
-            if self._root is not None:
-                data = (self._root / path).read_bytes()
-            else:
-                data = obstore.get(self._obstore(), self._key(path)).bytes().to_bytes()
+        if self._remote is not None:
+            key = self._key(path)
+            data = self._remote.call(
+                lambda ob: obstore.get(ob, key).bytes().to_bytes(), path, "get"
+            )
+        else:
+            with self._errors(path, "get"):
+                if self._root is not None:
+                    data = (self._root / path).read_bytes()
+                else:
+                    data = obstore.get(self._obstore(), self._key(path)).bytes().to_bytes()
         self.stats.add_read(1, len(data))
         return data
 
@@ -357,6 +339,11 @@ class Store:
             ObjectNotFoundError: if the object does not exist.
             ObjectTruncatedError: if the object ends before `start + length`.
         """
+        if self._remote is not None:
+            (buf,), size = self._remote.read(self._key(path), path, [start], [length])
+            if size is not None:
+                self._truncated(path, start + length, size)
+            return buf if isinstance(buf, bytes) else bytes(buf)
         try:
             if self._root is not None:
                 f = self._acquire(path)
@@ -391,14 +378,24 @@ class Store:
         starts: npt.ArrayLike,
         lengths: npt.ArrayLike,
         *,
-        max_gap: int = DEFAULT_MAX_GAP,
+        max_gap: int | None = None,
         max_read: int = DEFAULT_MAX_READ,
     ) -> list[memoryview]:
         """Read many ranges of one object with as few requests as possible.
 
         Ranges closer than `max_gap` are merged into one read (see
         [`coalesce_ranges`][ferroload_store.coalesce_ranges]); the result holds one
-        zero-copy view per input range, in input order.
+        zero-copy view per input range, in input order. On an object store, merged
+        reads longer than `IOOptions.part_size` are fetched as parallel parts, and every
+        request runs under the store's concurrency limit and retry policy.
+
+        Args:
+            path: the object's key.
+            starts: start offset of each range.
+            lengths: length of each range.
+            max_gap: largest gap read through to merge two ranges; `IOOptions.max_gap`
+                (64 KiB by default) when not given.
+            max_read: largest merged read.
 
         Raises:
             ObjectNotFoundError: if the object does not exist.
@@ -407,14 +404,19 @@ class Store:
         """
         if self._root is not None:
             return self._mapped_ranges(path, starts, lengths)
-        plan = coalesce_ranges(starts, lengths, max_gap=max_gap, max_read=max_read)
+        gap = self._io.max_gap if max_gap is None else max_gap
+        plan = coalesce_ranges(starts, lengths, max_gap=gap, max_read=max_read)
         if plan.num_reads == 0:
             return []
         rs, rl = plan.starts.tolist(), plan.lengths.tolist()
-        with self._errors(path, "range read of"):
-            got = obstore.get_ranges(self._obstore(), self._key(path), starts=rs, lengths=rl)
-            bufs = [b.to_bytes() for b in got]
-        self.stats.add_read(len(bufs), sum(len(b) for b in bufs))
+        size: int | None = None
+        if self._remote is not None:
+            bufs, size = self._remote.read(self._key(path), path, rs, rl)
+        else:
+            with self._errors(path, "range read of"):
+                got = obstore.get_ranges(self._obstore(), self._key(path), starts=rs, lengths=rl)
+                bufs = [b.to_bytes() for b in got]
+            self.stats.add_read(len(bufs), sum(len(b) for b in bufs))
         views = [memoryview(b) for b in bufs]
         ends = np.asarray(plan.offset_in_read) + np.asarray(lengths, dtype=np.int64).reshape(-1)
         got_len = np.asarray([len(b) for b in bufs], dtype=np.int64)[plan.read_of]
@@ -422,7 +424,8 @@ class Store:
         if short.any():
             i = int(np.flatnonzero(short)[0])
             read = int(plan.read_of[i])
-            self._truncated(path, int(rs[read] + ends[i]), int(rs[read] + got_len[i]))
+            end = int(rs[read] + ends[i])
+            self._truncated(path, end, size if size is not None else int(rs[read] + got_len[i]))
         return [
             views[r][o : o + n]
             for r, o, n in zip(
@@ -477,6 +480,9 @@ class Store:
             ObjectNotFoundError: if it does not exist.
         """
         self.stats.add(head_requests=1)
+        if self._remote is not None:
+            key = self._key(path)
+            return self._info(self._remote.call(lambda ob: obstore.head(ob, key), path, "head"))
         with self._errors(path, "head"):
             if self._root is not None:
                 st = (self._root / path).stat()
@@ -517,37 +523,110 @@ class Store:
             kwargs["offset"] = self._key(offset)
         # obstore lists whole path segments: ask for the "directory", filter the rest here.
         directory = prefix[: prefix.rfind("/") + 1]
-        with self._errors(prefix, "list"):
-            chunks = obstore.list(self._obstore(), self._key(directory) or None, **kwargs)
-            out = [self._info(m) for chunk in chunks for m in chunk]
+        list_prefix = self._key(directory) or None
+        if self._remote is not None:
+            metas = self._remote.call(
+                lambda ob: [m for chunk in obstore.list(ob, list_prefix, **kwargs) for m in chunk],
+                prefix,
+                "list",
+            )
+        else:
+            with self._errors(prefix, "list"):
+                chunks = obstore.list(self._obstore(), list_prefix, **kwargs)
+                metas = [m for chunk in chunks for m in chunk]
+        out = [self._info(m) for m in metas]
         return sorted((o for o in out if o.path.startswith(prefix)), key=lambda o: o.path)
 
     # ------------------------------------------------------------------ writes
 
     def put(self, path: str, data: bytes | bytearray | memoryview) -> None:
         """Write an object atomically, replacing any object at `path`."""
-        with self._errors(path, "put"):
-            obstore.put(self._obstore(), self._key(path), bytes(data))
+        payload = bytes(data)
+        if self._remote is not None:
+            key = self._key(path)
+            self._remote.call(lambda ob: obstore.put(ob, key, payload), path, "put")
+        else:
+            with self._errors(path, "put"):
+                obstore.put(self._obstore(), self._key(path), payload)
         self.stats.add(put_requests=1, bytes_written=len(data))
 
     def put_if_absent(self, path: str, data: bytes | bytearray | memoryview) -> None:
         """Create an object only if nothing exists at `path` (atomic, never a rename).
 
         This is the commit primitive: of several concurrent callers, exactly one succeeds.
+        On an object store it is a conditional put (`If-None-Match: *` on S3). When an
+        attempt fails in a way that leaves open whether it landed (a dropped connection,
+        a 5xx) and its retry then finds an object at `path`, the object is read back: if
+        it holds exactly `data`, the earlier attempt landed and the call succeeds.
 
         Raises:
             ObjectExistsError: if an object already exists at `path`.
-            UnsupportedOperationError: if the backend has no conditional put.
+            UnsupportedOperationError: if the backend has no conditional put (plain
+                HTTP(S) servers).
         """
-        with self._errors(path, "put-if-absent"):
-            obstore.put(self._obstore(), self._key(path), bytes(data), mode="create")
-        self.stats.add(put_requests=1, bytes_written=len(data))
+        payload = bytes(data)
+        if self._remote is None:
+            with self._errors(path, "put-if-absent"):
+                obstore.put(self._obstore(), self._key(path), payload, mode="create")
+            self.stats.add(put_requests=1, bytes_written=len(payload))
+            return
+        if isinstance(self._remote.store, _ObHTTPStore):
+            raise UnsupportedOperationError(
+                f"put_if_absent is not supported by {self.uri}: plain HTTP(S) servers have no "
+                "conditional put (the commit primitive); write datasets to a local path or "
+                "an object store (s3://, gs://, az://) and serve them over HTTP read-only",
+                uri=self.uri,
+                path=path,
+            )
+        key = self._key(path)
+        attempts = 0
+
+        def attempt(ob: Any) -> None:
+            nonlocal attempts
+            attempts += 1
+            obstore.put(ob, key, payload, mode="create")
+
+        try:
+            self._remote.call(attempt, path, "put-if-absent")
+        except ObjectExistsError:
+            # Retried (only transient failures are): did the attempt that failed land?
+            if attempts < 2 or self._remote_get_or_none(path) != payload:
+                raise
+            logger.info("put-if-absent of %s/%s landed on an attempt that failed", self.uri, path)
+        self.stats.add(put_requests=1, bytes_written=len(payload))
+
+    def _remote_get_or_none(self, path: str) -> bytes | None:
+        try:
+            return self.get(path)
+        except ObjectNotFoundError:
+            return None
 
     def open_writer(self, path: str) -> ObjectWriter:
-        """A stream that becomes the object at `path` on `close()`; `abort()` drops it."""
+        """A stream that becomes the object at `path` on `close()`; `abort()` drops it.
+
+        On an object store the stream is a multipart upload; its requests are retried by
+        obstore itself (`IOOptions.retries` times, with the same backoff), and are not
+        counted in `stats.retries`.
+        """
         if self._root is not None:
-            return _LocalFileWriter(self._root / path, self.stats)
-        return _ObstoreWriter(self._obstore(), self._key(path), self.stats)
+            return LocalFileWriter(self._root / path, self.stats)
+        if self._remote is None:
+            return ObstoreWriter(self._obstore(), self._key(path), self.stats)
+        check_not_forked(self.uri)
+        mark_runtime_used()
+        return ObstoreWriter(self._writer_store(), self._key(path), self.stats)
+
+    def _writer_store(self) -> Any:
+        """An obstore store that retries on its own, for multipart uploads (a stream
+        cannot be replayed from here)."""
+        pid = os.getpid()
+        with self._ob_lock:
+            if self._writer_ob is None or self._writer_ob[0] != pid:
+                kwargs = obstore_kwargs(self._parsed.location, self._storage_options, self._io)
+                if not user_sets_retry_config(self._storage_options):
+                    kwargs["retry_config"] = obstore_retry_config(self._io)
+                self._writer_ob = (pid, open_obstore(self._parsed, kwargs))
+            return self._writer_ob[1]
 
     def delete(self, paths: str | Sequence[str]) -> None:
         """Delete objects; missing ones are ignored."""
@@ -565,33 +644,53 @@ class Store:
                         target.parent.rmdir()
                 continue
             try:
-                with self._errors(key, "delete"):
-                    obstore.delete(self._obstore(), self._key(key))
+                if self._remote is not None:
+                    self._remote.call(partial(_delete, key=self._key(key)), key, "delete")
+                else:
+                    with self._errors(key, "delete"):
+                        obstore.delete(self._obstore(), self._key(key))
             except ObjectNotFoundError:
                 pass
 
 
+def _delete(ob: Any, key: str) -> None:
+    obstore.delete(ob, key)
+
+
 def open_store(
-    uri: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None
+    uri: str | os.PathLike[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    io: IOOptions | None = None,
 ) -> Store:
     """Open the storage root that `uri` names.
 
     Args:
         uri: a local path, `file://…`, `memory://name/prefix`, `s3://bucket/prefix`,
-            `gs://…`, `az://…` (or another Azure form obstore accepts), or `https://…`.
-        storage_options: backend options passed to obstore (credentials, endpoint,
-            region, …), with the keys obstore's `from_url` accepts.
+            `gs://…`, `az://…` (or another Azure form obstore accepts), or `https://…`
+            (read-only).
+        storage_options: obstore configuration for object stores: credentials,
+            `endpoint`, `region`, `skip_signature`, …, as obstore's `from_url` takes them.
+            HTTP client keys (`allow_http`, `timeout`, `proxy_url`, …) may sit among them
+            or under `client_options`; `retry_config` passes through to obstore (which
+            then retries on its own as well). Unset keys come from the environment
+            (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as obstore reads them.
+        io: concurrency, part size, retries and timeouts of object-store requests
+            (defaults: [`IOOptions()`][ferroload_store.IOOptions]).
 
     Returns:
         A `Store` rooted at `uri`.
 
     Raises:
         InvalidURIError: if the URI has an unknown scheme or is empty.
+        StoreError: if obstore rejects the URI or the storage options.
 
     Examples:
         >>> store = open_store("memory://docs/example")
         >>> store.put("a.txt", b"hello")
         >>> store.get("a.txt")
         b'hello'
+        >>> open_store("memory://docs/example", io=IOOptions(max_concurrency=4)).io.max_concurrency
+        4
     """
-    return Store(parse_uri(uri), storage_options=storage_options)
+    return Store(parse_uri(uri), storage_options=storage_options, io=io)
