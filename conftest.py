@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 from hypothesis import settings
+
+# Remote stores cache blocks under FERROLOAD_CACHE_DIR: never in the user's cache folder.
+if "FERROLOAD_CACHE_DIR" not in os.environ:
+    os.environ["FERROLOAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="ferroload-test-cache-")
 
 # The CI machine is shared and noisy: a slow example is not a failure.
 settings.register_profile("ferroload", deadline=None, max_examples=100)

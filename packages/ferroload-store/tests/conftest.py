@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ferroload_store import Store, open_store
+from ferroload_store import BlockCache, Store, open_store
 from ferroload_store.testing import MotoServer
 
 #: The bucket every S3 test writes to, each under its own fresh prefix.
@@ -34,14 +34,25 @@ def s3_uri(moto: MotoServer) -> str:
     return f"s3://{BUCKET}/{uuid.uuid4().hex}"
 
 
-@pytest.fixture(params=["local", "memory", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture(
+    params=[
+        "local",
+        "memory",
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("s3-cached", marks=pytest.mark.s3),
+    ]
+)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """An empty store on each backend: local disk, memory, and S3 (moto)."""
+    """An empty store on each backend: local disk, memory, and S3 (moto), the last both
+    with range reads straight from the server and through a block cache."""
     if request.param == "local":
         return open_store(tmp_path / "root")
     if request.param == "memory":
         return open_store(f"memory://store-tests-{uuid.uuid4().hex}/root")
     moto: MotoServer = request.getfixturevalue("moto")
+    cache = BlockCache(tmp_path / "cache", max_bytes=1 << 30, block_size=4096)
     return open_store(
-        f"s3://{BUCKET}/{uuid.uuid4().hex}/root", storage_options=moto.storage_options()
+        f"s3://{BUCKET}/{uuid.uuid4().hex}/root",
+        storage_options=moto.storage_options(),
+        cache=cache if request.param == "s3-cached" else None,
     )

@@ -42,7 +42,12 @@ def proxied(
     with FaultProxy(*moto.address, **faults) as proxy:
         yield (
             proxy,
-            open_store(uri, storage_options=moto.storage_options(endpoint=proxy.endpoint), io=io),
+            open_store(
+                uri,
+                storage_options=moto.storage_options(endpoint=proxy.endpoint),
+                io=io,
+                cache=None,
+            ),
         )
 
 
@@ -51,7 +56,7 @@ def blob(n: int, seed: int = 0) -> bytes:
 
 
 def test_round_trip_and_listing(s3_uri: str, s3_options: dict[str, Any]) -> None:
-    store = open_store(s3_uri, storage_options=s3_options)
+    store = open_store(s3_uri, storage_options=s3_options, cache=None)
     store.put("d/a", b"alpha")
     store.put("d/b", b"beta")
     info = store.head("d/a")
@@ -79,7 +84,9 @@ def test_coalesced_ranges_take_one_request(moto: MotoServer, s3_uri: str) -> Non
         proxy.reset_stats()
         store.get_ranges("obj", [0, 600_000], [10, 10])
         assert proxy.stats().forwarded == 2
-    gapless = open_store(s3_uri, storage_options=moto.storage_options(), io=IOOptions(max_gap=0))
+    gapless = open_store(
+        s3_uri, storage_options=moto.storage_options(), io=IOOptions(max_gap=0), cache=None
+    )
     gapless.get_ranges("obj", [0, 20, 40], [10, 10, 10])
     assert gapless.stats.get_requests == 3
 
@@ -126,7 +133,7 @@ def test_concurrency_is_bounded_per_store(moto: MotoServer, s3_uri: str) -> None
 
 
 def test_put_if_absent_has_one_winner_on_s3(s3_uri: str, s3_options: dict[str, Any]) -> None:
-    store = open_store(s3_uri, storage_options=s3_options)
+    store = open_store(s3_uri, storage_options=s3_options, cache=None)
     for round_ in range(5):
         wins: list[int] = []
         barrier = threading.Barrier(6)
@@ -153,8 +160,8 @@ def _race(store: Store, key: str, i: int, barrier: threading.Barrier, wins: list
 
 def test_put_if_absent_sends_a_real_condition(s3_uri: str, s3_options: dict[str, Any]) -> None:
     """Two stores (two processes' worth of clients) and no local lock: S3 decides."""
-    a = open_store(s3_uri, storage_options=s3_options)
-    b = open_store(s3_uri, storage_options=s3_options)
+    a = open_store(s3_uri, storage_options=s3_options, cache=None)
+    b = open_store(s3_uri, storage_options=s3_options, cache=None)
     a.put_if_absent("v1", b"from a")
     with pytest.raises(ObjectExistsError) as info:
         b.put_if_absent("v1", b"from b")
@@ -189,7 +196,7 @@ def test_put_if_absent_survives_a_lost_answer(moto: MotoServer, s3_uri: str) -> 
 
 
 def test_open_writer_uploads_in_parts(s3_uri: str, s3_options: dict[str, Any]) -> None:
-    store = open_store(s3_uri, storage_options=s3_options)
+    store = open_store(s3_uri, storage_options=s3_options, cache=None)
     data = blob(12 * MiB, seed=3)
     w = store.open_writer("multi")
     for i in range(0, len(data), 3 * MiB):
@@ -205,7 +212,7 @@ def test_open_writer_uploads_in_parts(s3_uri: str, s3_options: dict[str, Any]) -
 
 
 def test_truncated_objects_say_where(s3_uri: str, s3_options: dict[str, Any]) -> None:
-    store = open_store(s3_uri, storage_options=s3_options, io=IOOptions(part_size=1000))
+    store = open_store(s3_uri, storage_options=s3_options, io=IOOptions(part_size=1000), cache=None)
     store.put("short", bytes(2500))
     with pytest.raises(ObjectTruncatedError) as info:
         store.get_range("short", 2000, 1000)  # the end is missing
@@ -221,7 +228,7 @@ def test_truncated_objects_say_where(s3_uri: str, s3_options: dict[str, Any]) ->
 
 
 def test_missing_objects(s3_uri: str, s3_options: dict[str, Any]) -> None:
-    store = open_store(s3_uri, storage_options=s3_options)
+    store = open_store(s3_uri, storage_options=s3_options, cache=None)
     for call in (
         lambda: store.get("nope"),
         lambda: store.get_range("nope", 0, 10),
@@ -237,7 +244,7 @@ def test_missing_objects(s3_uri: str, s3_options: dict[str, Any]) -> None:
 
 def test_reads_survive_errors_and_dropped_connections(moto: MotoServer, s3_uri: str) -> None:
     data = blob(3 * MiB, seed=4)
-    open_store(s3_uri, storage_options=moto.storage_options()).put("obj", data)
+    open_store(s3_uri, storage_options=moto.storage_options(), cache=None).put("obj", data)
     io = IOOptions(part_size=256 * 1024, retries=10, backoff=0.001, max_backoff=0.005)
     with proxied(moto, s3_uri, io, error_rate=0.2, drop_rate=0.1, seed=7) as (proxy, store):
         for i in range(5):
@@ -264,7 +271,7 @@ def test_writes_survive_errors(moto: MotoServer, s3_uri: str) -> None:
             store.put(f"k{i}", str(i).encode())
             store.put_if_absent(f"c{i}", str(i).encode())
         store.delete([f"k{i}" for i in range(5)])
-    direct = open_store(s3_uri, storage_options=moto.storage_options())
+    direct = open_store(s3_uri, storage_options=moto.storage_options(), cache=None)
     assert [o.path for o in direct.list("")] == sorted(
         [f"c{i}" for i in range(10)] + [f"k{i}" for i in range(5, 10)]
     )
@@ -272,7 +279,9 @@ def test_writes_survive_errors(moto: MotoServer, s3_uri: str) -> None:
 
 
 def test_without_retries_the_error_names_the_object(moto: MotoServer, s3_uri: str) -> None:
-    open_store(s3_uri, storage_options=moto.storage_options()).put("shard-0.tar", b"x" * 100)
+    open_store(s3_uri, storage_options=moto.storage_options(), cache=None).put(
+        "shard-0.tar", b"x" * 100
+    )
     with proxied(moto, s3_uri, IOOptions(retries=0), error_rate=1.0) as (proxy, store):
         with pytest.raises(StoreError) as info:
             store.get_range("shard-0.tar", 0, 10)
@@ -302,7 +311,7 @@ def test_permanent_errors_are_not_retried(moto: MotoServer, s3_uri: str) -> None
 
 
 def test_a_slow_server_times_out(moto: MotoServer, s3_uri: str) -> None:
-    open_store(s3_uri, storage_options=moto.storage_options()).put("slow", b"x" * 10)
+    open_store(s3_uri, storage_options=moto.storage_options(), cache=None).put("slow", b"x" * 10)
     io = IOOptions(timeout="200ms", retries=1, backoff=0.0, max_backoff=0.0)
     with proxied(moto, s3_uri, io, delay=1.0) as (proxy, store):
         with pytest.raises(StoreTimeoutError) as info:
@@ -321,11 +330,11 @@ def test_storage_options_are_normalised(moto: MotoServer, s3_uri: str) -> None:
     nested = {**opts, "client_options": {"allow_http": allow_http, "timeout": "20s"}}
     prefixed = {**opts, "aws_allow_http": "true"}
     for options in (nested, prefixed):
-        store = open_store(s3_uri, storage_options=options)
+        store = open_store(s3_uri, storage_options=options, cache=None)
         store.put("k", b"v")
         assert store.get("k") == b"v"
     with pytest.raises(StoreError, match="cannot open"):
-        open_store(s3_uri, storage_options={**opts, "no_such_option": 1})
+        open_store(s3_uri, storage_options={**opts, "no_such_option": 1}, cache=None)
 
 
 def test_settings_from_the_environment(
@@ -335,14 +344,14 @@ def test_settings_from_the_environment(
     store reads them itself (AWS_ALLOW_HTTP here)."""
     for name, value in moto.environ().items():
         monkeypatch.setenv(name, value)
-    store = open_store(s3_uri)
+    store = open_store(s3_uri, cache=None)
     store.put("env", b"1")
     assert store.get("env") == b"1"
 
 
 def test_store_pickles_with_its_options(moto: MotoServer, s3_uri: str) -> None:
     io = IOOptions(max_concurrency=3, part_size=1 * MiB)
-    store = open_store(s3_uri, storage_options=moto.storage_options(), io=io)
+    store = open_store(s3_uri, storage_options=moto.storage_options(), io=io, cache=None)
     store.put("p", b"payload")
     clone = pickle.loads(pickle.dumps(store))
     assert clone.io == io
@@ -360,7 +369,7 @@ def test_a_forked_child_fails_clearly(moto: MotoServer, s3_uri: str) -> None:
     """obstore's runtime does not survive fork(): a clear error, not a hang."""
     import multiprocessing
 
-    store = open_store(s3_uri, storage_options=moto.storage_options())
+    store = open_store(s3_uri, storage_options=moto.storage_options(), cache=None)
     store.put("p", b"payload")
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()

@@ -23,6 +23,8 @@ from ferroload_format._index import IndexColumns, ModalityArrays
 from ferroload_format._manifest import Manifest, Modality
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import (
+    BlockCache,
+    IOOptions,
     ObjectNotFoundError,
     ObjectTruncatedError,
     Store,
@@ -84,6 +86,8 @@ class Dataset:
         self._all_columns = ("sample_id", *self._modalities, *self._meta_names)
         self._len = manifest.num_samples if rows is None else len(rows)
         self._shard_paths = [s.path for s in manifest.shards]
+        # shards are immutable and uniquely named: size + version identify the content
+        self._shard_refs = [(s.size, f"v{s.version}-s{s.size}") for s in manifest.shards]
         self._resolved: dict[tuple[str, ...] | None, tuple[list[str], list[str]]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -99,6 +103,8 @@ class Dataset:
         version: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
         verify_checksums: bool = False,
+        io: IOOptions | None = None,
+        cache: BlockCache | Literal["default"] | None = "default",
     ) -> Dataset:
         """Open a dataset, reading only its manifest.
 
@@ -107,6 +113,10 @@ class Dataset:
             version: the version to open (default: the latest).
             storage_options: backend options for obstore (credentials, endpoint, …).
             verify_checksums: check every payload read against its recorded xxh3-64.
+            io: concurrency, retries and timeouts of object-store requests.
+            cache: the block cache of an object store's payload reads (`"default"`:
+                `FERROLOAD_CACHE_DIR`, else the user cache directory; None: no cache);
+                see `ferroload_store.open_store`.
 
         Raises:
             DatasetNotFoundError: if nothing is at `uri` (`NotADatasetError` if something
@@ -114,7 +124,7 @@ class Dataset:
             VersionNotFoundError: if `version` does not exist.
             UnsupportedFormatVersionError: if the dataset needs a newer ferroload.
         """
-        store = open_store(uri, storage_options=storage_options)
+        store = open_store(uri, storage_options=storage_options, io=io, cache=cache)
         return cls(store, read_manifest(store, version), verify_checksums=verify_checksums)
 
     # ----------------------------------------------------------------- description
@@ -339,10 +349,14 @@ class Dataset:
         order = np.argsort(codes, kind="stable")
         bounds = np.flatnonzero(np.diff(codes[order])) + 1
         for group in np.split(order, bounds):
-            shard = self._shard_paths[int(codes[group[0]])]
+            code = int(codes[group[0]])
+            shard = self._shard_paths[code]
+            size, tag = self._shard_refs[code]
             grows = sel[group]
             try:
-                views = self._store.get_ranges(shard, a.offset[grows], a.length[grows])
+                views = self._store.get_ranges(
+                    shard, a.offset[grows], a.length[grows], size=size, version=tag
+                )
             except (ObjectNotFoundError, ObjectTruncatedError) as exc:
                 raise self._read_error(exc, shard, grows, a) from exc
             for k, view in zip(present[group].tolist(), views, strict=True):
@@ -451,6 +465,11 @@ class Dataset:
         and `shard_of`, the byte range a loader's read-ahead plans with)."""
         offsets = self._index.modality(modality).offset
         return offsets if self._rows is None else offsets[self._rows]
+
+    def shard_ref(self, code: int) -> tuple[str, int, str]:
+        """(path, size, cache version) of shard `code` (a value of `shard_of`): what a
+        block cache needs to know about it, without a `HEAD`."""
+        return (self._shard_paths[code], *self._shard_refs[code])
 
     def shard_of(self) -> npt.NDArray[np.int32]:
         """For every position, the index in `manifest.shards` of the shard holding it."""

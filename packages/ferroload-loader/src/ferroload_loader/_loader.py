@@ -21,6 +21,7 @@ from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
 from ferroload_loader._readahead import ReadAhead, plan_blocks
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import ResolvedSource, resolve_source
+from ferroload_store import BlockCache
 
 logger = logging.getLogger(__name__)
 
@@ -376,6 +377,7 @@ def make_loader(
     rank: int | None = None,
     world_size: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    cache: BlockCache | Literal["default"] | None = "default",
 ) -> FerroLoader:
     """A loader of decoded batches: deterministic, elastic, resumable, no worker processes.
 
@@ -409,6 +411,8 @@ def make_loader(
         world_size: the number of ranks (default: torch.distributed, else
             `WORLD_SIZE`, else 1).
         storage_options: for URIs, as in `Dataset.open`.
+        cache: for URIs of object stores, the block cache of payload reads, as in
+            `Dataset.open` (`"default"`, a `ferroload_store.BlockCache`, or None).
 
     Examples:
         >>> import numpy as np
@@ -421,7 +425,7 @@ def make_loader(
         >>> [len(b["sample_id"]) for b in dl]
         [4, 4, 2]
     """
-    resolved = resolve_source(source, where=where, storage_options=storage_options)
+    resolved = resolve_source(source, where=where, storage_options=storage_options, cache=cache)
     fields = build_fields(
         resolved, images=images, audio=audio, video=video, meta=meta, resize=resize, crop=crop,
         threads=threads,

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ferroload_format import Dataset
 from ferroload_loader._source import ResolvedSource
 from ferroload_store import Store
 
@@ -58,13 +57,6 @@ class BlockPlan:
         return int(self.nbytes.sum())
 
 
-def cache_version(ds: Dataset, code: int) -> tuple[str, int, str]:
-    """(path, size, version tag) of shard `code` of `ds`: shards are immutable, named
-    uniquely by the writer, and their size is in the manifest, so no `HEAD` is needed."""
-    info = ds.manifest.shards[code]
-    return info.path, info.size, f"v{info.version}-s{info.size}"
-
-
 def plan_blocks(
     source: ResolvedSource,
     modalities: Sequence[str],
@@ -102,7 +94,7 @@ def plan_blocks(
             for code in np.unique(codes).tolist():
                 key = (d, code)
                 if key not in obj_id:
-                    path, size, version = cache_version(ds, code)
+                    path, size, version = ds.shard_ref(code)
                     obj_id[key] = len(objects)
                     objects.append(CachedObject(ds.store, path, size, version))
                 ids[codes == code] = obj_id[key]
@@ -124,7 +116,7 @@ def plan_blocks(
     uo, ub, first, last = o[starts], b[starts], t[starts], t[ends]
     sizes = np.asarray([objects[i].size for i in uo.tolist()], dtype=np.int64)
     bs_of = np.asarray([objects[i].store.block_size or 1 for i in uo.tolist()], dtype=np.int64)
-    nbytes = np.clip(sizes - ub * bs_of, 0, bs_of)
+    nbytes = np.clip(sizes - ub * bs_of, 0, bs_of).astype(np.int64)
     by_use = np.lexsort((ub, uo, first))
     return BlockPlan(objects, uo[by_use], ub[by_use], first[by_use], last[by_use], nbytes[by_use])
 

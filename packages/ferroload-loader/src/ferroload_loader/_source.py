@@ -128,6 +128,7 @@ def resolve_source(
     *,
     where: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    cache: Any = "default",
 ) -> ResolvedSource:
     """A URI, a Dataset (or view) or a Mixture, with `where` applied to each dataset."""
     if isinstance(source, Mixture):
@@ -136,7 +137,8 @@ def resolve_source(
     elif isinstance(source, Dataset):
         datasets, mixture = [source], None
     elif isinstance(source, str | os.PathLike):
-        datasets, mixture = [Dataset.open(source, storage_options=storage_options)], None
+        ds = Dataset.open(source, storage_options=storage_options, cache=cache)
+        datasets, mixture = [ds], None
     else:
         raise TypeError(
             f"source must be a URI, a Dataset or a mix(...), got {type(source).__name__}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,8 @@ from ferroload_store._backend import (
     open_obstore,
     user_sets_retry_config,
 )
+from ferroload_store._blocks import BlockReader, Fetch
+from ferroload_store._cache import BlockCache
 from ferroload_store._errors import (
     ObjectExistsError,
     ObjectNotFoundError,
@@ -162,7 +164,13 @@ class Store:
         *,
         storage_options: Mapping[str, Any] | None = None,
         io: IOOptions | None = None,
+        cache: BlockCache | Literal["default"] | None = "default",
     ):
+        if not (cache is None or cache == "default" or isinstance(cache, BlockCache)):
+            raise TypeError(f"cache must be a BlockCache, 'default' or None, got {cache!r}")
+        self._cache_spec = cache
+        self._blocks: BlockReader | None = None
+        self._versions: dict[str, tuple[int, str]] = {}
         self._parsed = parsed
         self._storage_options = dict(storage_options or {})
         self._io = io if io is not None else IOOptions()
@@ -221,12 +229,119 @@ class Store:
         return self._io
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"parsed": self._parsed, "storage_options": self._storage_options, "io": self._io}
+        return {
+            "parsed": self._parsed,
+            "storage_options": self._storage_options,
+            "io": self._io,
+            "cache": self._cache_spec,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["parsed"], storage_options=state["storage_options"], io=state.get("io")
+            state["parsed"],
+            storage_options=state["storage_options"],
+            io=state.get("io"),
+            cache=state.get("cache", "default"),
         )
+
+    # ------------------------------------------------------------------ block cache
+
+    def _block_reader(self) -> BlockReader | None:
+        """The block cache reader of an object store (made on first use: the default
+        cache directory is created only when a read needs it)."""
+        if self._remote is None or self._cache_spec is None:
+            return None
+        if self._blocks is None:
+            with self._ob_lock:
+                if self._blocks is None:
+                    spec = self._cache_spec
+                    cache = BlockCache.default() if isinstance(spec, str) else spec
+                    self._blocks = BlockReader(cache, self.uri)
+        return self._blocks
+
+    @property
+    def cache(self) -> BlockCache | None:
+        """The block cache that range reads of this object store go through (None for
+        local and memory stores, or when opened with `cache=None`)."""
+        reader = self._block_reader()
+        return reader.cache if reader is not None else None
+
+    @property
+    def block_size(self) -> int | None:
+        """The size of the blocks range reads fetch and cache (None without a cache)."""
+        reader = self._block_reader()
+        return reader.block_size if reader is not None else None
+
+    def _object_version(self, path: str, size: int | None, version: str | None) -> tuple[int, str]:
+        """(size, version) of an object for the cache: as given (the format layer knows
+        both from its manifest), else from one `HEAD` per object and process."""
+        if size is not None and version is not None:
+            return size, version
+        known = self._versions.get(path)
+        if known is None:
+            info = self.head(path)
+            tag = info.etag or info.last_modified.isoformat()
+            known = self._versions[path] = (info.size, tag)
+        return known
+
+    def _exact_fetch(self, path: str, size: int) -> Fetch:
+        """Fetch reads of `path` in full (split, parallel, retried), or raise
+        `ObjectTruncatedError` when the object is shorter than `size` says."""
+        assert self._remote is not None
+        remote, key = self._remote, self._key(path)
+
+        def fetch(starts: Sequence[int], lengths: Sequence[int]) -> list[Any]:
+            bufs, actual = remote.read(key, path, starts, lengths)
+            for s, n, b in zip(starts, lengths, bufs, strict=True):
+                if len(b) != n:
+                    self._truncated(path, s + n, actual if actual is not None else s + len(b))
+            return bufs
+
+        return fetch
+
+    def prefetch_blocks(
+        self,
+        path: str,
+        blocks: npt.ArrayLike,
+        *,
+        size: int | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Fetch blocks of `path` into the block cache ahead of a read (those cached
+        already cost a `stat` each); a no-op without a cache.
+
+        Args:
+            path: the object's key.
+            blocks: block indices (`offset // block_size`).
+            size: the object's size, when known (else one `HEAD` per object).
+            version: its version (ETag, generation, or a tag the caller guarantees
+                changes with the content), when known.
+        """
+        reader = self._block_reader()
+        if reader is None:
+            return
+        size, version = self._object_version(path, size, version)
+        wanted = np.unique(np.asarray(blocks, dtype=np.int64)).tolist()
+        reader.blocks(
+            path, wanted, size=size, version=version, fetch=self._exact_fetch(path, size),
+            keep=False,
+        )  # fmt: skip
+
+    def mark_cold_blocks(
+        self,
+        path: str,
+        blocks: npt.ArrayLike,
+        *,
+        size: int | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Tell the block cache that these blocks will not be read again soon (this
+        epoch): they are evicted before any other. A no-op without a cache."""
+        reader = self._block_reader()
+        if reader is None:
+            return
+        _, version = self._object_version(path, size, version)
+        reader.mark_cold(path, np.asarray(blocks, dtype=np.int64).tolist(), version=version)
 
     # ------------------------------------------------------------------ internals
 
@@ -380,6 +495,8 @@ class Store:
         *,
         max_gap: int | None = None,
         max_read: int = DEFAULT_MAX_READ,
+        size: int | None = None,
+        version: str | None = None,
     ) -> list[memoryview]:
         """Read many ranges of one object with as few requests as possible.
 
@@ -396,6 +513,14 @@ class Store:
             max_gap: largest gap read through to merge two ranges; `IOOptions.max_gap`
                 (64 KiB by default) when not given.
             max_read: largest merged read.
+            size: the object's size, when the caller knows it (object stores with a
+                block cache: saves a `HEAD`).
+            version: the object's version for the cache keys, when known (ETag, or a
+                tag that changes whenever the content does).
+
+        With a block cache (object stores, by default), the object is read in aligned
+        blocks of `block_size`: each block is fetched once, kept on local disk and
+        served from there; ranges within one block are zero-copy views of it.
 
         Raises:
             ObjectNotFoundError: if the object does not exist.
@@ -404,12 +529,15 @@ class Store:
         """
         if self._root is not None:
             return self._mapped_ranges(path, starts, lengths)
+        reader = self._block_reader()
+        if reader is not None:
+            return self._cached_ranges(reader, path, starts, lengths, size, version)
         gap = self._io.max_gap if max_gap is None else max_gap
         plan = coalesce_ranges(starts, lengths, max_gap=gap, max_read=max_read)
         if plan.num_reads == 0:
             return []
         rs, rl = plan.starts.tolist(), plan.lengths.tolist()
-        size: int | None = None
+        size = None
         if self._remote is not None:
             bufs, size = self._remote.read(self._key(path), path, rs, rl)
         else:
@@ -435,6 +563,26 @@ class Store:
                 strict=True,
             )
         ]
+
+    def _cached_ranges(
+        self,
+        reader: BlockReader,
+        path: str,
+        starts: npt.ArrayLike,
+        lengths: npt.ArrayLike,
+        size: int | None,
+        version: str | None,
+    ) -> list[memoryview]:
+        s = np.asarray(starts, dtype=np.int64).reshape(-1)
+        e = s + np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if not len(s):
+            return []
+        size, version = self._object_version(path, size, version)
+        beyond = np.flatnonzero(e > size)
+        if len(beyond):
+            self._truncated(path, int(e[beyond[0]]), size)
+        fetch = self._exact_fetch(path, size)
+        return reader.ranges(path, s, e, size=size, version=version, fetch=fetch)
 
     def _mapped_ranges(
         self, path: str, starts: npt.ArrayLike, lengths: npt.ArrayLike
@@ -662,6 +810,7 @@ def open_store(
     *,
     storage_options: Mapping[str, Any] | None = None,
     io: IOOptions | None = None,
+    cache: BlockCache | Literal["default"] | None = "default",
 ) -> Store:
     """Open the storage root that `uri` names.
 
@@ -677,6 +826,11 @@ def open_store(
             (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as obstore reads them.
         io: concurrency, part size, retries and timeouts of object-store requests
             (defaults: [`IOOptions()`][ferroload_store.IOOptions]).
+        cache: the block cache of an object store's range reads: `"default"`
+            ([`BlockCache.default()`][ferroload_store.BlockCache.default], configured by
+            `FERROLOAD_CACHE_DIR` / `FERROLOAD_CACHE_SIZE`, made on first use), a
+            `BlockCache`, or None to read ranges straight from the store. Local and
+            memory stores never cache.
 
     Returns:
         A `Store` rooted at `uri`.
@@ -693,4 +847,4 @@ def open_store(
         >>> open_store("memory://docs/example", io=IOOptions(max_concurrency=4)).io.max_concurrency
         4
     """
-    return Store(parse_uri(uri), storage_options=storage_options, io=io)
+    return Store(parse_uri(uri), storage_options=storage_options, io=io, cache=cache)

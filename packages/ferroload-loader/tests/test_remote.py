@@ -1,0 +1,187 @@
+"""Loading from an object store (moto S3): streaming through the block cache with the
+known-order read-ahead."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ferroload_format import Dataset, Writer
+from ferroload_loader import make_loader
+from ferroload_loader._readahead import plan_blocks
+from ferroload_loader._source import resolve_source
+from ferroload_store import BlockCache
+from ferroload_store.testing import FaultProxy, MotoServer
+
+pytestmark = pytest.mark.s3
+
+BS = 16 << 10
+
+
+def index_png(i: int, size: tuple[int, int]) -> bytes:
+    """A PNG whose pixels spell its index (R = i % 256, G = i // 256), padded with noise
+    rows so that shards span many cache blocks."""
+    import io
+
+    from PIL import Image
+
+    img = np.random.default_rng(i).integers(0, 256, (*size, 3), dtype=np.uint8)
+    img[0, 0] = (i % 256, i // 256, 7)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def decoded_index(images: np.ndarray) -> list[int]:
+    return (images[:, 0, 0, 0].astype(int) + 256 * images[:, 0, 0, 1].astype(int)).tolist()
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoServer]:
+    with MotoServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def remote(moto: MotoServer) -> tuple[str, dict[str, Any]]:
+    """600 samples (index-spelling PNGs with some padding so shards span many blocks)
+    in shards of ~200 KiB, on S3."""
+    options = moto.storage_options("loader")
+    uri = f"s3://loader/{uuid.uuid4().hex}"
+    with Writer(uri, "remote", shard_size=200 << 10, storage_options=options) as w:
+        w.declare("image", "png", "tensor", "image")
+        for i in range(600):
+            w.add(f"s{i:05d}", {"image": index_png(i, (24, 24))}, {"label": i % 5})
+    return uri, options
+
+
+def cache(tmp_path: Path, name: str = "cache", max_bytes: int = 256 << 20) -> BlockCache:
+    return BlockCache(tmp_path / name, max_bytes=max_bytes, block_size=BS)
+
+
+def epoch(dl: Any) -> list[int]:
+    """The samples of one epoch, by index (each image checked against its sample id)."""
+    out = []
+    for b in dl:
+        got = decoded_index(np.asarray(b["image"]))
+        assert got == [int(s[1:]) for s in b["sample_id"]]
+        out.extend(got)
+    return out
+
+
+def test_streaming_from_s3_delivers_every_sample_once_in_the_local_order(
+    remote: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    uri, options = remote
+    kw: dict[str, Any] = {"batch_size": 32, "images": ["image"], "resize": (24, 24), "meta": ["label"],
+                          "out": "numpy", "seed": 3, "streaming": True}  # fmt: skip
+    dl = make_loader(uri, storage_options=options, cache=cache(tmp_path), **kw)
+    got = epoch(dl)
+    assert sorted(got) == list(range(600))
+    # the order is a function of (seed, epoch) and the layout: the same as a local copy's
+    ds = Dataset.open(uri, storage_options=options, cache=None)
+    assert len(ds) == 600
+    local = tmp_path / "local"
+    with Writer(local, "remote", shard_size=200 << 10) as w:
+        w.declare("image", "png", "tensor", "image")
+        for i in range(600):
+            w.add(f"s{i:05d}", {"image": index_png(i, (24, 24))}, {"label": i % 5})
+    assert epoch(make_loader(str(local), **kw)) == got
+
+
+def test_first_batch_comes_before_the_first_shard_is_read_whole(
+    remote: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    uri, options = remote
+    dl = make_loader(
+        uri, batch_size=8, images=["image"], resize=(24, 24), out="numpy", streaming=True, shuffle_buffer=8,
+        storage_options=options, cache=cache(tmp_path), readahead_bytes=2 * BS,
+    )  # fmt: skip
+    store = dl.source.datasets[0].store
+    shard_size = min(s.size for s in dl.source.datasets[0].manifest.shards)
+    store.stats.reset()
+    it = iter(dl)
+    next(it)
+    assert store.stats.bytes_read < shard_size
+    dl.close()
+
+
+def test_readahead_fetches_in_order_within_budget_and_marks_blocks_cold(
+    remote: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    uri, options = remote
+    c = cache(tmp_path)
+    dl = make_loader(
+        uri, batch_size=16, images=["image"], resize=(24, 24), out="numpy", streaming=True,
+        storage_options=options, cache=c, readahead_bytes=4 * BS,
+    )  # fmt: skip
+    store = dl.source.datasets[0].store
+    batches = [b for b in np.array_split(dl._rank_items(), 600 // 16)]
+    plan = plan_blocks(resolve_source(dl.source.datasets[0]), ["image"], batches)
+    assert plan is not None
+    assert (np.diff(plan.first) >= 0).all()  # in order of first use
+    assert (plan.last >= plan.first).all()
+    total = plan.total_bytes
+    assert total == sum(s.size for s in dl.source.datasets[0].manifest.shards)
+    dl.source.datasets[0].column("sample_id")  # index columns: read before counting
+    store.stats.reset()
+    got = epoch(dl)
+    assert sorted(got) == list(range(600))
+    # every block fetched once, whoever fetched it
+    assert store.stats.bytes_read == total
+    # after the epoch every block was read for the last time: all of them are cold
+    entries = [p for p in c.directory.rglob("*") if p.is_file() and len(p.name) == 32]
+    assert entries and all(p.stat().st_mtime == 0 for p in entries)
+
+
+def test_second_epoch_reads_the_cache_without_requests(
+    remote: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    uri, options = remote
+    dl = make_loader(uri, batch_size=50, images=["image"], resize=(24, 24), out="numpy", streaming=True,
+                     storage_options=options, cache=cache(tmp_path))  # fmt: skip
+    store = dl.source.datasets[0].store
+    first = epoch(dl)
+    store.stats.reset()
+    dl.set_epoch(1)
+    second = epoch(dl)
+    assert sorted(second) == sorted(first) and second != first
+    assert store.stats.get_requests == 0
+
+
+def test_streaming_survives_faults_and_latency(
+    moto: MotoServer, remote: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    uri, _ = remote
+    from ferroload_store import IOOptions
+
+    with FaultProxy(*moto.address, delay=0.01, error_rate=0.1, drop_rate=0.05, seed=4) as proxy:
+        options = moto.storage_options(endpoint=proxy.endpoint)
+        ds = Dataset.open(uri, storage_options=options, cache=cache(tmp_path),
+                          io=IOOptions(retries=10, backoff=0.001))  # fmt: skip
+        dl = make_loader(
+            ds, batch_size=40, images=["image"], resize=(24, 24), out="numpy", streaming=True
+        )
+        assert sorted(epoch(dl)) == list(range(600))
+        assert ds.store.stats.retries > 0
+        assert proxy.stats().errors_injected + proxy.stats().drops_injected > 0
+
+
+def test_resume_mid_epoch_from_s3(remote: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+    uri, options = remote
+    kw: dict[str, Any] = {"batch_size": 20, "images": ["image"], "resize": (24, 24), "out": "numpy",
+                          "streaming": True, "storage_options": options, "seed": 9}  # fmt: skip
+    full = epoch(make_loader(uri, cache=cache(tmp_path, "a"), **kw))
+    dl = make_loader(uri, cache=cache(tmp_path, "b"), **kw)
+    it = iter(dl)
+    head = [i for _ in range(7) for i in decoded_index(np.asarray(next(it)["image"]))]
+    state = dl.state_dict()
+    dl.close()
+    resumed = make_loader(uri, cache=cache(tmp_path, "b"), **kw)
+    resumed.load_state_dict(state)
+    assert head + epoch(resumed) == full
