@@ -121,7 +121,7 @@ def test_readahead_fetches_in_order_within_budget_and_marks_blocks_cold(
         storage_options=options, cache=c, readahead_bytes=4 * BS,
     )  # fmt: skip
     store = dl.source.datasets[0].store
-    batches = [b for b in np.array_split(dl._rank_items(), 600 // 16)]
+    batches = list(np.array_split(dl._rank_items(), 600 // 16))
     plan = plan_blocks(resolve_source(dl.source.datasets[0]), ["image"], batches)
     assert plan is not None
     assert (np.diff(plan.first) >= 0).all()  # in order of first use

@@ -166,7 +166,7 @@ class BlockReader:
         b1 = np.where(nonempty, (ends - 1) // bs, b0)
         span = b1 - b0 + 1
         need = np.unique(
-            np.concatenate([np.arange(a, b + 1) for a, b in zip(b0[span > 1], b1[span > 1])] + [b0])
+            np.concatenate([np.arange(a, b + 1) for a, b in zip(b0[span > 1], b1[span > 1], strict=False)] + [b0])
         ) if (span > 1).any() else np.unique(b0)  # fmt: skip
         got = self.blocks(path, need.tolist(), size=size, version=version, fetch=fetch)
         out: list[memoryview] = []
