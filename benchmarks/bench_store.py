@@ -444,7 +444,7 @@ def _bench_set(
         **{
             f"wds_w{w}": {
                 **base, "kind": "wds", "workers": w,
-                "urls": [f"pipe:curl -s -f {proxy.endpoint}/{BUCKET}/{spec.key}/{s}" for s in shards],
+                "urls": [f"pipe:curl -s -f '{u}'" for u in _presigned(proxy.endpoint, spec.key, shards)],
             }
             for w in (0, 2)
         },
@@ -493,6 +493,25 @@ def _bench_ttfb(
     res["proxy"] = proxy.stats()
     res["dataset_bytes"] = nbytes
     return res
+
+
+def _presigned(endpoint: str, prefix: str, keys: list[str]) -> list[str]:
+    """Presigned GET URLs of the shards (how WebDataset users stream from a private
+    bucket with `pipe:curl`), addressed to the proxy."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )  # fmt: skip
+    return [
+        client.generate_presigned_url(
+            "get_object", Params={"Bucket": BUCKET, "Key": f"{prefix}/{k}"}, ExpiresIn=3600
+        )
+        for k in keys
+    ]
 
 
 def _goals(results: dict[str, Any]) -> None:

@@ -450,6 +450,18 @@ class Dataset:
             return arr if self._rows is None else arr.take(pa.array(self._rows))
         return arr.take(pa.array(self._rows_of(indices)))
 
+    def preload(self, columns: Sequence[str]) -> None:
+        """Read these index columns (and the shard of every row) now, together: one
+        ranged read per index part instead of one per column on first use. Loaders call
+        it before their first batch; it matters on object stores, where every read is a
+        round trip.
+
+        Raises:
+            ColumnNotFoundError: for an unknown column.
+        """
+        self._index.columns(list(dict.fromkeys(columns)))
+        self._index.shard_codes()
+
     def present(self, modality: str) -> npt.NDArray[np.bool_]:
         """For every position, whether the sample has `modality`."""
         mask = self._index.modality(modality).present

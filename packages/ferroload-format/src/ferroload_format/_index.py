@@ -26,7 +26,7 @@ from ferroload_format._types import (
     merge_types,
     type_name,
 )
-from ferroload_store import ObjectNotFoundError, Store
+from ferroload_store import ObjectNotFoundError, RangeFile, Store
 
 ROW_GROUP_SIZE = 65_536
 MODALITY_TYPE = pa.struct(
@@ -366,7 +366,11 @@ class ModalityArrays:
 
 
 def read_part_table(
-    store: Store, part: IndexPart, columns: Sequence[str] | None, **kwargs: Any
+    store: Store,
+    part: IndexPart,
+    columns: Sequence[str] | None,
+    files: dict[tuple[str, tuple[str, ...]], pq.ParquetFile] | None = None,
+    **kwargs: Any,
 ) -> pa.Table:
     """Read some columns of one part, from its published path or, failing that, staging.
 
@@ -379,8 +383,19 @@ def read_part_table(
             local = store.local_path(key)
             if local is not None:
                 return pq.read_table(local, columns=columns, memory_map=True, **kwargs)
-            with store.open_input(key) as f:
-                return pq.read_table(f, columns=columns, pre_buffer=True, **kwargs)
+            if files is None:
+                with RangeFile(store, key, size=part.size) as f:
+                    return pq.read_table(f, columns=columns, pre_buffer=True, **kwargs)
+            # remote: the footer is read once per part and kept; each later read fetches
+            # only the asked columns' chunks (coalesced by pre_buffer)
+            cache_key = (key, tuple(sorted(kwargs.get("read_dictionary", ()))))
+            pf = files.get(cache_key)
+            if pf is None:
+                pf = pq.ParquetFile(
+                    RangeFile(store, key, size=part.size), pre_buffer=True, **kwargs
+                )
+                files[cache_key] = pf
+            return pf.read(columns=columns)
         except (FileNotFoundError, ObjectNotFoundError) as exc:
             last_exc = exc
     raise ManifestError(
@@ -402,6 +417,7 @@ class IndexColumns:
         self._cache: dict[str, pa.Array] = {}
         self._modality: dict[str, ModalityArrays] = {}
         self._shard_codes: npt.NDArray[np.int32] | None = None
+        self._files: dict[tuple[str, tuple[str, ...]], pq.ParquetFile] = {}
         self._lock = threading.RLock()
 
     @property
@@ -419,7 +435,10 @@ class IndexColumns:
             )
 
     def _read(self, names: Sequence[str], **kwargs: Any) -> list[pa.Table]:
-        return [read_part_table(self.store, p, names, **kwargs) for p in self.manifest.index_parts]
+        return [
+            read_part_table(self.store, p, names, self._files, **kwargs)
+            for p in self.manifest.index_parts
+        ]
 
     def columns(self, names: Sequence[str]) -> dict[str, pa.Array]:
         """Arrow arrays (one chunk each) of the named columns, loading those not cached."""

@@ -430,6 +430,9 @@ def make_loader(
         resolved, images=images, audio=audio, video=video, meta=meta, resize=resize, crop=crop,
         threads=threads,
     )  # fmt: skip
+    for ds in resolved.datasets:  # every index column the batches read, in one go
+        names = {m.name for m in ds.modalities} | set(ds.metadata_columns)
+        ds.preload(["sample_id", *(f.name for f in fields if f.name in names)])
     sampler = make_sampler(
         resolved, shuffle=shuffle, seed=seed, streaming=streaming, shuffle_buffer=shuffle_buffer,
         drop_last=drop_last, rank=rank, world_size=world_size,

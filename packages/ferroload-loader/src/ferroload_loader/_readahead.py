@@ -121,6 +121,10 @@ def plan_blocks(
     return BlockPlan(objects, uo[by_use], ub[by_use], first[by_use], last[by_use], nbytes[by_use])
 
 
+#: The most bytes one read-ahead step fetches at once.
+STEP_MAX = 64 << 20
+
+
 class ReadAhead:
     """Fetches a `BlockPlan`'s blocks in order of first use on a background thread.
 
@@ -149,6 +153,9 @@ class ReadAhead:
     def _run(self) -> None:
         plan = self._plan
         i, n = 0, len(plan)
+        # Steps start small (the first batch waits for the first step) and double up to
+        # STEP_MAX: a step's blocks are fetched together (coalesced, in parallel).
+        step = 0
         try:
             while i < n:
                 with self._cond:
@@ -159,13 +166,13 @@ class ReadAhead:
                         self._cond.wait()
                     if self._stopped:
                         return
-                    # this step: the blocks first used by the same batch, within budget
-                    j, room = i, self._budget - self._live
-                    while j < n and plan.first[j] == plan.first[i]:
-                        if plan.first[j] > self._done + 1 and plan.nbytes[j] > room and j > i:
-                            break
-                        room -= int(plan.nbytes[j])
-                        j += 1
+                    room = min(self._budget - self._live, step)
+                    urgent = self._done + 1
+                j, took = i + 1, int(plan.nbytes[i])
+                while j < n and (plan.first[j] <= urgent or took + plan.nbytes[j] <= room):
+                    took += int(plan.nbytes[j])
+                    j += 1
+                step = min(max(2 * step, 2 * took), STEP_MAX)
                 self._fetch(i, j)
                 i = j
         except BaseException as exc:  # the builder then fetches for itself
