@@ -67,7 +67,7 @@ class Sizes(NamedTuple):
     shard_size: int
 
 
-FULL = Sizes(tiny=20_480, jpeg=5_000, naive_s=15.0, ttfb_samples=1_000_000, shard_size=64 << 20)
+FULL = Sizes(tiny=20_480, jpeg=5_000, naive_s=15.0, ttfb_samples=1_000_000, shard_size=8 << 20)
 QUICK = Sizes(tiny=2_048, jpeg=256, naive_s=2.0, ttfb_samples=20_000, shard_size=1 << 20)
 
 
@@ -225,7 +225,7 @@ def _worker_wds(spec: dict[str, Any]) -> dict[str, Any]:
     workers = spec["workers"]
     key = f"image.{spec['set']['ext']}"
     pipeline = (
-        wds.WebDataset(spec["urls"], shardshuffle=100, seed=0)
+        wds.WebDataset(spec["urls"], shardshuffle=100, seed=0, empty_check=False)
         .shuffle(1000)
         .decode("pil")
         .to_tuple(key)

@@ -59,3 +59,26 @@ def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
     # whatever the timings, every system must deliver the same samples
     assert all(g["pass"] for g in data["goals"] if "same samples" in g["goal"])
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+def test_bench_store_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "store.json"
+    cmd = [sys.executable, "benchmarks/bench_store.py", "--quick",
+           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data) >= {"meta", "sets", "ttfb", "goals"}
+    assert len(data["goals"]) == 6
+    assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
+    for s in data["sets"].values():
+        cfg = s["configs"]
+        assert set(cfg) == {"ferroload", "local", "naive", "wds_w0", "wds_w2"}
+        # every system delivered whole epochs of same-shaped images
+        shapes = {tuple(ep["shape"][1:]) for c in cfg.values() for ep in c["epochs"]}
+        assert len(shapes) == 1
+        assert all(ep["n"] == s["samples"] for ep in cfg["ferroload"]["epochs"])
+        assert cfg["ferroload"]["epochs"][1]["store"]["get_requests"] == 0  # the cache
+    assert data["ttfb"]["first_batch_len"] == 256

@@ -24,38 +24,61 @@ def test_permutations_depend_only_on_seed_and_epoch() -> None:
 
 
 def _reference_shuffle_buffer(
-    blocks: list[np.ndarray], seed: int, epoch: int, buffer: int
+    blocks: list[np.ndarray], seed: int, epoch: int, buffer: int, initial: int
 ) -> list[int]:
-    """The textbook loop, drawing the same random numbers in the same order."""
+    """The textbook loop (fill `initial`, grow while emitting, then replace), drawing the
+    same random numbers in the same order."""
     g = rng(seed, epoch, 1)
     stream = [int(x) for i in g.permutation(len(blocks)) for x in blocks[i]] if blocks else []
-    s = min(buffer, len(stream))
-    if s == 0:
+    n = len(stream)
+    s0 = min(initial, buffer, n)
+    if s0 == 0:
         return stream
-    slots = g.integers(0, s, size=len(stream) - s)
-    buf = stream[:s]
+    ramp = min(buffer - s0, (n - s0) // 2)
+    steps = ramp + (n - s0 - 2 * ramp)
+    highs = [s0 + t + 1 if t < ramp else s0 + ramp for t in range(steps)]
+    slots = g.integers(0, np.asarray(highs, dtype=np.int64)).tolist() if steps else []
+    buf = stream[:s0]
+    c = s0
     out = []
-    for t, j in enumerate(slots.tolist()):
+    for t, j in enumerate(slots):
+        if t < ramp:  # grow: one more item comes in
+            buf.append(stream[c])
+            c += 1
         out.append(buf[j])
-        buf[j] = stream[s + t]
-    return out + [buf[k] for k in g.permutation(s).tolist()]
+        buf[j] = stream[c]
+        c += 1
+    assert c == n
+    return out + [buf[k] for k in g.permutation(len(buf)).tolist()]
 
 
 @given(
     st.lists(st.integers(1, 30), min_size=0, max_size=12),
     st.integers(1, 50),
+    st.integers(1, 60),
     st.integers(0, 3),
 )
 def test_vectorised_shuffle_buffer_equals_the_loop(
-    block_sizes: list[int], buffer: int, seed: int
+    block_sizes: list[int], buffer: int, initial: int, seed: int
 ) -> None:
     blocks, start = [], 0
     for n in block_sizes:
         blocks.append(np.arange(start, start + n, dtype=np.int64))
         start += n
-    got = shard_block_shuffle(blocks, seed, 2, buffer)
-    assert got.tolist() == _reference_shuffle_buffer(blocks, seed, 2, buffer)
+    got = shard_block_shuffle(blocks, seed, 2, buffer, initial)
+    assert got.tolist() == _reference_shuffle_buffer(blocks, seed, 2, buffer, initial)
     assert sorted(got.tolist()) == list(range(start))
+
+
+def test_the_buffer_starts_emitting_after_its_initial_fill() -> None:
+    blocks = [np.arange(10_000, dtype=np.int64)]
+    order = shard_block_shuffle(blocks, 0, 0, 4096)  # default start: 128 items
+    # the k-th item emitted comes from the first 128 + 2k of the stream
+    k = np.arange(len(order) // 4)
+    assert (order[: len(k)] < 128 + 2 * k + 1).all()
+    assert order[0] < 128
+    with pytest.raises(ValueError, match="initial fill"):
+        shard_block_shuffle(blocks, 0, 0, 10, 0)
 
 
 def test_shard_blocks_group_items_by_shard() -> None:

@@ -40,7 +40,7 @@ from ferroload_format._errors import (
     WriterClosedError,
 )
 from ferroload_format._gc import DEFAULT_GRACE, GcReport, gc
-from ferroload_format._index import ROW_GROUP_SIZE, ModalityArrays
+from ferroload_format._index import ROW_GROUP_SIZE, ModalityArrays, numpy_column
 from ferroload_format._manifest import (
     FORMAT_MINOR,
     FORMAT_VERSION,
@@ -103,5 +103,6 @@ __all__ = [
     "gc",
     "latest_version",
     "list_versions",
+    "numpy_column",
     "read_manifest",
 ]

@@ -354,6 +354,33 @@ class IndexBuilder:
         return pa.Table.from_arrays(columns, schema=schema)
 
 
+def numpy_column(arr: pa.Array, *, writable: bool = False) -> npt.NDArray[Any]:
+    """A numeric or boolean Arrow array without nulls as a numpy array, read straight
+    from its buffers (pyarrow's `to_numpy` imports pandas, ~0.3 s, on first use).
+
+    Raises:
+        ValueError: for nulls or a type that is not fixed-width numeric or boolean.
+
+    Examples:
+        >>> numpy_column(pa.array([True, False, True])).tolist()
+        [True, False, True]
+        >>> numpy_column(pa.array([3, 1, 2], pa.int64()).slice(1)).tolist()
+        [1, 2]
+    """
+    t = arr.type
+    if arr.null_count:
+        raise ValueError(f"numpy_column needs an array without nulls ({arr.null_count} nulls)")
+    n, off = len(arr), arr.offset
+    if pa.types.is_boolean(t):
+        bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8) if n else np.zeros(0, np.uint8)
+        return np.unpackbits(bits, bitorder="little")[off : off + n].astype(bool)
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        raise ValueError(f"numpy_column needs a numeric or boolean array, got {t}")
+    dtype = np.dtype(t.to_pandas_dtype())
+    out = np.frombuffer(arr.buffers()[1], dtype=dtype)[off : off + n] if n else np.zeros(0, dtype)
+    return out.copy() if writable else out
+
+
 @dataclass(frozen=True)
 class ModalityArrays:
     """Where every sample's payload of one modality lives, as flat numpy arrays."""
@@ -365,11 +392,33 @@ class ModalityArrays:
     checksum: npt.NDArray[np.uint64]
 
 
+def column_chunks(
+    metadata: pq.FileMetaData, columns: Sequence[str] | None
+) -> tuple[list[int], list[int]]:
+    """(starts, lengths) of the column chunks holding `columns` (top-level names; None:
+    all) in every row group: what a read of those columns fetches."""
+    wanted = None if columns is None else set(columns)
+    starts: list[int] = []
+    lengths: list[int] = []
+    for rg in range(metadata.num_row_groups):
+        group = metadata.row_group(rg)
+        for ci in range(group.num_columns):
+            col = group.column(ci)
+            if wanted is not None and col.path_in_schema.split(".")[0] not in wanted:
+                continue
+            start = col.data_page_offset
+            if col.has_dictionary_page and col.dictionary_page_offset is not None:
+                start = min(start, col.dictionary_page_offset)
+            starts.append(start)
+            lengths.append(col.total_compressed_size)
+    return starts, lengths
+
+
 def read_part_table(
     store: Store,
     part: IndexPart,
     columns: Sequence[str] | None,
-    files: dict[tuple[str, tuple[str, ...]], pq.ParquetFile] | None = None,
+    files: dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, RangeFile]] | None = None,
     **kwargs: Any,
 ) -> pa.Table:
     """Read some columns of one part, from its published path or, failing that, staging.
@@ -382,19 +431,21 @@ def read_part_table(
         try:
             local = store.local_path(key)
             if local is not None:
-                return pq.read_table(local, columns=columns, memory_map=True, **kwargs)
+                # ParquetFile, not read_table: that imports pyarrow.dataset (and pandas)
+                pf = pq.ParquetFile(local, memory_map=True, **kwargs)
+                return pf.read(columns=columns)
             if files is None:
                 with RangeFile(store, key, size=part.size) as f:
                     return pq.read_table(f, columns=columns, pre_buffer=True, **kwargs)
             # remote: the footer is read once per part and kept; each later read fetches
             # only the asked columns' chunks (coalesced by pre_buffer)
             cache_key = (key, tuple(sorted(kwargs.get("read_dictionary", ()))))
-            pf = files.get(cache_key)
-            if pf is None:
-                pf = pq.ParquetFile(
-                    RangeFile(store, key, size=part.size), pre_buffer=True, **kwargs
-                )
-                files[cache_key] = pf
+            entry = files.get(cache_key)
+            if entry is None:
+                f = RangeFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
+                entry = files[cache_key] = (pq.ParquetFile(f, **kwargs), f)
+            pf, f = entry
+            f.prefetch(*column_chunks(pf.metadata, columns))
             return pf.read(columns=columns)
         except (FileNotFoundError, ObjectNotFoundError) as exc:
             last_exc = exc
@@ -417,7 +468,7 @@ class IndexColumns:
         self._cache: dict[str, pa.Array] = {}
         self._modality: dict[str, ModalityArrays] = {}
         self._shard_codes: npt.NDArray[np.int32] | None = None
-        self._files: dict[tuple[str, tuple[str, ...]], pq.ParquetFile] = {}
+        self._files: dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, RangeFile]] = {}
         self._lock = threading.RLock()
 
     @property
@@ -482,7 +533,7 @@ class IndexColumns:
                                 uri=self.store.uri,
                                 shard=str(exc.args[0]),
                             ) from None
-                        idx = chunk.indices.to_numpy(zero_copy_only=False)
+                        idx = numpy_column(chunk.indices)
                         parts.append(mapping[idx] if len(mapping) else idx.astype(np.int32))
                 self._shard_codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
             return self._shard_codes
@@ -504,11 +555,11 @@ class IndexColumns:
             if arrays is None:
                 struct = self.column(name)
                 arrays = ModalityArrays(
-                    present=struct.field("present").to_numpy(zero_copy_only=False),
+                    present=numpy_column(struct.field("present")),
                     shard=self.shard_codes(),
-                    offset=struct.field("offset").to_numpy(),
-                    length=struct.field("length").to_numpy(),
-                    checksum=struct.field("checksum").to_numpy(),
+                    offset=numpy_column(struct.field("offset")),
+                    length=numpy_column(struct.field("length")),
+                    checksum=numpy_column(struct.field("checksum")),
                 )
                 self._modality[name] = arrays
             return arrays

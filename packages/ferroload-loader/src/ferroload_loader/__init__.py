@@ -15,7 +15,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_loader._loader import DEFAULT_PREFETCH_BYTES, FerroLoader, LoaderStats, make_loader
-from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER, locality
+from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER, SHUFFLE_RAMP_START, locality
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import Mixture, mix
 
@@ -27,6 +27,7 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 __all__ = [
     "DEFAULT_PREFETCH_BYTES",
     "DEFAULT_SHUFFLE_BUFFER",
+    "SHUFFLE_RAMP_START",
     "FerroLoader",
     "LoaderStats",
     "Mixture",

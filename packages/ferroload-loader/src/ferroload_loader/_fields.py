@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video
 from ferroload_codec._pool import DecodePool
-from ferroload_format import ColumnNotFoundError, Dataset
+from ferroload_format import ColumnNotFoundError, Dataset, numpy_column
 from ferroload_loader._source import ResolvedSource
 
 logger = logging.getLogger(__name__)
@@ -269,9 +269,9 @@ def to_values(arr: pa.Array) -> Any:
     if arr.null_count == 0 and (
         pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
     ):
-        return arr.to_numpy(zero_copy_only=False, writable=True)
+        return numpy_column(arr, writable=True)
     if pa.types.is_floating(t):  # nulls become NaN
-        return pc.fill_null(arr, float("nan")).to_numpy(zero_copy_only=False, writable=True)
+        return numpy_column(pc.fill_null(arr, float("nan")), writable=True)
     return arr.to_pylist()
 
 

@@ -9,6 +9,8 @@ Order = npt.NDArray[np.int64]
 
 #: Default shuffle buffer of the shard-block shuffle, in items.
 DEFAULT_SHUFFLE_BUFFER = 8192
+#: Items the shuffle buffer holds when it starts emitting (it then grows to full size).
+SHUFFLE_RAMP_START = 128
 
 
 def rng(seed: int, *keys: int) -> np.random.Generator:
@@ -33,16 +35,23 @@ def shard_blocks(shard_of: npt.NDArray[np.integer]) -> list[Order]:
     return sorted(groups, key=lambda g: int(g[0]))
 
 
-def shard_block_shuffle(blocks: list[Order], seed: int, epoch: int, buffer: int) -> Order:
+def shard_block_shuffle(
+    blocks: list[Order], seed: int, epoch: int, buffer: int, initial: int | None = None
+) -> Order:
     """Shards in a seeded order, then a seeded shuffle buffer of `buffer` items over them.
 
-    The buffer is the classic one (fill it, then for each incoming item emit a random
-    slot and put the item there; at the end emit the rest in random order), computed
-    without a Python loop: the item emitted at step t is the last one written to slot
-    `j_t` before t, found by grouping the steps by slot.
+    The buffer starts emitting once it holds `initial` items (default
+    `min(buffer, SHUFFLE_RAMP_START)`), then grows by one item per item emitted (two
+    come in, one goes out) until it holds `buffer`; from there each incoming item
+    replaces the one emitted; at the end the rest leaves in random order. So the first
+    batch waits for `initial` items to be read, not for a whole buffer (WebDataset's
+    `shuffle(initial=…)` does the same). Computed without a Python loop: the item emitted
+    at step t is the last one written to the chosen slot before t.
     """
     if buffer < 1:
         raise ValueError(f"shuffle_buffer must be >= 1, got {buffer}")
+    if initial is not None and initial < 1:
+        raise ValueError(f"the shuffle buffer's initial fill must be >= 1, got {initial}")
     g = rng(seed, epoch, 1)
     stream = (
         np.concatenate([blocks[i] for i in g.permutation(len(blocks))])
@@ -50,26 +59,43 @@ def shard_block_shuffle(blocks: list[Order], seed: int, epoch: int, buffer: int)
         else np.zeros(0, dtype=np.int64)
     )
     n = len(stream)
-    s = min(buffer, n)
-    steps = n - s
-    if s == 0:
+    s0 = min(SHUFFLE_RAMP_START if initial is None else initial, buffer, n)
+    if s0 == 0:
         return stream
-    slots = g.integers(0, s, size=steps)
-    # the item in slot j_t at step t: written at the previous step with the same slot,
-    # else the initial fill of that slot
-    by_slot = np.lexsort((np.arange(steps), slots))
-    prev = np.full(steps, -1, dtype=np.int64)
-    same = slots[by_slot[1:]] == slots[by_slot[:-1]]
-    prev[by_slot[1:][same]] = by_slot[:-1][same]
-    emitted = np.where(prev >= 0, stream[s + np.maximum(prev, 0)], stream[slots])
-    # what the buffer holds at the end: each slot's last write, or its initial fill
-    final = stream[:s].copy()
-    if steps:
-        last_step = np.full(s, -1, dtype=np.int64)
-        np.maximum.at(last_step, slots, np.arange(steps))
-        written = last_step >= 0
-        final[written] = stream[s + last_step[written]]
-    return np.concatenate([emitted, final[g.permutation(s)]]).astype(np.int64, copy=False)
+    ramp = min(buffer - s0, (n - s0) // 2)  # steps that also grow the buffer
+    size = s0 + ramp
+    steps = ramp + (n - s0 - 2 * ramp)
+    t = np.arange(steps, dtype=np.int64)
+    highs = np.where(t < ramp, s0 + t + 1, size)
+    slots = g.integers(0, highs) if steps else np.zeros(0, dtype=np.int64)
+    # Every step, in time order: an append (while growing), the read of the chosen slot,
+    # the write of the incoming item into it. Sorting these by slot (stably, so time order
+    # stays within a slot; a radix sort for small buffers) puts each read right after
+    # the write it returns: a running maximum of write positions finds it.
+    ent_slot = np.empty((steps, 3), dtype=np.int64)
+    ent_slot[:, 0] = s0 + t
+    ent_slot[:, 1] = slots
+    ent_slot[:, 2] = slots
+    ent_pos = np.empty((steps, 3), dtype=np.int64)
+    ent_pos[:, 0] = s0 + 2 * t
+    ent_pos[:, 1] = t  # a read: which step it belongs to
+    ent_pos[:, 2] = np.where(t < ramp, s0 + 2 * t + 1, s0 + ramp + t)
+    valid = np.ones((steps, 3), dtype=bool)
+    valid[ramp:, 0] = False
+    is_read = np.zeros((steps, 3), dtype=bool)
+    is_read[:, 1] = True
+    all_slot = np.concatenate([np.arange(s0), ent_slot[valid]])
+    all_pos = np.concatenate([np.arange(s0), ent_pos[valid]])
+    all_read = np.concatenate([np.zeros(s0, dtype=bool), is_read[valid]])
+    narrow = np.int16 if size < (1 << 15) else np.int32
+    order = np.argsort(all_slot.astype(narrow), kind="stable")
+    pos, read = all_pos[order], all_read[order]
+    last_write = np.maximum.accumulate(np.where(read, 0, np.arange(len(order))))
+    emitted = np.empty(steps, dtype=np.int64)
+    emitted[pos[read]] = stream[pos[last_write[read]]]
+    ends = np.append(np.flatnonzero(np.diff(all_slot[order])), len(order) - 1)
+    final = stream[pos[last_write[ends]]]
+    return np.concatenate([emitted, final[g.permutation(size)]]).astype(np.int64, copy=False)
 
 
 def mixture(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import io
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -10,18 +12,30 @@ if TYPE_CHECKING:
 
 
 class RangeFile(io.RawIOBase):
-    """Reads an object lazily with one range request per `read`; nothing is prefetched.
+    """Reads an object lazily with one range request per `read`, except for the ranges
+    fetched ahead with `prefetch`.
 
     Pass it to `pyarrow.parquet` with `pre_buffer=True` so that column chunks are
-    coalesced into few requests.
+    coalesced into few requests, or `prefetch` the chunks first.
+
+    Args:
+        store: the store holding the object.
+        path: its key.
+        size: its size, when known (else one `HEAD`).
+        version: its version for the store's block cache, when known.
     """
 
-    def __init__(self, store: Store, path: str, size: int | None = None) -> None:
+    def __init__(
+        self, store: Store, path: str, size: int | None = None, version: str | None = None
+    ) -> None:
         super().__init__()
         self._store = store
         self._path = path
         self._size = store.head(path).size if size is None else size
+        self._version = version
         self._pos = 0
+        self._prefetched: dict[int, tuple[int, memoryview]] = {}
+        self._starts: list[int] = []
 
     @property
     def name(self) -> str:
@@ -46,11 +60,38 @@ class RangeFile(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
+    def prefetch(self, starts: Sequence[int], lengths: Sequence[int]) -> None:
+        """Fetch these ranges now, together (coalesced, in parallel, through the store's
+        block cache when it has one); later reads inside one of them make no request.
+
+        Parquet readers read column chunks one after another; prefetching the chunks a
+        read will need turns that many round trips into one.
+        """
+        views = self._store.get_ranges(
+            self._path, starts, lengths, size=self._size, version=self._version
+        )
+        for s, n, v in zip(starts, lengths, views, strict=True):
+            if n:
+                self._prefetched[int(s)] = (int(s) + int(n), v)
+        self._starts = sorted(self._prefetched)
+
+    def _from_prefetched(self, start: int, end: int) -> bytes | None:
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0:
+            return None
+        s = self._starts[i]
+        e, view = self._prefetched[s]
+        if end > e:
+            return None
+        return bytes(view[start - s : end - s])
+
     def read(self, size: int | None = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
         if end <= self._pos:
             return b""
-        data = self._store.get_range(self._path, self._pos, end - self._pos)
+        data = self._from_prefetched(self._pos, end) if self._starts else None
+        if data is None:
+            data = self._store.get_range(self._path, self._pos, end - self._pos)
         self._pos = end
         return data
 
