@@ -40,7 +40,7 @@ from ferroload_format._errors import (
     WriterClosedError,
 )
 from ferroload_format._gc import DEFAULT_GRACE, GcReport, gc
-from ferroload_format._index import ROW_GROUP_SIZE, ModalityArrays, numpy_column
+from ferroload_format._index import ROW_GROUP_SIZE, ModalityArrays, arrow_array, numpy_column
 from ferroload_format._manifest import (
     FORMAT_MINOR,
     FORMAT_VERSION,
@@ -100,6 +100,7 @@ __all__ = [
     "Writer",
     "WriterClosedError",
     "__version__",
+    "arrow_array",
     "gc",
     "latest_version",
     "list_versions",

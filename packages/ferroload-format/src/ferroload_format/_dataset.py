@@ -19,7 +19,7 @@ from ferroload_format._errors import (
     ShardNotFoundError,
     ShardTruncatedError,
 )
-from ferroload_format._index import IndexColumns, ModalityArrays
+from ferroload_format._index import IndexColumns, ModalityArrays, arrow_array
 from ferroload_format._manifest import Manifest, Modality
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import (
@@ -327,7 +327,7 @@ class Dataset:
         values: dict[str, list[Any]] = {}
         if meta:
             for name, arr in self._index.columns(meta).items():
-                values[name] = arr.take(pa.array(rows)).to_pylist()
+                values[name] = arr.take(arrow_array(rows)).to_pylist()
         for m in mods:
             values[m] = self._payloads(rows, m)
         order = self._all_columns if columns is None else [*meta, *mods]
@@ -447,8 +447,8 @@ class Dataset:
         """
         arr = self._index.column(name)
         if indices is None:
-            return arr if self._rows is None else arr.take(pa.array(self._rows))
-        return arr.take(pa.array(self._rows_of(indices)))
+            return arr if self._rows is None else arr.take(arrow_array(self._rows))
+        return arr.take(arrow_array(self._rows_of(indices)))
 
     def preload(self, columns: Sequence[str]) -> None:
         """Read these index columns (and the shard of every row) now, together: one
@@ -505,7 +505,7 @@ class Dataset:
         arrays = self._index.columns(names)
         schema = pa.schema([self.schema.field(n) for n in names])
         table = pa.Table.from_arrays([arrays[n] for n in names], schema=schema)
-        return table if self._rows is None else table.take(pa.array(self._rows))
+        return table if self._rows is None else table.take(arrow_array(self._rows))
 
     def take(self, indices: npt.ArrayLike) -> Dataset:
         """A view of the samples at `indices` (in that order)."""

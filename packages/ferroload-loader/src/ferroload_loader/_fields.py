@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video
 from ferroload_codec._pool import DecodePool
-from ferroload_format import ColumnNotFoundError, Dataset, numpy_column
+from ferroload_format import ColumnNotFoundError, Dataset, arrow_array, numpy_column
 from ferroload_loader._source import ResolvedSource
 
 logger = logging.getLogger(__name__)
@@ -257,10 +257,10 @@ class MetaField(Field):
             )
             return
         # a mixture: several datasets, one column in batch order
-        arrays = [pa.array(v) if isinstance(v, np.ndarray) else v for _, v in parts]
+        arrays = [arrow_array(v) if isinstance(v, np.ndarray) else v for _, v in parts]
         merged = pa.concat_arrays([a.cast(arrays[0].type) for a in arrays])
         order = np.argsort(np.concatenate([slots for slots, _ in parts]))
-        batch.columns[self.name] = to_values(merged.take(pa.array(order)))
+        batch.columns[self.name] = to_values(merged.take(arrow_array(order)))
 
 
 def to_values(arr: pa.Array) -> Any:
