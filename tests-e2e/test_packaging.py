@@ -101,6 +101,7 @@ def test_package_installs_and_passes_its_tests_alone(
     if dist in EXTRAS:  # its tests cover the extras too
         _run(*sync, *EXTRAS[dist], env=env)
     tools = [f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout", "hypothesis")]
+    tools.append(f"moto[server]=={version('moto')}")  # the S3 server the s3 tests start
     if dist in NEEDS_PIL:
         tools.append(f"pillow-simd=={version('pillow-simd')}" if pil == "pillow-simd" else "pillow")
     # --no-config: the workspace's override, which drops pillow, must not apply here
