@@ -35,10 +35,12 @@ class RangeHandler(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def handle_one_request(self) -> None:
-        super().handle_one_request()
+    def parse_request(self) -> bool:
+        # recorded before the answer goes out: the client may look as soon as it has it
+        ok = super().parse_request()
         if self.requestline:
             self.requests.append(self.requestline.split(" ", 1)[0])
+        return ok
 
     def send_head(self) -> Any:
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))

@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ import platformdirs
 import xxhash
 from filelock import FileLock
 
+from ferroload_store._counters import Counters
 from ferroload_store._errors import CacheConfigError, CacheError, InvalidCacheKeyError
 
 logger = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def parse_size(text: str, *, name: str = "size") -> int:
 
 
 @dataclass
-class CacheStats:
+class CacheStats(Counters):
     """Counters of one `BlockCache` in this process (thread-safe).
 
     A damaged entry found by `get` counts as a miss and as `corrupt`.
@@ -140,25 +141,6 @@ class CacheStats:
     corrupt: int = 0
     evictions: int = 0
     evicted_bytes: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        """Add to the named counters."""
-        with self._lock:
-            for name, value in counts.items():
-                setattr(self, name, getattr(self, name) + value)
-
-    def snapshot(self) -> dict[str, int]:
-        """The counters as a plain dict."""
-        with self._lock:
-            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
-
-    def reset(self) -> None:
-        """Set every counter back to zero."""
-        with self._lock:
-            for k in list(vars(self)):
-                if not k.startswith("_"):
-                    setattr(self, k, 0)
 
 
 class BlockCache:

@@ -9,7 +9,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -32,6 +32,7 @@ from ferroload_store._backend import (
 )
 from ferroload_store._blocks import BlockReader, Fetch
 from ferroload_store._cache import BlockCache
+from ferroload_store._counters import Counters
 from ferroload_store._errors import (
     ObjectExistsError,
     ObjectNotFoundError,
@@ -71,7 +72,7 @@ class ObjectInfo:
 
 
 @dataclass
-class StoreStats:
+class StoreStats(Counters):
     """Request and byte counters of one `Store` (reads, writes, listings).
 
     Useful to check that reads are coalesced: `get_requests` counts every request that
@@ -88,31 +89,12 @@ class StoreStats:
     head_requests: int = 0
     delete_requests: int = 0
     retries: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_read(self, requests: int, nbytes: int) -> None:
         """Count read requests and the bytes they returned (the hot path of `add`)."""
         with self._lock:
             self.get_requests += requests
             self.bytes_read += nbytes
-
-    def add(self, **counts: int) -> None:
-        """Add to the named counters (thread-safe)."""
-        with self._lock:
-            for name, value in counts.items():
-                setattr(self, name, getattr(self, name) + value)
-
-    def snapshot(self) -> dict[str, int]:
-        """The counters as a plain dict."""
-        with self._lock:
-            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
-
-    def reset(self) -> None:
-        """Set every counter back to zero."""
-        with self._lock:
-            for k in list(vars(self)):
-                if not k.startswith("_"):
-                    setattr(self, k, 0)
 
 
 class _OpenFile:
