@@ -7,6 +7,8 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ferroload_store._ranges import DEFAULT_MAX_GAP, coalesce_ranges
+
 if TYPE_CHECKING:
     from ferroload_store._store import Store
 
@@ -67,12 +69,14 @@ class RangeFile(io.RawIOBase):
         Parquet readers read column chunks one after another; prefetching the chunks a
         read will need turns that many round trips into one.
         """
-        views = self._store.get_ranges(
-            self._path, starts, lengths, size=self._size, version=self._version
-        )
-        for s, n, v in zip(starts, lengths, views, strict=True):
+        # Kept merged across small gaps: a reader's own coalescing (pyarrow joins column
+        # chunks across holes) then still reads inside one kept range.
+        plan = coalesce_ranges(starts, lengths, max_gap=DEFAULT_MAX_GAP)
+        ms, ml = plan.starts.tolist(), plan.lengths.tolist()
+        views = self._store.get_ranges(self._path, ms, ml, size=self._size, version=self._version)
+        for s, n, v in zip(ms, ml, views, strict=True):
             if n:
-                self._prefetched[int(s)] = (int(s) + int(n), v)
+                self._prefetched[s] = (s + n, v)
         self._starts = sorted(self._prefetched)
 
     def _from_prefetched(self, start: int, end: int) -> bytes | None:
