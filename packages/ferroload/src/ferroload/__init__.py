@@ -59,12 +59,16 @@ from ferroload_format import (
 )
 from ferroload_loader import FerroLoader, Mixture, Sampler, make_loader, mix
 from ferroload_store import (
+    BlockCache,
+    CacheError,
     InvalidURIError,
+    IOOptions,
     ObjectExistsError,
     ObjectNotFoundError,
     ObjectTruncatedError,
     Store,
     StoreError,
+    StoreTimeoutError,
     UnsupportedOperationError,
     open_store,
 )
@@ -75,6 +79,8 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
 __all__ = [
+    "BlockCache",
+    "CacheError",
     "ChecksumMismatchError",
     "CodecUnavailableError",
     "ColumnNotFoundError",
@@ -89,6 +95,7 @@ __all__ = [
     "FerroloadError",
     "FormatError",
     "GcReport",
+    "IOOptions",
     "ImageTooLargeError",
     "InvalidModalityError",
     "InvalidPayloadError",
@@ -109,6 +116,7 @@ __all__ = [
     "ShardTruncatedError",
     "Store",
     "StoreError",
+    "StoreTimeoutError",
     "UndeclaredModalityError",
     "UnsafeQueryError",
     "UnsupportedFormatError",
