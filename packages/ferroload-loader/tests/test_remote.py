@@ -204,3 +204,48 @@ def test_opening_and_preloading_the_index_takes_a_few_requests(
     local = ds.to_table(["sample_id", "label"]).to_pylist()
     assert [r["sample_id"] for r in local] == [f"s{i:05d}" for i in range(600)]
     assert [r["label"] for r in local] == [i % 5 for i in range(600)]
+
+
+def _add_layer(ds: Dataset) -> Dataset:
+    """A layer with a `thumb` image modality (the index PNG again, smaller) and a
+    `double` metadata column, for every other sample."""
+    import pyarrow as pa
+
+    from ferroload_format import LayerWriter, Modality
+
+    w = LayerWriter(ds, "extra", identity="t1", columns={"double": pa.int64()},
+                    modalities=[Modality("thumb", "png", "tensor", "image")])  # fmt: skip
+    rows = np.arange(0, len(ds), 2, dtype=np.int64)
+    w.write_partition(0, rows, {"double": [int(r) * 2 for r in rows]},
+                      {"thumb": [index_png(int(r), (8, 8)) for r in rows]})  # fmt: skip
+    return w.commit(1)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_loader_reads_layer_modalities_and_columns(
+    where: str, remote: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    uri, options = remote
+    remote_ = where == "s3"
+    src = f"{uri}-layer-{uuid.uuid4().hex[:6]}" if remote_ else str(tmp_path / "local")
+    opts = options if remote_ else None
+    with Writer(src, "layered", shard_size=200 << 10, storage_options=opts) as w:
+        w.declare("image", "png", "tensor", "image")
+        for i in range(600):
+            w.add(f"s{i:05d}", {"image": index_png(i, (24, 24))}, {"label": i % 5})
+    ds = Dataset.open(src, storage_options=opts, cache=cache(tmp_path) if remote_ else None)
+    layered = _add_layer(ds)
+    dl = make_loader(layered, batch_size=50, images=["thumb"], resize=(8, 8), meta=["double"],
+                     out="numpy", streaming=True)  # fmt: skip
+    seen = 0
+    for b in dl:
+        ids = [int(s[1:]) for s in b["sample_id"]]
+        present = b["thumb_present"]
+        assert present.tolist() == [i % 2 == 0 for i in ids]
+        got = decoded_index(np.asarray(b["thumb"])[present])
+        assert got == [i for i in ids if i % 2 == 0]
+        assert [d for d, i in zip(b["double"], ids, strict=True) if i % 2 == 0] == [
+            2 * i for i in ids if i % 2 == 0
+        ]
+        seen += len(ids)
+    assert seen == 600

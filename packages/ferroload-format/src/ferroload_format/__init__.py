@@ -7,6 +7,7 @@ per version whose put-if-absent is the commit point. See docs/format.md for the 
 - `Writer` adds samples and commits them as a new version.
 - `Dataset` opens a version: random access, projection, coalesced batch reads, SQL
   subsets, history, verification.
+- `LayerWriter` adds columns and modalities to a version as an enrichment layer.
 - `gc` removes what crashed writers left behind.
 """
 
@@ -23,9 +24,12 @@ from ferroload_format._errors import (
     DatasetNotFoundError,
     DuplicateSampleError,
     FormatError,
+    IncompleteLayerError,
+    InvalidLayerError,
     InvalidModalityError,
     InvalidPayloadError,
     InvalidSampleIdError,
+    LayerExistsError,
     ManifestError,
     NotADatasetError,
     QueryError,
@@ -41,10 +45,12 @@ from ferroload_format._errors import (
 )
 from ferroload_format._gc import DEFAULT_GRACE, GcReport, gc
 from ferroload_format._index import ROW_GROUP_SIZE, ModalityArrays, arrow_array, numpy_column
+from ferroload_format._layers import LayerWriter
 from ferroload_format._manifest import (
     FORMAT_MINOR,
     FORMAT_VERSION,
     IndexPart,
+    LayerInfo,
     Manifest,
     Modality,
     ShardInfo,
@@ -75,10 +81,15 @@ __all__ = [
     "DuplicateSampleError",
     "FormatError",
     "GcReport",
+    "IncompleteLayerError",
     "IndexPart",
+    "InvalidLayerError",
     "InvalidModalityError",
     "InvalidPayloadError",
     "InvalidSampleIdError",
+    "LayerExistsError",
+    "LayerInfo",
+    "LayerWriter",
     "Manifest",
     "ManifestError",
     "Modality",

@@ -48,7 +48,7 @@ def _checkpoint(name: str) -> None:
 
     Does nothing. Crash tests replace it, in a child process, with a function that kills
     the process at one of: `shards-written`, `part-staged`, `before-commit`, `committed`,
-    `published`.
+    `published`; layers add `partition-shard-written` and `partition-staged`.
     """
 
 
@@ -78,13 +78,15 @@ class PendingCommit:
 
 
 def ensure_published(store: Store, manifest: Manifest) -> list[str]:
-    """Publish the parts that `manifest`'s own version added, if a writer died first.
+    """Publish the parts (base or layer) that `manifest`'s own version added, if a writer
+    died first.
 
     Only the newest version can have an unpublished part: every commit publishes its
     predecessor's parts before it commits. Returns the keys it published.
     """
     done = []
-    for part in manifest.index_parts:
+    parts = [*manifest.index_parts, *(p for la in manifest.layers for p in la.index_parts)]
+    for part in parts:
         if part.version != manifest.version or store.exists(part.path):
             continue
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -20,7 +20,7 @@ from ferroload_format._errors import (
     ShardTruncatedError,
 )
 from ferroload_format._index import IndexColumns, ModalityArrays, arrow_array
-from ferroload_format._manifest import Manifest, Modality
+from ferroload_format._manifest import LayerInfo, Manifest, Modality
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import (
     BlockCache,
@@ -81,13 +81,18 @@ class Dataset:
         self._index = index if index is not None else IndexColumns(store, manifest)
         self._rows = rows
         self._verify = verify_checksums
-        self._modalities = {m.name: m for m in manifest.modalities}
-        self._meta_names = tuple(f.name for f in manifest.metadata)
+        # base then layer modalities and metadata columns (docs/format.md §10)
+        self._modalities = dict(self._index.modalities)
+        self._meta_names = (
+            *(f.name for f in manifest.metadata),
+            *(f.name for layer in manifest.layers for f in layer.columns),
+        )
         self._all_columns = ("sample_id", *self._modalities, *self._meta_names)
         self._len = manifest.num_samples if rows is None else len(rows)
-        self._shard_paths = [s.path for s in manifest.shards]
+        # base shards, then each layer's: what modality shard codes index into
+        self._shard_paths = [s.path for s in self._index.shards]
         # shards are immutable and uniquely named: size + version identify the content
-        self._shard_refs = [(s.size, f"v{s.version}-s{s.size}") for s in manifest.shards]
+        self._shard_refs = [(s.size, f"v{s.version}-s{s.size}") for s in self._index.shards]
         self._resolved: dict[tuple[str, ...] | None, tuple[list[str], list[str]]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -156,23 +161,30 @@ class Dataset:
 
     @property
     def modalities(self) -> tuple[Modality, ...]:
-        """Declared modalities, in column order."""
-        return self._manifest.modalities
+        """Modalities, in column order: the declared ones, then those of each layer."""
+        return tuple(self._modalities.values())
 
     @property
     def metadata_columns(self) -> tuple[str, ...]:
-        """Names of the metadata columns."""
+        """Names of the metadata columns: the base ones, then those of each layer."""
         return self._meta_names
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """What a sample dict holds: `sample_id`, the modalities, the metadata columns."""
+        """What a sample dict holds: `sample_id`, the modalities, the metadata columns
+        (layer columns included)."""
         return self._all_columns
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema of the Parquet index (sample_id, shard, modalities, metadata)."""
+        """The Arrow schema of the Parquet index (sample_id, shard, modalities, metadata),
+        followed by each layer's modalities and metadata columns."""
         return self._index.schema
+
+    @property
+    def layers(self) -> tuple[LayerInfo, ...]:
+        """The enrichment layers of this version (see `LayerWriter`, docs/format.md §10)."""
+        return self._manifest.layers
 
     @property
     def num_samples(self) -> int:
@@ -181,7 +193,8 @@ class Dataset:
 
     @property
     def num_shards(self) -> int:
-        """Tar shards of the opened version."""
+        """Tar shards of the opened version (base shards: the codes of `shard_of()`;
+        layer shards are not counted)."""
         return len(self._manifest.shards)
 
     @property
@@ -479,13 +492,37 @@ class Dataset:
         return offsets if self._rows is None else offsets[self._rows]
 
     def shard_ref(self, code: int) -> tuple[str, int, str]:
-        """(path, size, cache version) of shard `code` (a value of `shard_of`): what a
-        block cache needs to know about it, without a `HEAD`."""
+        """(path, size, cache version) of shard `code` (a value of `shard_of`, of the
+        base or of a layer modality): what a block cache needs to know about it, without
+        a `HEAD`.
+
+        Raises:
+            SampleIndexError: for a code that names no shard (such as -1).
+        """
+        if not 0 <= code < len(self._shard_paths):
+            raise SampleIndexError(
+                f"shard code {code} of {self.uri} names no shard (it has "
+                f"{len(self._shard_paths)}, layers included)",
+                uri=self.uri,
+            )
         return (self._shard_paths[code], *self._shard_refs[code])
 
-    def shard_of(self) -> npt.NDArray[np.int32]:
-        """For every position, the index in `manifest.shards` of the shard holding it."""
-        codes = self._index.shard_codes()
+    def shard_of(self, modality: str | None = None) -> npt.NDArray[np.int32]:
+        """For every position, the code of the shard holding it (for `shard_ref`).
+
+        Args:
+            modality: None: the shard of the sample's base payloads, an index into
+                `manifest.shards`. A modality: the shard of that modality's payload; for
+                a layer modality, an index into the base shards followed by each layer's
+                shards, and -1 where the layer stored no payload.
+
+        Raises:
+            ColumnNotFoundError: for an unknown modality.
+        """
+        if modality is None:
+            codes = self._index.shard_codes()
+        else:
+            codes = self._index.modality(modality).shard
         return codes if self._rows is None else codes[self._rows]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -517,6 +554,40 @@ class Dataset:
             verify_checksums=self._verify,
         )
 
+    def map(
+        self,
+        fn: Callable[[dict[str, list[Any]]], Mapping[str, Any]],
+        *,
+        inputs: Sequence[str],
+        outputs: Mapping[str, Any],
+        layer: str,
+        batch_size: int = 64,
+        executor: Any = "auto",
+        version: str | None = None,
+        on_error: Any = "raise",
+        partition_size: int = 4096,
+        overwrite: bool = False,
+        progress: bool = True,
+    ) -> Dataset:
+        """Add `fn`'s outputs to this dataset as an additive, idempotent, resumable layer
+        (see [`map_dataset`][ferroload_map.map_dataset], which also returns a report).
+
+        Raises:
+            ImportError: when the ferroload-map package is not installed.
+        """
+        try:
+            from ferroload_map import map_dataset
+        except ImportError as exc:
+            raise ImportError(
+                "Dataset.map needs the ferroload-map package: pip install ferroload-map "
+                "(or pip install ferroload)"
+            ) from exc
+        return map_dataset(
+            self, fn, inputs=inputs, outputs=outputs, layer=layer, batch_size=batch_size,
+            executor=executor, version=version, on_error=on_error,
+            partition_size=partition_size, overwrite=overwrite, progress=progress,
+        )  # fmt: skip
+
     @overload
     def subset(self, where: str, *, return_indices: Literal[True]) -> npt.NDArray[np.int64]: ...
     @overload
@@ -529,8 +600,9 @@ class Dataset:
 
         The clause sees one table, `samples`, with the index columns (`sample_id`,
         `shard`, one struct per modality with `present`/`offset`/`length`/`checksum`,
-        and the metadata columns). It can read nothing else: DuckDB's external access is
-        off and configuration is locked, and only a single SELECT is run.
+        and the metadata columns), layer columns joined to their rows by position (null
+        where a layer does not cover a row). It can read nothing else: DuckDB's external
+        access is off and configuration is locked, and only a single SELECT is run.
 
         Args:
             where: the condition, e.g. `"label = 3 AND caption LIKE '%cat%'"`.

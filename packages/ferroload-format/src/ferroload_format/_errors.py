@@ -125,3 +125,30 @@ class QueryError(FormatError, ValueError):
 
 class UnsafeQueryError(QueryError, PermissionError):
     """A WHERE clause that tries to reach beyond the dataset's own index."""
+
+
+class InvalidLayerError(FormatError, ValueError):
+    """A layer name, identity, partition or row selection that is invalid.
+
+    Attributes:
+        layer: the layer involved.
+    """
+
+
+class LayerExistsError(FormatError, FileExistsError):
+    """The dataset already has a layer of that name, computed differently (another
+    identity); pass `overwrite=True` to replace it in a new version.
+
+    Attributes:
+        layer: the layer's name.
+        identity: the identity of the committed layer.
+    """
+
+
+class IncompleteLayerError(FormatError, RuntimeError):
+    """A layer commit found partitions that were never staged; run them, then commit.
+
+    Attributes:
+        layer: the layer's name.
+        missing: the partition numbers that are not staged.
+    """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -9,10 +10,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from ferroload_format._commit import ensure_published
-from ferroload_format._manifest import INDEX_DIR, SHARDS_DIR, STAGING_DIR
+from ferroload_format._layer_parts import PARTITION_META, PARTITION_RE
+from ferroload_format._manifest import INDEX_DIR, LAYERS_DIR, SHARDS_DIR, STAGING_DIR
 from ferroload_format._versions import list_versions, read_manifest
-from ferroload_store import open_store
+from ferroload_store import ObjectInfo, Store, StoreError, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +49,10 @@ def gc(
     Publishes the index part of the latest version if its writer died between commit and
     publish, then deletes every object under `shards/`, `index/` and
     `_ferroload/staging/` that no committed version references and that is older than
-    `grace`. Committed versions are never touched.
+    `grace`. Under `layers/` it does the same for layer shards and index parts, and
+    deletes a layer's staging folder (a map that was never committed) once everything in
+    it is older than `grace`; the shards of a staging folder it keeps are kept too.
+    Committed versions are never touched.
 
     Args:
         uri: the dataset root.
@@ -67,19 +75,22 @@ def gc(
     referenced: set[str] = set()
     for v in list_versions(store):
         m = latest if v == latest.version else read_manifest(store, v)
-        for s in m.shards:
+        shards = [*m.shards, *(s for la in m.layers for s in la.shards)]
+        for s in shards:
             referenced.update((s.path, s.side_index))
-        for p in m.index_parts:
+        for p in (*m.index_parts, *(p for la in m.layers for p in la.index_parts)):
             referenced.add(p.path)
             if dry_run and p.version == latest.version:
                 referenced.add(p.staged)
     cutoff = datetime.now(UTC) - grace
     doomed = []
-    for prefix in (SHARDS_DIR, INDEX_DIR, STAGING_DIR):
-        for obj in store.list(prefix):
+    layer_objects = store.list(LAYERS_DIR)
+    in_progress = _in_progress_layers(store, layer_objects, cutoff)
+    for prefix in (SHARDS_DIR, INDEX_DIR, STAGING_DIR, LAYERS_DIR):
+        for obj in layer_objects if prefix == LAYERS_DIR else store.list(prefix):
             if obj.path in referenced:
                 continue
-            if obj.last_modified > cutoff:
+            if obj.last_modified > cutoff or obj.path in in_progress:
                 report.kept_young += 1
                 continue
             doomed.append(obj.path)
@@ -94,3 +105,38 @@ def gc(
             store.uri,
         )
     return report
+
+
+def _staging_folder(path: str) -> str | None:
+    """`layers/<name>/_staging/<identity>/` when `path` lies in one, else None."""
+    parts = path.split("/")
+    if len(parts) >= 5 and parts[2] == "_staging":
+        return "/".join(parts[:4]) + "/"
+    return None
+
+
+def _in_progress_layers(store: Store, objects: list[ObjectInfo], cutoff: datetime) -> set[str]:
+    """Everything a layer map still working may need: every object of a staging folder
+    that holds an object younger than `cutoff`, and the shards its partitions wrote."""
+    folders: dict[str, list[ObjectInfo]] = {}
+    for obj in objects:
+        folder = _staging_folder(obj.path)
+        if folder is not None:
+            folders.setdefault(folder, []).append(obj)
+    keep: set[str] = set()
+    for folder, objs in folders.items():
+        if all(o.last_modified <= cutoff for o in objs):
+            continue  # abandoned: collected as a whole
+        keep.update(o.path for o in objs)
+        for o in objs:
+            if not PARTITION_RE.fullmatch(o.path[len(folder) :]):
+                continue
+            try:
+                meta = pq.read_schema(pa.BufferReader(store.get(o.path))).metadata or {}
+                shard = json.loads(meta.get(PARTITION_META, b"{}")).get("shard")
+            except (OSError, ValueError, StoreError):
+                logger.warning("gc could not read staged partition %s", o.path, exc_info=True)
+                continue
+            if shard:
+                keep.update((str(shard["path"]), str(shard["side_index"])))
+    return keep

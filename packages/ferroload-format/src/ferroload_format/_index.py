@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ferroload_format._errors import ColumnNotFoundError, ManifestError, SchemaConflictError
-from ferroload_format._manifest import IndexPart, Manifest
+from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, Modality, ShardInfo
 from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
 from ferroload_format._types import (
     INT64_MAX,
@@ -473,23 +473,59 @@ def read_part_table(
 class IndexColumns:
     """The index of one version, loaded column by column on first use and cached.
 
-    Thread-safe; views of a dataset (subsets) share one instance.
+    Layer columns (docs/format.md §10) are part of it: they are read from the layer's own
+    index part, only when asked for, and padded to the version's length (null metadata,
+    absent payloads) when the version has rows the layer does not cover. Thread-safe;
+    views of a dataset (subsets) share one instance.
+
+    Attributes:
+        shards: the base shards, then every layer's shards: the list that modality shard
+            codes (`modality(name).shard`) index into.
+        modalities: every modality, base then layers, by name.
     """
 
     def __init__(self, store: Store, manifest: Manifest) -> None:
         self.store = store
         self.manifest = manifest
-        self.schema = index_schema([m.name for m in manifest.modalities], manifest.metadata)
+        base = index_schema([m.name for m in manifest.modalities], manifest.metadata)
+        fields = list(base)
+        self.modalities: dict[str, Modality] = {m.name: m for m in manifest.modalities}
+        self._layer_of: dict[str, LayerInfo] = {}
+        self._shard_start: dict[str, int] = {}
+        shards = list(manifest.shards)
+        for layer in manifest.layers:
+            self._shard_start[layer.name] = len(shards)
+            shards.extend(layer.shards)
+            own = [pa.field(m.name, MODALITY_TYPE, nullable=False) for m in layer.modalities]
+            for f in (*own, *layer.columns):
+                if f.name in base.names or f.name in self._layer_of:
+                    raise ManifestError(
+                        f"column {f.name!r} of layer {layer.name!r} of {store.uri} is also "
+                        "a column of the dataset or of another layer",
+                        uri=store.uri,
+                        column=f.name,
+                        layer=layer.name,
+                    )
+                self._layer_of[f.name] = layer
+                fields.append(f)
+            self.modalities.update((m.name, m) for m in layer.modalities)
+        self.shards: tuple[ShardInfo, ...] = tuple(shards)
+        self.schema = pa.schema(fields)
         self._cache: dict[str, pa.Array] = {}
         self._modality: dict[str, ModalityArrays] = {}
         self._shard_codes: npt.NDArray[np.int32] | None = None
+        self._layer_codes: dict[str, npt.NDArray[np.int32]] = {}
         self._files: dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, RangeFile]] = {}
         self._lock = threading.RLock()
 
     @property
     def column_names(self) -> list[str]:
-        """Every index column."""
+        """Every index column (layer columns included)."""
         return list(self.schema.names)
+
+    def layer_of(self, name: str) -> LayerInfo | None:
+        """The layer that column `name` belongs to (None: a base column)."""
+        return self._layer_of.get(name)
 
     def _require(self, name: str) -> None:
         if self.schema.get_field_index(name) < 0:
@@ -506,6 +542,22 @@ class IndexColumns:
             for p in self.manifest.index_parts
         ]
 
+    def read_layer(self, layer: LayerInfo, names: Sequence[str], **kwargs: Any) -> list[pa.Table]:
+        """Some columns of a layer's part(s), checked to hold `layer.num_rows` rows."""
+        tables = [
+            read_part_table(self.store, p, names, self._files, **kwargs) for p in layer.index_parts
+        ]
+        rows = sum(t.num_rows for t in tables)
+        if rows != layer.num_rows or rows > self.manifest.num_samples:
+            raise ManifestError(
+                f"layer {layer.name!r} of {self.store.uri} has {rows} index rows; its "
+                f"manifest entry says {layer.num_rows} (version {self.manifest.version} "
+                f"has {self.manifest.num_samples} samples)",
+                uri=self.store.uri,
+                layer=layer.name,
+            )
+        return tables
+
     def columns(self, names: Sequence[str]) -> dict[str, pa.Array]:
         """Arrow arrays (one chunk each) of the named columns, loading those not cached."""
         cache = self._cache
@@ -514,16 +566,29 @@ class IndexColumns:
         for name in names:
             self._require(name)
         with self._lock:
-            missing = [n for n in names if n not in self._cache]
-            if missing:
-                tables = self._read(missing)
-                for name in missing:
-                    field_type = self.schema.field(name).type
-                    chunks = [t.column(name).combine_chunks() for t in tables]
-                    self._cache[name] = (
-                        pa.concat_arrays(chunks) if chunks else pa.array([], type=field_type)
-                    )
+            missing = [n for n in dict.fromkeys(names) if n not in self._cache]
+            base = [n for n in missing if n not in self._layer_of]
+            if base:
+                self._load(base, self._read(base), pad=0)
+            by_layer: dict[str, list[str]] = {}
+            for n in missing:
+                if n in self._layer_of:
+                    by_layer.setdefault(self._layer_of[n].name, []).append(n)
+            for lnames in by_layer.values():
+                layer = self._layer_of[lnames[0]]
+                pad = self.manifest.num_samples - layer.num_rows
+                self._load(lnames, self.read_layer(layer, lnames), pad=pad)
             return {n: self._cache[n] for n in names}
+
+    def _load(self, names: Sequence[str], tables: list[pa.Table], *, pad: int) -> None:
+        for name in names:
+            field_type = self.schema.field(name).type
+            chunks = [_as_type(t.column(name).combine_chunks(), field_type) for t in tables]
+            if pad:
+                chunks.append(_absent(field_type, pad))
+            self._cache[name] = (
+                pa.concat_arrays(chunks) if chunks else pa.array([], type=field_type)
+            )
 
     def column(self, name: str) -> pa.Array:
         """One column (see `columns`)."""
@@ -553,15 +618,52 @@ class IndexColumns:
                 self._shard_codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
             return self._shard_codes
 
+    def layer_shard_codes(self, layer: LayerInfo) -> npt.NDArray[np.int32]:
+        """For every row, the position in `shards` of the layer shard holding the row's
+        payloads of `layer`'s modalities; -1 where the layer stored none."""
+        with self._lock:
+            codes = self._layer_codes.get(layer.name)
+            if codes is not None:
+                return codes
+            start = self._shard_start[layer.name]
+            lookup = {s.path: start + i for i, s in enumerate(layer.shards)}
+            parts = []
+            for table in self.read_layer(layer, ["shard"], read_dictionary=["shard"]):
+                for chunk in table.column("shard").chunks:
+                    if not isinstance(chunk, pa.DictionaryArray):  # all null
+                        parts.append(np.full(len(chunk), -1, dtype=np.int32))
+                        continue
+                    try:
+                        mapping = np.asarray(
+                            [lookup[s] for s in chunk.dictionary.to_pylist()] or [-1],
+                            dtype=np.int32,
+                        )
+                    except KeyError as exc:
+                        raise ManifestError(
+                            f"index of layer {layer.name!r} of {self.store.uri} names shard "
+                            f"{exc.args[0]!r}, which the manifest does not list",
+                            uri=self.store.uri,
+                            shard=str(exc.args[0]),
+                            layer=layer.name,
+                        ) from None
+                    idx = numpy_column(pc.fill_null(chunk.indices, 0))
+                    valid = numpy_column(chunk.is_valid())
+                    parts.append(np.where(valid, mapping[idx], np.int32(-1)).astype(np.int32))
+            pad = self.manifest.num_samples - layer.num_rows
+            parts.append(np.full(pad, -1, dtype=np.int32))
+            codes = self._layer_codes[layer.name] = np.concatenate(parts)
+            return codes
+
     def modality(self, name: str) -> ModalityArrays:
-        """Flat numpy arrays locating every sample's payload of modality `name`."""
+        """Flat numpy arrays locating every sample's payload of modality `name` (its
+        `shard` codes index into `shards`)."""
         arrays = self._modality.get(name)
         if arrays is not None:  # the hot path
             return arrays
-        if self.manifest.modality(name) is None:
+        if name not in self.modalities:
             raise ColumnNotFoundError(
                 f"{self.store.uri} has no modality {name!r}; modalities are "
-                f"{', '.join(m.name for m in self.manifest.modalities) or 'none'}",
+                f"{', '.join(self.modalities) or 'none'}",
                 uri=self.store.uri,
                 column=name,
             )
@@ -569,12 +671,38 @@ class IndexColumns:
             arrays = self._modality.get(name)
             if arrays is None:
                 struct = self.column(name)
+                layer = self._layer_of.get(name)
                 arrays = ModalityArrays(
                     present=numpy_column(struct.field("present")),
-                    shard=self.shard_codes(),
+                    shard=self.shard_codes() if layer is None else self.layer_shard_codes(layer),
                     offset=numpy_column(struct.field("offset")),
                     length=numpy_column(struct.field("length")),
                     checksum=numpy_column(struct.field("checksum")),
                 )
                 self._modality[name] = arrays
             return arrays
+
+
+def _as_type(arr: pa.Array, dtype: pa.DataType) -> pa.Array:
+    return arr if arr.type == dtype else arr.cast(dtype)
+
+
+def absent_modality(n: int) -> pa.StructArray:
+    """`n` location structs of absent payloads (present false, zeros)."""
+    zeros = np.zeros(n, np.int64)
+    return pa.StructArray.from_arrays(
+        [
+            arrow_array(np.zeros(n, np.bool_)),
+            arrow_array(zeros),
+            arrow_array(zeros),
+            arrow_array(zeros.view(np.uint64)),
+        ],
+        fields=list(MODALITY_TYPE),
+    )
+
+
+def _absent(dtype: pa.DataType, n: int) -> pa.Array:
+    """What `n` rows that a layer does not cover read as: absent payloads, null values."""
+    if dtype == MODALITY_TYPE:
+        return absent_modality(n)
+    return pa.nulls(n, type=dtype)

@@ -15,7 +15,7 @@ from ferroload_format._types import type_from_json, type_to_json
 
 FORMAT_NAME = "ferroload"
 FORMAT_VERSION = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 CHECKSUM_ALGORITHM = "xxh3_64"
 
 META_DIR = "_ferroload"
@@ -24,6 +24,7 @@ LATEST_HINT = f"{META_DIR}/latest"
 STAGING_DIR = f"{META_DIR}/staging/"
 SHARDS_DIR = "shards/"
 INDEX_DIR = "index/"
+LAYERS_DIR = "layers/"
 
 
 def version_path(version: int) -> str:
@@ -44,6 +45,28 @@ def staged_part_path(txn: str) -> str:
 def shard_paths(txn: str, number: int) -> tuple[str, str]:
     """Keys of shard `number` of transaction `txn` and of its side index."""
     stem = f"{SHARDS_DIR}{txn}-{number:05d}"
+    return f"{stem}.tar", f"{stem}.idx.parquet"
+
+
+def layer_dir(name: str) -> str:
+    """Prefix of everything layer `name` owns: `layers/<name>/`."""
+    return f"{LAYERS_DIR}{name}/"
+
+
+def layer_part_path(name: str, version: int) -> str:
+    """Key of the published index part of layer `name` committed by `version`."""
+    return f"{layer_dir(name)}index/part-{version:010d}.parquet"
+
+
+def layer_staging_dir(name: str, identity: str) -> str:
+    """Prefix under which a map with `identity` stages the partitions of layer `name`."""
+    return f"{layer_dir(name)}_staging/{identity}/"
+
+
+def layer_shard_paths(name: str, txn: str, number: int) -> tuple[str, str]:
+    """Keys of shard `number` of layer `name` written by transaction `txn`, and of its
+    side index."""
+    stem = f"{layer_dir(name)}shards/{txn}-{number:05d}"
     return f"{stem}.tar", f"{stem}.idx.parquet"
 
 
@@ -140,6 +163,83 @@ class IndexPart(_Record):
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+def _fields_to_json(fields: tuple[pa.Field, ...]) -> list[dict[str, Any]]:
+    return [{"name": f.name, "type": type_to_json(f.type)} for f in fields]
+
+
+def _fields_from_json(raw: Any) -> tuple[pa.Field, ...]:
+    return tuple(pa.field(f["name"], type_from_json(f["type"])) for f in raw)
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """One enrichment layer of a version (docs/format.md §10): columns and modalities
+    computed from the rows of `base_version`, stored under `layers/<name>/`.
+
+    Attributes:
+        name: the layer's name (a namespace; its columns have their own names).
+        identity: what computed it (see docs/map.md); the same identity is the same layer.
+        base_version: the version whose rows the layer covers, in that version's order.
+        num_rows: rows of the layer's index part (= samples of `base_version`); rows
+            appended later read as null / absent.
+        columns: the layer's metadata columns.
+        modalities: the layer's modalities (payloads in the layer's own shards).
+        shards: the layer's tar shards.
+        index_parts: the layer's index part(s), one row per row of `base_version`.
+        created_at: when the layer was committed.
+        extra: fields this version of ferroload does not know (kept on rewrite).
+    """
+
+    name: str
+    identity: str
+    base_version: int
+    num_rows: int
+    columns: tuple[pa.Field, ...]
+    modalities: tuple[Modality, ...]
+    shards: tuple[ShardInfo, ...]
+    index_parts: tuple[IndexPart, ...]
+    created_at: str
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """Names of the layer's modalities then metadata columns (its index columns)."""
+        return (*(m.name for m in self.modalities), *(f.name for f in self.columns))
+
+    def to_json(self) -> dict[str, Any]:
+        """The layer as a JSON object, unknown fields included."""
+        return {
+            "name": self.name,
+            "identity": self.identity,
+            "base_version": self.base_version,
+            "num_rows": self.num_rows,
+            "columns": _fields_to_json(self.columns),
+            "modalities": [m.to_json() for m in self.modalities],
+            "shards": [s.to_json() for s in self.shards],
+            "index_parts": [p.to_json() for p in self.index_parts],
+            "created_at": self.created_at,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> LayerInfo:
+        """Parse a layer record; unknown fields are kept in `extra`."""
+        known = {f.name for f in fields(cls) if f.name != "extra"}
+        mine, extra = _split(raw, known)
+        return cls(
+            name=str(mine["name"]),
+            identity=str(mine["identity"]),
+            base_version=int(mine["base_version"]),
+            num_rows=int(mine["num_rows"]),
+            columns=_fields_from_json(mine.get("columns", [])),
+            modalities=tuple(Modality.from_json(m) for m in mine.get("modalities", [])),
+            shards=tuple(ShardInfo.from_json(s) for s in mine.get("shards", [])),
+            index_parts=tuple(IndexPart.from_json(p) for p in mine["index_parts"]),
+            created_at=str(mine.get("created_at", "")),
+            extra=extra,
+        )
+
+
 _KNOWN_TOP = {
     "format",
     "format_version",
@@ -155,6 +255,7 @@ _KNOWN_TOP = {
     "schema",
     "shards",
     "index_parts",
+    "layers",
     "statistics",
     "extensions",
 }
@@ -165,7 +266,7 @@ class Manifest:
     """A committed version of a dataset: everything needed to read it.
 
     Create new versions with `dataclasses.replace` (see `Manifest.derive`); unknown
-    fields (`extra`, `extensions`) are carried over unchanged.
+    fields (`extra`, `extensions`) and `layers` are carried over unchanged.
     """
 
     name: str
@@ -184,6 +285,7 @@ class Manifest:
     format_minor: int = FORMAT_MINOR
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     schema_extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    layers: tuple[LayerInfo, ...] = ()
 
     @property
     def num_samples(self) -> int:
@@ -193,6 +295,10 @@ class Manifest:
     def modality(self, name: str) -> Modality | None:
         """The modality called `name`, or None."""
         return next((m for m in self.modalities if m.name == name), None)
+
+    def layer(self, name: str) -> LayerInfo | None:
+        """The layer called `name`, or None."""
+        return next((la for la in self.layers if la.name == name), None)
 
     def derive(self, **changes: Any) -> Manifest:
         """A copy with `changes` applied (unknown fields and extensions kept)."""
@@ -213,11 +319,12 @@ class Manifest:
             "checksum_algorithm": self.checksum_algorithm,
             "modalities": [m.to_json() for m in self.modalities],
             "schema": {
-                "metadata": [{"name": f.name, "type": type_to_json(f.type)} for f in self.metadata],
+                "metadata": _fields_to_json(self.metadata),
                 **self.schema_extra,
             },
             "shards": [s.to_json() for s in self.shards],
             "index_parts": [p.to_json() for p in self.index_parts],
+            **({"layers": [la.to_json() for la in self.layers]} if self.layers else {}),
             "statistics": self.statistics,
             "extensions": self.extensions,
             **self.extra,
@@ -259,7 +366,7 @@ class Manifest:
                 txn=str(known["txn"]),
                 operation=str(known["operation"]),
                 modalities=tuple(Modality.from_json(m) for m in known["modalities"]),
-                metadata=tuple(pa.field(f["name"], type_from_json(f["type"])) for f in meta_raw),
+                metadata=_fields_from_json(meta_raw),
                 shards=tuple(ShardInfo.from_json(s) for s in known["shards"]),
                 index_parts=tuple(IndexPart.from_json(p) for p in known["index_parts"]),
                 statistics=dict(known.get("statistics", {})),
@@ -268,6 +375,7 @@ class Manifest:
                 format_minor=int(known.get("format_minor", 0)),
                 extra=extra,
                 schema_extra=schema,
+                layers=tuple(LayerInfo.from_json(la) for la in known.get("layers") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{uri}: malformed manifest: {exc!r}", uri=uri) from exc

@@ -50,6 +50,10 @@ def where_positions(
 ) -> npt.NDArray[np.int64]:
     """Positions (within `rows`, or the whole index) whose index row satisfies `where`.
 
+    The clause runs over one in-memory table of the columns it mentions, layer columns
+    included: `index` aligns them with the base rows by position (docs/format.md §10), so
+    DuckDB never opens a file.
+
     Raises:
         UnsafeQueryError: the clause reaches for files, settings or a second statement.
         QueryError: DuckDB rejects the clause.

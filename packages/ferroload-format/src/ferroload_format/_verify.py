@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from ferroload_format._errors import DatasetDamagedError
+from ferroload_format._errors import DatasetDamagedError, FormatError
 from ferroload_format._index import IndexColumns, ModalityArrays
-from ferroload_format._manifest import Manifest, ShardInfo
+from ferroload_format._manifest import LayerInfo, Manifest, ShardInfo
 from ferroload_format._names import member_name
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
 
@@ -25,7 +25,8 @@ class Problem:
     """One thing `verify` found wrong.
 
     Attributes:
-        kind: `missing-shard`, `shard-size`, `truncated`, `checksum`, or `side-index`.
+        kind: `missing-shard`, `shard-size`, `truncated`, `checksum`, `side-index`, or
+            `layer-index` (a layer's index part unreadable or not matching the rows).
         shard: the shard involved.
         sample_id: the sample involved, when one is.
         column: the modality involved, when one is.
@@ -117,15 +118,21 @@ def _side_index(
 
 
 def verify_dataset(store: Store, manifest: Manifest, index: IndexColumns) -> VerifyReport:
-    """Check every shard and payload of `manifest`; see `Dataset.verify`."""
+    """Check every shard and payload of `manifest`, its layers' included; see
+    `Dataset.verify`."""
     report = VerifyReport(store.uri, manifest.version)
     ids = index.column("sample_id")
-    for code, shard in enumerate(manifest.shards):
+    for layer in manifest.layers:
+        _check_layer_index(store, layer, index, ids, report)
+    # (shard, the modalities whose payloads it holds), in the order of `index.shards`
+    owners = [(s, manifest.modalities) for s in manifest.shards]
+    owners += [(s, layer.modalities) for layer in manifest.layers for s in layer.shards]
+    for code, (shard, modalities) in enumerate(owners):
         report.shards_checked += 1
         if not _check_shard_object(store, shard, report):
             continue
         side = _side_index(store, shard, report)
-        for mod in manifest.modalities:
+        for mod in modalities:
             a = index.modality(mod.name)
             rows = np.flatnonzero(a.present & (a.shard == code))
             rows = rows[np.argsort(a.offset[rows], kind="stable")]
@@ -145,6 +152,31 @@ def verify_dataset(store: Store, manifest: Manifest, index: IndexColumns) -> Ver
                     )
             _check_payloads(store, shard, mod.name, a, rows, ids, report)
     return report
+
+
+def _check_layer_index(
+    store: Store, layer: LayerInfo, index: IndexColumns, ids: pa.Array, report: VerifyReport
+) -> None:
+    """A layer's index part must be readable and list the base version's sample ids."""
+    where = ", ".join(p.path for p in layer.index_parts)
+    try:
+        theirs = pa.concat_arrays(
+            [t.column("sample_id").combine_chunks() for t in index.read_layer(layer, ["sample_id"])]
+        )
+    except (FormatError, StoreError, OSError, ValueError) as exc:
+        report.problems.append(
+            Problem("layer-index", where, f"index of layer {layer.name!r} unreadable: {exc}")
+        )
+        return
+    if not theirs.equals(ids.slice(0, layer.num_rows)):
+        report.problems.append(
+            Problem(
+                "layer-index",
+                where,
+                f"index of layer {layer.name!r} ({where}) does not list the sample ids of "
+                f"version {layer.base_version} in order",
+            )
+        )
 
 
 def _check_payloads(

@@ -32,9 +32,9 @@ from ferroload_format._names import (
     member_name,
     new_txn_id,
 )
-from ferroload_format._tar import BLOCK, END_OF_ARCHIVE, ShardWriter, padding
+from ferroload_format._tar import BLOCK, END_OF_ARCHIVE, ShardMembers, ShardWriter, padding
 from ferroload_format._versions import read_manifest
-from ferroload_store import open_store
+from ferroload_store import Store, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -285,17 +285,10 @@ class Writer:
         self._shard = None
         size = shard.close()
         path, side_path = shard_paths(self.txn, len(self._shards))
-        m = shard.members
-        side = pa.table(
-            {
-                "member": pa.array(m.names, type=pa.string()),
-                "offset": pa.array(m.offsets, type=pa.int64()),
-                "length": pa.array(m.lengths, type=pa.int64()),
-                "checksum": pa.array(m.checksums, type=pa.uint64()),
-            }
+        write_side_index(self._store, side_path, shard.members)
+        self._shards.append(
+            ShardInfo(path, side_path, size, shard.num_samples, len(shard.members.names), 0)
         )
-        self._store.put(side_path, write_part(side))
-        self._shards.append(ShardInfo(path, side_path, size, shard.num_samples, len(m.names), 0))
 
     # ----------------------------------------------------------------- finishing
 
@@ -386,6 +379,19 @@ class Writer:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"Writer({self.uri!r}, {self.name!r}, {self._builder.num_rows} samples, {state})"
+
+
+def write_side_index(store: Store, path: str, members: ShardMembers) -> None:
+    """Write the side index of a shard (docs/format.md §4) to `path`."""
+    side = pa.table(
+        {
+            "member": pa.array(members.names, type=pa.string()),
+            "offset": pa.array(members.offsets, type=pa.int64()),
+            "length": pa.array(members.lengths, type=pa.int64()),
+            "checksum": pa.array(members.checksums, type=pa.uint64()),
+        }
+    )
+    store.put(path, write_part(side))
 
 
 def _default_name(uri: str) -> str:

@@ -77,8 +77,8 @@ def plan_blocks(
         bs = ds.store.block_size
         if bs is None:
             continue
-        shard_of = ds.shard_of()
         for name in modalities:
+            shard_of = ds.shard_of(name)  # a layer's modalities live in its own shards
             length = ds.sizes(name)[pos]
             keep = np.flatnonzero(ds.present(name)[pos] & (length > 0))
             if not len(keep):

@@ -1,0 +1,391 @@
+"""The rules of a layer's partitions: checking what `LayerWriter` is given, the staged
+partition files (docs/format.md §10.2) and merging them into the layer's index part."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ferroload_format._errors import (
+    FormatError,
+    InvalidLayerError,
+    InvalidModalityError,
+    InvalidPayloadError,
+    InvalidSampleIdError,
+    SchemaConflictError,
+)
+from ferroload_format._index import MODALITY_TYPE, arrow_array, numpy_column
+from ferroload_format._manifest import Modality, ShardInfo, layer_staging_dir
+from ferroload_format._names import (
+    MAX_MEMBER_NAME,
+    MODALITY_RE,
+    RESERVED_COLUMNS,
+    RESERVED_PREFIX,
+    check_modality,
+    member_name,
+)
+from ferroload_format._types import (
+    INT64_MAX,
+    INT64_MIN,
+    PY_SCALARS,
+    TypeConflictError,
+    fits_in,
+    infer_type,
+    type_name,
+    type_to_json,
+)
+
+#: Column of a staged partition holding the base row of each of its rows.
+ROW_COLUMN = "_ferroload_row"
+#: Key of a staged partition's Parquet metadata describing it (its shard, if any).
+PARTITION_META = b"ferroload.layer_partition"
+PARTITION_RE = re.compile(r"part-(\d+)\.parquet")
+IDENTITY_RE = re.compile(r"[A-Za-z0-9_=-]{1,128}")
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+@dataclass(frozen=True)
+class LayerSchema:
+    """A layer's columns and modalities, and the checks its partitions go through.
+
+    Attributes:
+        uri: the dataset root (for errors).
+        name: the layer's name.
+        columns: its metadata columns.
+        modalities: its modalities.
+        version: its base version.
+    """
+
+    uri: str
+    name: str
+    columns: tuple[pa.Field, ...]
+    modalities: tuple[Modality, ...]
+    version: int
+
+    def partition_schema(self) -> pa.Schema:
+        """Columns of a staged partition: its base rows, then the layer part's columns."""
+        return pa.schema([pa.field(ROW_COLUMN, pa.int64(), nullable=False), *self.layer_schema()])
+
+    def layer_schema(self) -> pa.Schema:
+        """The schema of the layer's index part (docs/format.md §10.2)."""
+        return pa.schema(
+            [
+                pa.field("sample_id", pa.string(), nullable=False),
+                pa.field("shard", pa.string()),
+                *(pa.field(m.name, MODALITY_TYPE, nullable=False) for m in self.modalities),
+                *self.columns,
+            ]
+        )
+
+    def error(self, cls: type[FormatError], message: str, **context: Any) -> FormatError:
+        """An error of class `cls` naming the dataset and the layer."""
+        return cls(
+            f"layer {self.name!r} of {self.uri}: {message}",
+            uri=self.uri,
+            layer=self.name,
+            **context,
+        )
+
+    def check_rows(self, k: int, rows: npt.ArrayLike, total: int) -> npt.NDArray[np.int64]:
+        """`rows` of partition `k` as int64, checked: 1-d, strictly ascending, in range."""
+        arr = np.asarray(rows)
+        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise self.error(
+                InvalidLayerError,
+                f"rows of partition {k} must be a 1-d array of ints, got dtype {arr.dtype} "
+                f"shape {arr.shape}",
+                partition=k,
+            )
+        arr = arr.astype(np.int64)
+        if arr.size:
+            if np.any(np.diff(arr) <= 0):
+                raise self.error(
+                    InvalidLayerError,
+                    f"rows of partition {k} must be strictly ascending",
+                    partition=k,
+                )
+            if arr[0] < 0 or arr[-1] >= total:
+                bad = int(arr[0] if arr[0] < 0 else arr[-1])
+                raise self.error(
+                    InvalidLayerError,
+                    f"row {bad} of partition {k} is out of range (version {self.version} "
+                    f"has {total} rows)",
+                    partition=k,
+                )
+        return arr
+
+    def value_arrays(
+        self, k: int, values: Mapping[str, Sequence[Any]], ids: list[str]
+    ) -> list[pa.Array]:
+        """The metadata values of partition `k` (rows `ids`) as Arrow arrays of the
+        declared types, checked as the writer checks metadata."""
+        if not isinstance(values, Mapping):
+            raise self.error(
+                SchemaConflictError,
+                f"values of partition {k} must be a mapping of column -> values, got "
+                f"{type(values).__name__}",
+            )
+        self.check_keys(k, "metadata column", values, [f.name for f in self.columns])
+        out = []
+        for f in self.columns:
+            vals = values[f.name]
+            if len(vals) != len(ids):
+                raise self.error(
+                    InvalidLayerError,
+                    f"column {f.name!r} of partition {k} has {len(vals)} values for "
+                    f"{len(ids)} rows",
+                    column=f.name,
+                    partition=k,
+                )
+            out.append(self.column_array(f, vals, ids))
+        return out
+
+    def check_keys(self, k: int, what: str, given: Mapping[str, Any], want: list[str]) -> None:
+        unknown = [c for c in given if c not in want]
+        missing = [c for c in want if c not in given]
+        if unknown or missing:
+            col = (unknown or missing)[0]
+            raise self.error(
+                SchemaConflictError,
+                f"partition {k} gives {what}s {sorted(map(str, given))}, but the layer "
+                f"declares {want or 'none'} ("
+                + (f"unknown: {unknown}" if unknown else f"missing: {missing}")
+                + ")",
+                column=str(col),
+                partition=k,
+            )
+
+    def column_array(self, f: pa.Field, vals: Sequence[Any], ids: list[str]) -> pa.Array:
+        dtype = f.type
+        fast = next((t for t, a in PY_SCALARS.items() if a == dtype), None)
+        clean = list(vals)
+        for i, v in enumerate(clean):
+            if v is None or (
+                type(v) is fast and (fast is not int or INT64_MIN <= cast(int, v) <= INT64_MAX)
+            ):
+                continue
+            try:
+                vtype = infer_type(v)
+            except TypeConflictError as exc:
+                raise self.conflict(f, ids[i], str(exc)) from None
+            if not fits_in(vtype, dtype):
+                raise self.conflict(
+                    f, ids[i], f"is {type_name(vtype)}, but the layer declares {type_name(dtype)}"
+                )
+            if isinstance(v, (np.generic, np.ndarray)):
+                clean[i] = v.tolist()
+        try:
+            return pa.array(clean, type=dtype)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise self.conflict(f, ids[0] if ids else "?", f"cannot be stored: {exc}") from None
+
+    def conflict(self, f: pa.Field, sid: str, why: str) -> Exception:
+        return self.error(
+            SchemaConflictError,
+            f"value of column {f.name!r} for sample {sid!r} {why}",
+            column=f.name,
+            sample_id=sid,
+        )
+
+    def payload_lists(
+        self, k: int, payloads: Mapping[str, Sequence[Any]], ids: list[str]
+    ) -> list[Sequence[Any]]:
+        """The payloads of partition `k`, one list per modality, checked: bytes-like or
+        None, and member names that fit a tar header."""
+        if not isinstance(payloads, Mapping):
+            raise self.error(
+                InvalidPayloadError,
+                f"payloads of partition {k} must be a mapping of modality -> payloads, got "
+                f"{type(payloads).__name__}",
+            )
+        self.check_keys(k, "modalitie", payloads, [m.name for m in self.modalities])
+        out = []
+        for m in self.modalities:
+            items = payloads[m.name]
+            if len(items) != len(ids):
+                raise self.error(
+                    InvalidLayerError,
+                    f"modality {m.name!r} of partition {k} has {len(items)} payloads for "
+                    f"{len(ids)} rows",
+                    column=m.name,
+                    partition=k,
+                )
+            for sid, item in zip(ids, items, strict=True):
+                if item is None:
+                    continue
+                if not isinstance(item, _BYTES_LIKE):
+                    raise self.error(
+                        InvalidPayloadError,
+                        f"payload {m.name!r} of sample {sid!r} is {type(item).__name__}, "
+                        "not bytes or None",
+                        column=m.name,
+                        sample_id=sid,
+                    )
+                name = member_name(sid, m.name, m.ext)
+                if len(name) > MAX_MEMBER_NAME:
+                    raise self.error(
+                        InvalidSampleIdError,
+                        f"tar member name {name!r} is longer than {MAX_MEMBER_NAME} "
+                        "characters; use a shorter modality name",
+                        column=m.name,
+                        sample_id=sid,
+                    )
+            out.append(items)
+        return out
+
+    def merge(self, tables: list[pa.Table], ids: pa.Array) -> pa.Table:
+        """The layer's index part: one row per base row (`ids`: the base version's sample
+        ids), in base order, from the rows of the staged partitions `tables` (partition
+        `k` at index `k`)."""
+        total = len(ids)
+        schema = self.partition_schema()
+        parts = pa.concat_tables(
+            [t.replace_schema_metadata(None) for t in tables] or [schema.empty_table()]
+        )
+        cols = {name: parts.column(name).combine_chunks() for name in parts.column_names}
+        rows = numpy_column(cols[ROW_COLUMN])
+        owner = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
+        if rows.size and (rows.min() < 0 or rows.max() >= total):
+            bad = int(rows.min() if rows.min() < 0 else rows.max())
+            raise self.error(
+                InvalidLayerError,
+                f"a partition covers row {bad}, but version {self.version} has {total} rows",
+            )
+        pos = np.full(total, -1, dtype=np.int64)
+        pos[rows] = np.arange(len(rows))
+        if len(np.unique(rows)) != len(rows):
+            counts = np.bincount(rows, minlength=total)
+            row = int(np.flatnonzero(counts > 1)[0])
+            both = sorted({int(owner[i]) for i in np.flatnonzero(rows == row)})
+            raise self.error(
+                InvalidLayerError,
+                f"partitions {both} all cover row {row}; each row belongs to one partition",
+            )
+        if rows.size:
+            same = numpy_column(pc.equal(ids.take(arrow_array(rows)), cols["sample_id"]))
+            if not same.all():
+                i = int(np.flatnonzero(~same)[0])
+                raise self.error(
+                    InvalidLayerError,
+                    f"partition {int(owner[i])} has sample "
+                    f"{cols['sample_id'][i].as_py()!r} at row {int(rows[i])}, where "
+                    f"version {self.version} has {ids[int(rows[i])].as_py()!r}",
+                    partition=int(owner[i]),
+                )
+        covered = pos >= 0
+        take = pa.Array.from_buffers(
+            pa.int64(),
+            total,
+            [
+                pa.py_buffer(np.packbits(covered, bitorder="little")),
+                pa.py_buffer(np.where(covered, pos, 0)),
+            ],
+        )
+        columns: list[Any] = [ids, cols["shard"].take(take)]
+        for m in self.modalities:
+            struct = cols[m.name]
+            fields = []
+            for field in MODALITY_TYPE:
+                full = np.zeros(total, dtype=field.type.to_pandas_dtype())
+                full[rows] = numpy_column(struct.field(field.name))
+                fields.append(arrow_array(full))
+            columns.append(pa.StructArray.from_arrays(fields, fields=list(MODALITY_TYPE)))
+        columns.extend(cols[f.name].take(take) for f in self.columns)
+        return pa.Table.from_arrays(columns, schema=self.layer_schema())
+
+
+def check_layer_name(name: object, uri: str) -> None:
+    if not isinstance(name, str) or not MODALITY_RE.fullmatch(name):
+        raise InvalidLayerError(
+            f"layer name {name!r} of {uri} is invalid: use lowercase letters, digits and _, "
+            "starting with a letter, at most 32 characters",
+            uri=uri,
+            layer=str(name),
+        )
+
+
+def check_columns(columns: Mapping[str, pa.DataType], layer: str, uri: str) -> tuple[pa.Field, ...]:
+    if not isinstance(columns, Mapping):
+        raise SchemaConflictError(
+            f"columns of layer {layer!r} of {uri} must be a mapping of name -> pyarrow type, "
+            f"got {type(columns).__name__}",
+            uri=uri,
+            layer=layer,
+        )
+    out = []
+    for name, dtype in columns.items():
+        if (
+            not isinstance(name, str)
+            or not name
+            or name in RESERVED_COLUMNS
+            or name.startswith(RESERVED_PREFIX)
+        ):
+            raise SchemaConflictError(
+                f"column name {name!r} of layer {layer!r} of {uri} is empty or reserved "
+                "(sample_id, shard and _ferroload* are index columns)",
+                uri=uri,
+                column=str(name),
+                layer=layer,
+            )
+        try:
+            if not isinstance(dtype, pa.DataType):
+                raise ValueError(f"{dtype!r} is not a pyarrow type")
+            type_to_json(dtype)
+        except ValueError as exc:
+            raise SchemaConflictError(
+                f"column {name!r} of layer {layer!r} of {uri}: {exc}; ferroload stores bool, "
+                "int64, float64, string, binary and lists and structs of them",
+                uri=uri,
+                column=name,
+                layer=layer,
+            ) from None
+        out.append(pa.field(name, dtype))
+    return tuple(out)
+
+
+def check_modalities(modalities: Sequence[Modality], layer: str, uri: str) -> tuple[Modality, ...]:
+    out: list[Modality] = []
+    for m in modalities:
+        if not isinstance(m, Modality):
+            raise InvalidModalityError(
+                f"modalities of layer {layer!r} of {uri} must be Modality records, got "
+                f"{type(m).__name__}",
+                uri=uri,
+                layer=layer,
+            )
+        try:
+            check_modality(m.name, m.ext, m.kind, m.codec_hint)
+        except InvalidModalityError as exc:
+            raise InvalidModalityError(
+                f"layer {layer!r} of {uri}: {exc}", uri=uri, column=exc.column, layer=layer
+            ) from None
+        if any(o.name == m.name for o in out):
+            raise SchemaConflictError(
+                f"layer {layer!r} of {uri} declares modality {m.name!r} twice",
+                uri=uri,
+                column=m.name,
+                layer=layer,
+            )
+        out.append(Modality(m.name, m.ext, m.kind, m.codec_hint))
+    return tuple(out)
+
+
+def partition_shard(table: pa.Table) -> ShardInfo | None:
+    """The shard a staged partition wrote, from its Parquet metadata."""
+    raw = (table.schema.metadata or {}).get(PARTITION_META)
+    meta = json.loads(raw) if raw else {}
+    shard = meta.get("shard")
+    return ShardInfo.from_json(shard) if shard else None
+
+
+def staged_partition_path(name: str, identity: str, k: int) -> str:
+    """Key of staged partition `k` of layer `name` computed by `identity`."""
+    return f"{layer_staging_dir(name, identity)}part-{k:05d}.parquet"

@@ -1,0 +1,66 @@
+"""Errors of the map engine: each a `FerroloadError` and the builtin a caller would expect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferroload_core import FerroloadError
+
+
+class _ContextError(FerroloadError):
+    """Carries the context of a map failure as attributes (None when it does not apply)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        uri: str | None = None,
+        layer: str | None = None,
+        sample_id: str | None = None,
+        column: str | None = None,
+        partition: int | None = None,
+        **extra: Any,
+    ) -> None:
+        self.uri = uri
+        self.layer = layer
+        self.sample_id = sample_id
+        self.column = column
+        self.partition = partition
+        for key, value in extra.items():
+            setattr(self, key, value)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class MapSpecError(_ContextError, ValueError):
+    """A map that cannot start: an unknown output type, a function whose identity cannot
+    be computed (pass `version=`), a bad option.
+
+    Attributes:
+        uri: the dataset root.
+        layer: the layer name.
+        column: the input or output involved.
+    """
+
+
+class MapError(_ContextError, RuntimeError):
+    """`fn` failed on a batch (or a sample could not be decoded for it).
+
+    Attributes:
+        uri: the dataset root.
+        layer: the layer name.
+        sample_id: the first sample of the failing batch (the failing sample once known).
+        column: the input or output involved, if any.
+        partition: the partition being computed.
+    """
+
+
+class MapOutputError(MapError, ValueError):
+    """`fn` returned outputs that do not match `outputs=`: a missing or extra name, a
+    wrong length, or a value that does not fit the declared type."""
+
+
+class ExecutorUnavailableError(FerroloadError, ImportError):
+    """An executor whose optional dependency (Ray) is not installed."""
