@@ -90,12 +90,17 @@ def run_ferroload(root: Path, executor: Any, label: str) -> dict[str, Any]:
     import ferroload
     from ferroload_map import map_dataset
 
+    # every system starts from the same, layer-free copy of the dataset
+    copy = root.with_name(f"{root.name}-{label}")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root, copy)
+    root = copy
     ds = ferroload.Dataset.open(root)
     before = _tree_bytes(root)
     t0 = time.perf_counter()
     out = map_dataset(
         ds, stats_fn, inputs=["image"], outputs={"mean_color": "float32[3]", "thumb": "png"},
-        layer=f"stats_{label}", batch_size=64, executor=executor, progress=False,
+        layer="stats", batch_size=64, executor=executor, progress=False,
     )  # fmt: skip
     dt = time.perf_counter() - t0
     check = out[0]

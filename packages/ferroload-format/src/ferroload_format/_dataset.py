@@ -565,7 +565,7 @@ class Dataset:
         executor: Any = "auto",
         version: str | None = None,
         on_error: Any = "raise",
-        partition_size: int = 4096,
+        partition_size: int | None = None,
         overwrite: bool = False,
         progress: bool = True,
     ) -> Dataset:

@@ -24,7 +24,14 @@ from ferroload_map._executors import (
     rank_from_env,
 )
 from ferroload_map._map import MapReport, execute_map, map_dataset
-from ferroload_map._plan import DEFAULT_PARTITION_SIZE, Partition, plan_partitions
+from ferroload_map._plan import (
+    DEFAULT_PARTITION_SIZE,
+    MIN_PARTITION_SIZE,
+    TARGET_PARTITIONS,
+    Partition,
+    default_partition_size,
+    plan_partitions,
+)
 from ferroload_map._run import PartitionResult, SkippedSample, run_partition
 from ferroload_map._spec import EXTENSIONS, MapSpec, fn_identity, parse_type, storage_type
 
@@ -36,6 +43,8 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 __all__ = [
     "DEFAULT_PARTITION_SIZE",
     "EXTENSIONS",
+    "MIN_PARTITION_SIZE",
+    "TARGET_PARTITIONS",
     "Executor",
     "ExecutorUnavailableError",
     "LocalExecutor",
@@ -51,6 +60,7 @@ __all__ = [
     "StaticPartitionExecutor",
     "__version__",
     "auto_executor",
+    "default_partition_size",
     "execute_map",
     "fn_identity",
     "map_dataset",

@@ -19,7 +19,7 @@ from ferroload_map._executors import (
     RayExecutor,
     resolve_executor,
 )
-from ferroload_map._plan import DEFAULT_PARTITION_SIZE, Partition, plan_partitions
+from ferroload_map._plan import Partition, plan_partitions
 from ferroload_map._run import (
     MAX_SKIPPED_LISTED,
     PartitionResult,
@@ -109,7 +109,7 @@ def map_dataset(
     executor: ExecutorName | Executor = ...,
     version: str | None = ...,
     on_error: OnError = ...,
-    partition_size: int = ...,
+    partition_size: int | None = ...,
     overwrite: bool = ...,
     progress: bool = ...,
     return_report: Literal[False] = ...,
@@ -126,7 +126,7 @@ def map_dataset(
     executor: ExecutorName | Executor = ...,
     version: str | None = ...,
     on_error: OnError = ...,
-    partition_size: int = ...,
+    partition_size: int | None = ...,
     overwrite: bool = ...,
     progress: bool = ...,
     return_report: Literal[True],
@@ -144,7 +144,7 @@ def map_dataset(
     executor: ExecutorName | Executor = "auto",
     version: str | None = None,
     on_error: OnError = "raise",
-    partition_size: int = DEFAULT_PARTITION_SIZE,
+    partition_size: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
     return_report: bool = False,
@@ -186,7 +186,8 @@ def map_dataset(
             retried sample by sample; samples that fail get null outputs and are counted
             in the report (and logged in one warning). "warn": as skip, logging each one.
         partition_size: rows per partition (the unit of staging and resume; resume
-            with the same value).
+            with the same value). Default: about 32 partitions, 256 to 4,096 rows each,
+            a function of the row count only (`default_partition_size`).
         overwrite: replace a committed layer of the same name computed differently
             (older versions keep it).
         progress: show a progress bar on stderr (tqdm if installed) when more than one
