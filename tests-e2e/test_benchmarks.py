@@ -82,3 +82,23 @@ def test_bench_store_quick_run_measures_every_figure(tmp_path: Path) -> None:
         assert all(ep["n"] == s["samples"] for ep in cfg["ferroload"]["epochs"])
         assert cfg["ferroload"]["epochs"][1]["store"]["get_requests"] == 0  # the cache
     assert data["ttfb"]["first_batch_len"] == 256
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_bench_map_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "map.json"
+    cmd = [sys.executable, "benchmarks/bench_map.py", "--quick",
+           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    systems = data["systems"]
+    assert set(systems) == {"hf_num_proc2", "ferroload_processes", "ferroload_threads",
+                            "ferroload_ray"}  # fmt: skip
+    for name, s in systems.items():
+        assert s["samples_per_s"] > 0 and s["bytes_written"] > 0, name
+        assert {"mean_color", "thumb"} <= set(s["columns"]), name
+    # ferroload writes the layer only: the same bytes whichever executor ran it
+    assert len({s["bytes_written"] for k, s in systems.items() if k != "hf_num_proc2"}) == 1
+    assert len(data["goals"]) == 3
