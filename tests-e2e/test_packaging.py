@@ -68,8 +68,8 @@ def uv() -> str:
 # The workspace lock replaces pillow by pillow-simd (a root dependency), so a package
 # synced alone gets its PIL from here: the workspace's own build, or stock Pillow to prove
 # the codecs work with it too.
-NEEDS_PIL = {"ferroload-codec", "ferroload-loader", "ferroload", "ferroload-cli"}
-EXTRAS = {"ferroload-codec": ["--extra", "video"]}
+NEEDS_PIL = {"ferroload-codec", "ferroload-loader", "ferroload-map", "ferroload", "ferroload-cli"}
+EXTRAS = {"ferroload-codec": ["--extra", "video"], "ferroload-map": ["--extra", "ray"]}
 CASES = [(dist, "pillow-simd") for dist in PACKAGES] + [("ferroload-codec", "pillow")]
 
 
