@@ -153,6 +153,8 @@ DOCTEST_PACKAGES = (
     "ferroload_loader",
     "ferroload_loader.torch",
     "ferroload_loader.lightning",
+    "ferroload_map",
+    "ferroload_catalog",
     "ferroload",
 )
 

@@ -1,13 +1,51 @@
 """ferroload-catalog: the dataset catalog (name -> URI, versions, tags).
 
-A skeleton for now: the catalog arrives with its own issue.
+An embedded registry in one DuckDB file (`$FERROLOAD_CATALOG`, else the user data
+directory), safe to share between processes.
+
+- `Catalog` adds, lists, tags, refreshes and removes entries, and resolves
+  `catalog:<name>` URIs.
+- `CatalogEntry` is one registered dataset.
 """
 
 from importlib.metadata import PackageNotFoundError, version
+
+from ferroload_catalog._catalog import (
+    CATALOG_ENV,
+    CATALOG_SCHEME,
+    DEFAULT_LOCK_TIMEOUT,
+    Catalog,
+    CatalogEntry,
+    default_catalog_path,
+    validate_name,
+)
+from ferroload_catalog._errors import (
+    CatalogEntryExistsError,
+    CatalogEntryNotFoundError,
+    CatalogError,
+    CatalogFileError,
+    CatalogLockedError,
+    InvalidCatalogNameError,
+)
 
 try:
     __version__ = version("ferroload-catalog")
 except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "CATALOG_ENV",
+    "CATALOG_SCHEME",
+    "DEFAULT_LOCK_TIMEOUT",
+    "Catalog",
+    "CatalogEntry",
+    "CatalogEntryExistsError",
+    "CatalogEntryNotFoundError",
+    "CatalogError",
+    "CatalogFileError",
+    "CatalogLockedError",
+    "InvalidCatalogNameError",
+    "__version__",
+    "default_catalog_path",
+    "validate_name",
+]

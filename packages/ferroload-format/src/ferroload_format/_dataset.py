@@ -114,7 +114,9 @@ class Dataset:
         """Open a dataset, reading only its manifest.
 
         Args:
-            uri: dataset root: a local path, `memory://…`, `s3://…`, `gs://…`, `az://…`.
+            uri: dataset root: a local path, `memory://…`, `s3://…`, `gs://…`, `az://…`,
+                or `catalog:name` (a dataset registered in the catalog, see
+                `ferroload_catalog.Catalog`).
             version: the version to open (default: the latest).
             storage_options: backend options for obstore (credentials, endpoint, …).
             verify_checksums: check every payload read against its recorded xxh3-64.
@@ -129,6 +131,8 @@ class Dataset:
             VersionNotFoundError: if `version` does not exist.
             UnsupportedFormatVersionError: if the dataset needs a newer ferroload.
         """
+        if isinstance(uri, str) and uri.startswith("catalog:"):
+            uri = _resolve_catalog(uri)
         store = open_store(uri, storage_options=storage_options, io=io, cache=cache)
         return cls(store, read_manifest(store, version), verify_checksums=verify_checksums)
 
@@ -658,6 +662,18 @@ class Dataset:
         if raise_on_error:
             report.raise_for_problems()
         return report
+
+
+def _resolve_catalog(uri: str) -> str:
+    """The URI a `catalog:name` stands for (the catalog app, imported when needed)."""
+    try:
+        from ferroload_catalog import Catalog
+    except ImportError as exc:
+        raise ImportError(
+            f"opening {uri!r} needs the ferroload-catalog package: pip install "
+            "ferroload-catalog (or pip install ferroload)"
+        ) from exc
+    return Catalog().resolve(uri)
 
 
 def _rebuild(

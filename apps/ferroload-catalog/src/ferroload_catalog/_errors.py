@@ -1,0 +1,51 @@
+"""Errors of the catalog. Each derives from `FerroloadError` and from a builtin."""
+
+from __future__ import annotations
+
+from ferroload_core import FerroloadError
+
+
+class CatalogError(FerroloadError):
+    """Base of the catalog's errors.
+
+    Attributes:
+        name: the catalog entry involved, if any.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        self.name = name
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        # KeyError would quote the message; every catalog error prints it as written.
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidCatalogNameError(CatalogError, ValueError):
+    """A name or tag that is not lowercase letters, digits, `-`, `_` and `.`."""
+
+
+class CatalogEntryNotFoundError(CatalogError, KeyError):
+    """The catalog has no entry of that name.
+
+    Attributes:
+        suggestions: the closest existing names, best first (may be empty).
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, suggestions: tuple[str, ...] = ()
+    ) -> None:
+        self.suggestions = suggestions
+        super().__init__(message, name=name)
+
+
+class CatalogEntryExistsError(CatalogError, FileExistsError):
+    """`Catalog.add` named an entry that already exists (pass `replace=True`)."""
+
+
+class CatalogLockedError(CatalogError, TimeoutError):
+    """Another process held the catalog file for longer than the lock timeout."""
+
+
+class CatalogFileError(CatalogError, OSError):
+    """The catalog file cannot be opened (not a DuckDB file, no permission, …)."""

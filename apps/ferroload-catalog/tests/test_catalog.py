@@ -1,0 +1,273 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+
+from ferroload_catalog import (
+    Catalog,
+    CatalogEntryExistsError,
+    CatalogEntryNotFoundError,
+    CatalogError,
+    CatalogFileError,
+    CatalogLockedError,
+    InvalidCatalogNameError,
+    default_catalog_path,
+    validate_name,
+)
+from ferroload_core import FerroloadError
+from ferroload_format import Dataset, DatasetNotFoundError, Writer
+
+MakeDataset = Callable[..., str]
+
+
+def test_add_reads_version_and_sizes(catalog: Catalog, make_dataset: MakeDataset) -> None:
+    uri = make_dataset("a", samples=4)
+    entry = catalog.add("a", uri, description="first", tags=["img", "train", "img"])
+    ds = Dataset.open(uri)
+    expected = sum(s.size for s in ds.manifest.shards) + sum(
+        p.size for p in ds.manifest.index_parts
+    )
+    assert entry.name == "a"
+    assert entry.uri == ds.uri
+    assert entry.version == 1
+    assert entry.num_samples == 4
+    assert entry.size_bytes == expected > 0
+    assert entry.tags == ("img", "train")
+    assert entry.description == "first"
+    assert entry.created_at.tzinfo is UTC
+    assert entry.created_at == entry.updated_at
+    assert entry.catalog_uri == "catalog:a"
+    assert catalog.get("a") == entry
+    assert catalog.path.is_file()
+
+
+def test_add_existing_needs_replace(catalog: Catalog, make_dataset: MakeDataset) -> None:
+    first = catalog.add("a", make_dataset("a"))
+    with pytest.raises(CatalogEntryExistsError, match="replace=True") as info:
+        catalog.add("a", make_dataset("b"))
+    assert isinstance(info.value, FileExistsError)
+    assert isinstance(info.value, FerroloadError)
+    second = catalog.add("a", make_dataset("c", samples=7), replace=True)
+    assert second.num_samples == 7
+    assert second.uri != first.uri
+    assert second.created_at == first.created_at
+    assert second.updated_at >= first.updated_at
+    assert [e.name for e in catalog.list()] == ["a"]
+
+
+def test_add_missing_dataset(catalog: Catalog, tmp_path: Path) -> None:
+    with pytest.raises(DatasetNotFoundError):
+        catalog.add("nothing", str(tmp_path / "nowhere"))
+    assert catalog.list() == []
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "Upper", "has space", "-lead", ".hidden", "slash/x", "colon:x", "x" * 129]
+)
+def test_invalid_names(catalog: Catalog, make_dataset: MakeDataset, bad: str) -> None:
+    with pytest.raises(InvalidCatalogNameError, match="invalid catalog name") as info:
+        catalog.add(bad, make_dataset())
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, CatalogError)
+
+
+def test_valid_names() -> None:
+    for good in ("a", "0", "imagenet-1k", "laion_400m.v2", "x" * 128):
+        assert validate_name(good) == good
+
+
+def test_invalid_tag(catalog: Catalog, make_dataset: MakeDataset) -> None:
+    uri = make_dataset()
+    with pytest.raises(InvalidCatalogNameError, match="invalid tag 'Bad Tag'"):
+        catalog.add("a", uri, tags=["Bad Tag"])
+    catalog.add("a", uri)
+    with pytest.raises(InvalidCatalogNameError):
+        catalog.tag("a", "no!")
+
+
+def test_get_missing_suggests_close_names(catalog: Catalog, make_dataset: MakeDataset) -> None:
+    uri = make_dataset()
+    for name in ("imagenet", "imagewoof", "librispeech"):
+        catalog.add(name, uri)
+    with pytest.raises(CatalogEntryNotFoundError) as info:
+        catalog.get("imagnet")
+    err = info.value
+    assert isinstance(err, KeyError)
+    assert isinstance(err, FerroloadError)
+    assert err.name == "imagnet"
+    assert err.suggestions[0] == "imagenet"
+    assert "librispeech" not in err.suggestions
+    assert "'imagnet'" in str(err)
+    assert "did you mean 'imagenet'" in str(err)
+    with pytest.raises(KeyError):
+        catalog.get("zzz")
+    assert "imagenet" in catalog
+    assert "imagnet" not in catalog
+
+
+def test_list_and_tags(catalog: Catalog, make_dataset: MakeDataset) -> None:
+    uri = make_dataset()
+    catalog.add("b", uri, tags=["vision"])
+    catalog.add("a", uri)
+    catalog.add("c", uri, tags=["audio"])
+    assert [e.name for e in catalog.list()] == ["a", "b", "c"]
+    assert [e.name for e in catalog.list(tag="vision")] == ["b"]
+    entry = catalog.tag("a", "vision", "small")
+    assert entry.tags == ("small", "vision")
+    assert [e.name for e in catalog.list(tag="vision")] == ["a", "b"]
+    entry = catalog.tag("a", "vision", "absent", remove=True)
+    assert entry.tags == ("small",)
+    assert catalog.list(tag="nope") == []
+    with pytest.raises(CatalogEntryNotFoundError):
+        catalog.tag("zzz", "x")
+
+
+def test_remove(catalog: Catalog, make_dataset: MakeDataset) -> None:
+    uri = make_dataset()
+    catalog.add("a", uri)
+    catalog.remove("a")
+    assert catalog.list() == []
+    assert Dataset.open(uri).num_samples == 3  # the dataset stays
+    with pytest.raises(CatalogEntryNotFoundError):
+        catalog.remove("a")
+
+
+def test_refresh_reads_the_latest_version(catalog: Catalog, make_dataset: MakeDataset) -> None:
+    uri = make_dataset(samples=2)
+    before = catalog.add("a", uri)
+    with Writer(uri, "demo") as w:  # a second commit appends
+        w.declare("image", "jpg", "tensor", "image")
+        w.add("s9999", {"image": b"more"}, {"label": 9})
+    assert catalog.get("a").version == 1  # stored, not live
+    after = catalog.refresh("a")
+    assert after.version == 2
+    assert after.num_samples == Dataset.open(uri).num_samples
+    assert after.size_bytes > before.size_bytes
+    assert after.created_at == before.created_at
+    assert catalog.get("a") == after
+    with pytest.raises(CatalogEntryNotFoundError):
+        catalog.refresh("zzz")
+
+
+def test_resolve_and_open_dataset(
+    catalog: Catalog, make_dataset: MakeDataset, tmp_path: Path
+) -> None:
+    uri = make_dataset()
+    entry = catalog.add("a", uri)
+    assert catalog.resolve("catalog:a") == entry.uri
+    assert catalog.resolve("s3://bucket/x") == "s3://bucket/x"
+    assert catalog.resolve(uri) == uri
+    with pytest.raises(CatalogEntryNotFoundError):
+        catalog.resolve("catalog:b")
+    assert len(catalog.open_dataset("catalog:a")) == 3
+    assert len(catalog.open_dataset("a")) == 3
+    assert len(catalog.open_dataset(uri)) == 3
+    assert len(catalog.open_dataset(Path(uri), version=1)) == 3
+    # adding through another entry resolves it
+    assert catalog.add("b", "catalog:a").uri == entry.uri
+
+
+def test_env_var_and_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "env" / "cat.duckdb"
+    monkeypatch.setenv("FERROLOAD_CATALOG", str(target))
+    assert default_catalog_path() == target
+    assert Catalog().path == target
+    assert Catalog().list() == []
+    assert target.is_file()
+    assert Catalog(tmp_path / "explicit.duckdb").path == tmp_path / "explicit.duckdb"
+    monkeypatch.delenv("FERROLOAD_CATALOG")
+    default = default_catalog_path()
+    assert default.name == "catalog.duckdb"
+    assert "ferroload" in default.parts
+
+
+def test_not_a_catalog_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.duckdb"
+    bad.write_bytes(b"this is not a duckdb file" * 100)
+    with pytest.raises(CatalogFileError) as info:
+        Catalog(bad).list()
+    assert isinstance(info.value, OSError)
+
+
+_HOLD_LOCK = textwrap.dedent(
+    """
+    import sys, time, duckdb
+    con = duckdb.connect(sys.argv[1])
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    con.close()
+    """
+)
+
+
+def test_lock_timeout_then_retry_succeeds(tmp_path: Path, make_dataset: MakeDataset) -> None:
+    path = tmp_path / "locked.duckdb"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(path), "1.5"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CatalogLockedError, match="locked by another process") as info:
+            Catalog(path, lock_timeout=0.2).list()
+        assert isinstance(info.value, TimeoutError)
+        # a longer timeout waits the holder out
+        assert Catalog(path, lock_timeout=20).add("a", make_dataset()).name == "a"
+    finally:
+        holder.wait(timeout=30)
+
+
+_ADD_MANY = textwrap.dedent(
+    """
+    import sys
+    from ferroload_catalog import Catalog
+    catalog = Catalog(sys.argv[1], lock_timeout=60)
+    worker, uri, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    for i in range(count):
+        catalog.add(f"w{worker}-{i}", uri, tags=[f"w{worker}"])
+        catalog.list()
+    """
+)
+
+
+def test_concurrent_processes_all_land(tmp_path: Path, make_dataset: MakeDataset) -> None:
+    path = tmp_path / "shared.duckdb"
+    uri = make_dataset()
+    workers, per_worker = 4, 5
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ADD_MANY, str(path), str(w), uri, str(per_worker)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(workers)
+    ]
+    errors = [p.communicate(timeout=240)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * workers, errors
+    entries = Catalog(path).list()
+    assert len(entries) == workers * per_worker
+    assert {e.name for e in entries} == {
+        f"w{w}-{i}" for w in range(workers) for i in range(per_worker)
+    }
+    assert len(Catalog(path).list(tag="w2")) == per_worker
+
+
+def test_dataset_open_resolves_catalog_uris(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ferroload
+    from ferroload_catalog import Catalog
+
+    root = tmp_path / "ds"
+    with ferroload.Writer(root, "cat-open") as w:
+        w.add("s0", None, {"label": 1})
+    monkeypatch.setenv("FERROLOAD_CATALOG", str(tmp_path / "cat.duckdb"))
+    Catalog().add("cat-open", str(root))
+    ds = ferroload.Dataset.open("catalog:cat-open")
+    assert len(ds) == 1 and ds.get(0, ["label"]) == {"label": 1}
