@@ -261,13 +261,12 @@ def test_concurrent_processes_all_land(tmp_path: Path, make_dataset: MakeDataset
 def test_dataset_open_resolves_catalog_uris(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ferroload
     from ferroload_catalog import Catalog
 
     root = tmp_path / "ds"
-    with ferroload.Writer(root, "cat-open") as w:
+    with Writer(root, "cat-open") as w:
         w.add("s0", None, {"label": 1})
     monkeypatch.setenv("FERROLOAD_CATALOG", str(tmp_path / "cat.duckdb"))
     Catalog().add("cat-open", str(root))
-    ds = ferroload.Dataset.open("catalog:cat-open")
+    ds = Dataset.open("catalog:cat-open")
     assert len(ds) == 1 and ds.get(0, ["label"]) == {"label": 1}
