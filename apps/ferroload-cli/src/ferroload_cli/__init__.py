@@ -1,14 +1,16 @@
-"""ferroload-cli: the `ferroload` command.
+"""ferroload-cli: the `ferroload` command (`python -m ferroload_cli` runs it too).
 
-A skeleton for now: the commands arrive with their own issue; the demo runs with
-`python -m ferroload.demo`.
+Commands: `info`, `schema`, `head`, `get`, `sql`, `verify`, `log`, `gc`, `doctor`; see
+`ferroload --help` and docs/api/cli.md.
 """
 
 from importlib.metadata import PackageNotFoundError, version
+
+from ferroload_cli._cli import main
 
 try:
     __version__ = version("ferroload-cli")
 except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "main"]

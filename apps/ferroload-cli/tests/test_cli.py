@@ -1,0 +1,296 @@
+"""The `ferroload` command, run for real: `python -m ferroload_cli` and the console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ferroload_format import Dataset, LayerWriter, Writer
+
+#: The console script the venv installs next to the interpreter, when it does.
+SCRIPT = Path(sys.executable).with_name("ferroload")
+
+
+def run(*args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
+    exe = [str(SCRIPT)] if script else [sys.executable, "-m", "ferroload_cli"]
+    return subprocess.run([*exe, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def ok_json(*args: str) -> Any:
+    proc = run(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ferroload: error: ")
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """7 samples (s0003 without an image), labels 0,1,2,…, and one layer `stats`."""
+    root = tmp_path_factory.mktemp("cli") / "ds"
+    with Writer(root, "demo") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        for i in range(7):
+            payloads = {} if i == 3 else {"image": bytes([i]) * (100 + i)}
+            w.add(f"s{i:04d}", payloads, {"label": i % 3, "caption": f"cat {i}"})
+    lw = LayerWriter(Dataset.open(root), "stats", identity="v1", columns={"double": pa.int64()})
+    lw.write_partition(0, np.arange(7), {"double": [2 * i for i in range(7)]}, {})
+    lw.commit(1)
+    return str(root)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def test_module_and_console_script_agree(dataset: str) -> None:
+    help_ = run("--help")
+    assert help_.returncode == 0
+    for command in ("info", "schema", "head", "get", "sql", "verify", "log", "gc", "doctor"):
+        assert command in help_.stdout
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("ferroload ")
+    if not SCRIPT.exists():
+        pytest.skip("the ferroload console script is not installed in this environment")
+    proc = run("info", dataset, "--json", script=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ok_json("info", dataset)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def test_info(dataset: str) -> None:
+    info = ok_json("info", dataset)
+    assert (info["name"], info["version"], info["samples"], info["shards"]) == ("demo", 2, 7, 1)
+    assert info["bytes"] > sum(100 + i for i in range(7) if i != 3)
+    assert [m["name"] for m in info["modalities"]] == ["image"]
+    assert info["metadata_columns"] == [
+        {"name": "label", "type": "int64"},
+        {"name": "caption", "type": "string"},
+        {"name": "double", "type": "int64"},
+    ]
+    assert [(x["name"], x["columns"]) for x in info["layers"]] == [("stats", ["double"])]
+    human = run("info", dataset)
+    assert human.returncode == 0
+    for word in ("demo", "samples:", "image", "label", "caption", "stats"):
+        assert word in human.stdout
+
+
+def test_schema(dataset: str) -> None:
+    fields = {f["name"]: f for f in ok_json("schema", dataset)}
+    assert fields["image"]["role"] == "modality"
+    assert fields["label"] == {
+        "name": "label",
+        "type": "int64",
+        "nullable": True,
+        "role": "metadata",
+    }
+    assert fields["double"]["role"] == "metadata"
+    assert fields["sample_id"]["role"] == "index"
+    human = run("schema", dataset)
+    assert human.returncode == 0 and "caption" in human.stdout and "string" in human.stdout
+
+
+def test_head(dataset: str) -> None:
+    rows = ok_json("head", dataset)
+    assert len(rows) == 5
+    assert rows[0] == {
+        "sample_id": "s0000", "image": 100, "label": 0, "caption": "cat 0", "double": 0,
+    }  # fmt: skip
+    assert rows[3]["image"] is None  # no payload: no size
+    assert ok_json("head", dataset, "-n", "2", "--columns", "label,image") == [
+        {"label": 0, "image": 100},
+        {"label": 1, "image": 101},
+    ]
+    assert len(ok_json("head", dataset, "-n", "100")) == 7
+    human = run("head", dataset, "-n", "3")
+    assert human.returncode == 0
+    assert "s0002" in human.stdout and "102 B" in human.stdout and "s0003" not in human.stdout
+
+
+def test_head_unknown_column_is_one_line(dataset: str) -> None:
+    line = one_error_line(run("head", dataset, "--columns", "nope"))
+    assert "'nope'" in line
+
+
+def test_get(dataset: str, tmp_path: Path) -> None:
+    assert ok_json("get", dataset, "1") == {
+        "sample_id": "s0001", "image": 101, "label": 1, "caption": "cat 1", "double": 2,
+    }  # fmt: skip
+    assert ok_json("get", dataset, "-1", "--column", "caption") == {"caption": "cat 6"}
+    human = run("get", dataset, "2")
+    assert human.returncode == 0 and "102 B" in human.stdout and "cat 2" in human.stdout
+    out = tmp_path / "img.jpg"
+    proc = run("get", dataset, "4", "--column", "image", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == bytes([4]) * 104
+    raw = subprocess.run(
+        [sys.executable, "-m", "ferroload_cli", "get", dataset, "5", "--column", "image",
+         "--out", "-"],
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert raw.returncode == 0 and raw.stdout == bytes([5]) * 105
+
+
+def test_get_errors(dataset: str) -> None:
+    assert "out of range" in one_error_line(run("get", dataset, "99"))
+    assert "has no 'image'" in one_error_line(
+        run("get", dataset, "3", "--column", "image", "--out", "x.bin")
+    )
+    usage = run("get", dataset, "0", "--out", "x.bin")
+    assert usage.returncode == 2 and "--out needs --column" in usage.stderr
+
+
+def test_sql(dataset: str) -> None:
+    rows = ok_json(
+        "sql", dataset, "SELECT label, count(*) AS n FROM samples GROUP BY label ORDER BY label"
+    )
+    assert rows == [{"label": 0, "n": 3}, {"label": 1, "n": 2}, {"label": 2, "n": 2}]
+    assert ok_json("sql", dataset, "SELECT double FROM samples WHERE label = 2") == [
+        {"double": 4},
+        {"double": 10},
+    ]
+    human = run("sql", dataset, "SELECT sample_id FROM samples WHERE caption LIKE '%6'")
+    assert human.returncode == 0 and "s0006" in human.stdout and "(1 row)" in human.stdout
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("DROP TABLE samples", "single SELECT"),
+        ("SELECT 1; SELECT 2", "single SELECT"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "outside the dataset's index"),
+        ("SET lock_configuration = false", "single SELECT"),
+        ("SELECT nope FROM samples", "nope"),
+        ("SELEC 1", "invalid query"),
+    ],
+)
+def test_sql_refuses(dataset: str, query: str, words: str) -> None:
+    assert words in one_error_line(run("sql", dataset, query))
+
+
+def test_verify(dataset: str, tmp_path: Path) -> None:
+    report = ok_json("verify", dataset)
+    assert report["ok"] is True and report["problems"] == []
+    assert report["payloads_checked"] == 6
+    human = run("verify", dataset)
+    assert human.returncode == 0 and human.stdout.startswith("ok:")
+
+    root = tmp_path / "damaged"
+    with Writer(root, "damaged") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        w.add("a", {"image": b"A" * 600}, {})
+    shard = next((root / "shards").rglob("*.tar"))
+    data = bytearray(shard.read_bytes())
+    at = data.index(b"A" * 600)
+    data[at : at + 4] = b"BBBB"
+    shard.write_bytes(bytes(data))
+    bad = run("verify", str(root), "--json")
+    assert bad.returncode == 1
+    report = json.loads(bad.stdout)
+    assert report["ok"] is False
+    assert [p["kind"] for p in report["problems"]] == ["checksum"]
+    human = run("verify", str(root))
+    assert human.returncode == 1
+    assert "damaged" in human.stdout and "checksum" in human.stdout
+
+
+def test_log(dataset: str) -> None:
+    versions = ok_json("log", dataset)
+    assert [v["version"] for v in versions] == [1, 2]
+    assert versions[0]["num_samples"] == 7 and versions[0]["operation"] == "create"
+    human = run("log", dataset)
+    assert human.returncode == 0 and "create" in human.stdout
+
+
+def test_gc(dataset: str, tmp_path: Path) -> None:
+    root = tmp_path / "gc"
+    with Writer(root, "gc") as w:
+        w.add("a", None, {"x": 1})
+    leftover = root / "shards" / "orphan-000000.tar"
+    leftover.parent.mkdir(exist_ok=True)
+    leftover.write_bytes(b"\0" * 1024)
+    dry = ok_json("gc", str(root), "--dry-run", "--grace", "0")
+    assert dry["dry_run"] is True and dry["deleted"] == ["shards/orphan-000000.tar"]
+    assert leftover.exists()
+    young = ok_json("gc", str(root))  # default grace: the leftover is too young
+    assert young["deleted"] == [] and young["kept_young"] == 1
+    human = run("gc", str(root), "--grace", "0")
+    assert human.returncode == 0 and "deleted shards/orphan-000000.tar" in human.stdout
+    assert not leftover.exists()
+    assert run("gc", str(root), "--grace", "-1").returncode == 2
+
+
+def test_doctor(dataset: str, tmp_path: Path) -> None:
+    report = ok_json("doctor", "--uri", dataset)
+    assert report["packages"]["ferroload"] and report["packages"]["ferroload-cli"] == "0.1.0"
+    assert report["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert "jpeg" in report["codec_backends"]
+    assert report["uri"]["reachable"] is True and report["uri"]["samples"] == 7
+    human = run("doctor")
+    assert human.returncode == 0 and "ferroload-format" in human.stdout
+    missing = run("doctor", "--uri", str(tmp_path / "nothing"), "--json")
+    assert missing.returncode == 1
+    assert json.loads(missing.stdout)["uri"]["reachable"] is False
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nothing")
+    line = one_error_line(run("info", missing))
+    assert "no ferroload dataset" in line
+    for args in (("info", missing, "--debug"), ("--debug", "info", missing)):
+        proc = run(*args)
+        assert proc.returncode == 1
+        assert "Traceback" in proc.stderr and "DatasetNotFoundError" in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("ferroload: error: ")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("frobnicate",),
+        ("info",),
+        ("head", "x", "-n", "-1"),
+        ("get", "x", "notanumber"),
+        ("info", "x", "--storage-option", "novalue"),
+    ],
+)
+def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+    proc = run(*args)
+    assert proc.returncode == 2
+    assert "usage: ferroload" in proc.stderr
+
+
+def test_storage_options_reach_the_store() -> None:
+    # obstore refuses an unknown key: proof the option travelled to the store
+    line = one_error_line(run("info", "s3://bucket/ds", "--storage-option", "nonsense_key=1"))
+    assert "nonsense_key" in line
+    # a refused connection to the given endpoint: the options configured the client
+    opts = {
+        "endpoint": "http://127.0.0.1:9",
+        "allow_http": "true",
+        "access_key_id": "a",
+        "secret_access_key": "b",
+        "region": "us-east-1",
+    }
+    args = [arg for k, v in opts.items() for arg in ("--storage-option", f"{k}={v}")]
+    line = one_error_line(run("log", "s3://bucket/ds", *args))
+    assert "127.0.0.1:9" in line
