@@ -41,12 +41,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, packages_distributions, version
+from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from _meta import git_commit, loadavg, pkg_version
 from PIL import Image, ImageOps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -293,40 +294,8 @@ class StockPillow:
 # --------------------------------------------------------------------------- helpers
 
 
-def _pkg_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=HERE, capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip()
-
-
-def _git_commit() -> str | None:
-    """The short commit hash, with `+dirty` when the working tree has uncommitted changes."""
-    commit = _git("rev-parse", "--short", "HEAD")
-    if not commit:
-        return None
-    return commit + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def _chunks(items: Sequence[bytes], size: int) -> list[Sequence[bytes]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        return None
 
 
 # --------------------------------------------------------------------------- one case
@@ -759,7 +728,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run_dir.mkdir(parents=True)
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     t_start = time.perf_counter()
-    load_start = _loadavg()
+    load_start = loadavg()
 
     print(f"[{mode}] encoding images (not timed) ...", file=sys.stderr, flush=True)
     photos = natural_photos(SEED)
@@ -793,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "meta": {
             "mode": mode,
             "started_at": started,
-            "git_commit": _git_commit(),
+            "git_commit": git_commit(),
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpu_count": os.cpu_count(),
@@ -802,7 +771,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "loadavg_start": load_start,
             "backends": ferroload_codec.backends(),
             "versions": {
-                n: _pkg_version(n)
+                n: pkg_version(n)
                 for n in (
                     "ferroload-codec",
                     "pyturbojpeg",
@@ -853,7 +822,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if stock is not None:
             stock.close()
     res["goals"] = _goals(res)
-    res["meta"]["loadavg_end"] = _loadavg()
+    res["meta"]["loadavg_end"] = loadavg()
     res["meta"]["total_s"] = time.perf_counter() - t_start
     shutil.rmtree(run_dir, ignore_errors=True)
     print(render(res))

@@ -23,13 +23,11 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,6 +35,7 @@ import datasets
 import numpy as np
 import numpy.typing as npt
 import webdataset as wds
+from _meta import git_commit, pkg_version
 
 import ferroload
 
@@ -93,31 +92,6 @@ def _reset(path: Path) -> Path:
 def tree_bytes(root: Path, pattern: str = "*") -> int:
     """Apparent size of every file under `root` whose name matches `pattern`."""
     return sum(p.stat().st_size for p in root.rglob(pattern) if p.is_file())
-
-
-def _pkg_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=HERE, capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip()
-
-
-def _git_commit() -> str | None:
-    """The short commit hash, with `+dirty` when the working tree has uncommitted changes."""
-    commit = _git("rev-parse", "--short", "HEAD")
-    if not commit:
-        return None
-    return commit + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def _quiet_hf() -> None:
@@ -640,12 +614,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "meta": {
             "mode": mode,
             "started_at": started,
-            "git_commit": _git_commit(),
+            "git_commit": git_commit(),
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpu_count": os.cpu_count(),
             "versions": {
-                n: _pkg_version(n)
+                n: pkg_version(n)
                 for n in (
                     "ferroload-format",
                     "webdataset",

@@ -49,11 +49,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+from _meta import git_commit, loadavg, pkg_version
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "bench_loader.json"
@@ -742,38 +742,6 @@ def stock_pillow(workdir: Path) -> tuple[Path | None, str | None]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _pkg_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=HERE, capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip()
-
-
-def _git_commit() -> str | None:
-    """The short commit hash, with `+dirty` when the working tree has uncommitted changes."""
-    commit = _git("rev-parse", "--short", "HEAD")
-    if not commit:
-        return None
-    return commit + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        return None
-
-
 _T0 = time.perf_counter()
 
 
@@ -1406,7 +1374,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run_dir.mkdir(parents=True)
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     t_start = time.perf_counter()
-    load_start = _loadavg()
+    load_start = loadavg()
 
     _log(f"[{mode}] encoding images (not timed) ...")
     photos = natural_photos(SEED)
@@ -1429,14 +1397,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "meta": {
             "mode": mode,
             "started_at": started,
-            "git_commit": _git_commit(),
+            "git_commit": git_commit(),
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpu_count": os.cpu_count(),
             "available_cpus": threads,
             "loadavg_start": load_start,
             "versions": {
-                n: _pkg_version(n)
+                n: pkg_version(n)
                 for n in ("ferroload-loader", "webdataset", "datasets", "torch", "numpy")
             },
             "stock_pillow": {"path": str(stock_path) if stock_path else None, "reason": None},
@@ -1514,7 +1482,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     apis = {r.get("api") for st in res["sets"].values() for r in st["configs"].values()}
     res["meta"]["ferroload_api"] = ", ".join(sorted(a for a in apis if a)) or None
     res["goals"] = _goals(res)
-    res["meta"]["loadavg_end"] = _loadavg()
+    res["meta"]["loadavg_end"] = loadavg()
     res["meta"]["total_s"] = time.perf_counter() - t_start
     print(render(res))
     print(f"\ntotal {res['meta']['total_s']:.0f} s; results written to {json_path}")

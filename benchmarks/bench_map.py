@@ -29,6 +29,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _meta import git_commit  # noqa: E402
+
 DEFAULT_JSON = HERE / "results" / "bench_map.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_map_quick.json"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-bench-map"
@@ -158,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             "mode": "quick" if args.quick else "full",
             "samples": n,
             "started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git_commit": git_commit(),
             "cpu_count": os.cpu_count(),
             "loadavg_start": list(os.getloadavg()),
             "base_bytes": {"ferroload": base_bytes, "hf": _tree_bytes(hf_root)},

@@ -48,6 +48,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _meta import git_commit  # noqa: E402
+
 DEFAULT_JSON = HERE / "results" / "bench_store.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_store_quick.json"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-bench-store"
@@ -385,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {
             "mode": "quick" if args.quick else "full",
             "started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git_commit": git_commit(),
             "python": platform.python_version(),
             "cpu_count": os.cpu_count(),
             "loadavg_start": list(os.getloadavg()),

@@ -1,0 +1,44 @@
+"""What every benchmark records about the run: package versions, the commit, the load."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def pkg_version(name: str) -> str:
+    """The installed version of distribution `name`, or "not installed"."""
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=HERE, capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_commit() -> str | None:
+    """The short commit hash, with `+dirty` when the working tree has uncommitted changes."""
+    commit = _git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return None
+    return commit + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
