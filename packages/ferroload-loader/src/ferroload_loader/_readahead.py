@@ -90,15 +90,17 @@ def plan_blocks(
             rep = np.repeat(np.arange(len(keep)), count)
             within = np.arange(len(rep)) - np.repeat(np.cumsum(count) - count, count)
             codes = shard_of[pos[keep]].astype(np.int64)
-            ids = np.empty(len(codes), dtype=np.int64)
-            for code in np.unique(codes).tolist():
+            # shard code -> object id, vectorised (a mask per shard would be O(shards x items))
+            uniq, inverse = np.unique(codes, return_inverse=True)
+            lut = np.empty(len(uniq), dtype=np.int64)
+            for j, code in enumerate(uniq.tolist()):
                 key = (d, code)
                 if key not in obj_id:
                     path, size, version = ds.shard_ref(code)
                     obj_id[key] = len(objects)
                     objects.append(CachedObject(ds.store, path, size, version))
-                ids[codes == code] = obj_id[key]
-            keys_obj.append(ids[rep])
+                lut[j] = obj_id[key]
+            keys_obj.append(lut[inverse][rep])
             keys_block.append(b0[rep] + within)
             keys_batch.append(batch_of[slots[keep]][rep])
     if not objects:
