@@ -631,6 +631,55 @@ class Dataset:
         positions = where_positions(self._index, self._rows, where, uri=self.uri)
         return positions if return_indices else self.take(positions)
 
+    def copy_to(
+        self,
+        uri: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        shard_size: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Dataset:
+        """Materialize this dataset or view as a new dataset at `uri`, in this order.
+
+        The samples' payloads are copied byte for byte into new shards and their metadata
+        keeps its Arrow types; the result no longer depends on the source. Layer columns
+        (see `layers`) are not copied: a layer belongs to its base version. Appending to an
+        existing dataset at `uri` works when the schemas agree.
+
+        Args:
+            uri: where to write (any URI `Writer` takes).
+            name: the new dataset's name (default: the source's).
+            shard_size: target tar shard size in bytes (default: `Writer`'s, 256 MiB).
+            storage_options: backend options for `uri`.
+            progress: called as `progress(samples_done, total)` after each batch.
+
+        Returns:
+            The new dataset, opened at its committed version.
+
+        Raises:
+            DuplicateSampleError: a view that repeats a sample (ids must stay unique).
+            SchemaConflictError: `uri` holds a dataset with another schema.
+
+        Examples:
+            >>> from ferroload_format import Writer
+            >>> with Writer("memory://docs/copy-src", "demo") as w:
+            ...     for i in range(6):
+            ...         w.add(f"s{i}", None, {"label": i % 3})
+            >>> ds = Dataset.open("memory://docs/copy-src")
+            >>> small = ds.subset("label = 1").copy_to("memory://docs/copy-dst")
+            >>> small.column("sample_id").to_pylist(), small.version
+            (['s1', 's4'], 1)
+        """
+        from ferroload_format._copy import copy_dataset
+        from ferroload_format._writer import DEFAULT_SHARD_SIZE
+
+        copy_dataset(
+            self, uri, name=name, shard_size=shard_size or DEFAULT_SHARD_SIZE,
+            storage_options=storage_options, progress=progress,
+        )  # fmt: skip
+        return Dataset.open(uri, storage_options=storage_options)
+
     # ----------------------------------------------------------------- history and health
 
     def versions(self) -> list[VersionInfo]:

@@ -242,6 +242,30 @@ class IndexBuilder:
         if len(self._ids) >= self.row_group_size:
             self._freeze()
 
+    def declare_column(self, name: str, dtype: pa.DataType) -> None:
+        """Fix the type of metadata column `name` (new, or already of that type).
+
+        Raises:
+            SchemaConflictError: for a reserved name, or a column that has another type.
+        """
+        col = self._cols.get(name)
+        if col is not None:
+            if col.type != dtype:
+                raise SchemaConflictError(
+                    f"metadata {name!r} is already {type_name(col.type)}, not {type_name(dtype)}",
+                    uri=self.uri,
+                    column=name,
+                )
+            col.locked = True
+            return
+        col = self._new_column(name, "(declared)")
+        col.type = dtype
+        col.locked = True
+        col.fast = next((t for t, a in PY_SCALARS.items() if a == dtype), None)
+        if col.chunks:  # rows frozen before the declaration: nulls of the declared type
+            col.chunks = [pa.nulls(len(c), type=dtype) for c in col.chunks]
+        self._cols[name] = col
+
     def check_meta(self, sample_id: str, meta: Mapping[str, Any]) -> None:
         """Type-check one sample's metadata, growing the schema where it may.
 

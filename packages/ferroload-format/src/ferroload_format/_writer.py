@@ -33,6 +33,7 @@ from ferroload_format._names import (
     new_txn_id,
 )
 from ferroload_format._tar import BLOCK, END_OF_ARCHIVE, ShardMembers, ShardWriter, padding
+from ferroload_format._types import type_to_json
 from ferroload_format._versions import read_manifest
 from ferroload_store import Store, open_store
 
@@ -173,6 +174,35 @@ class Writer:
             )
         self._modalities[modality] = new
         self._builder.add_modality(modality)
+
+    def declare_column(self, name: str, dtype: pa.DataType) -> None:
+        """Declare a metadata column and its Arrow type before samples use it.
+
+        Without a declaration a column's type is inferred from the values added (and may
+        widen, int to double); a declared column keeps `dtype` exactly, even when every
+        value is null, and refuses values that do not fit it. `Dataset.copy_to` declares
+        the source's columns this way.
+
+        Args:
+            name: the metadata key.
+            dtype: its Arrow type (see docs/format.md §6), e.g. `pa.float64()`,
+                `pa.list_(pa.string())`.
+
+        Raises:
+            SchemaConflictError: for a type the format has no form for, a reserved name, a
+                modality's name, a column already of another type, or (when appending) a column the dataset does not have.
+        """
+        self._check_open()
+        try:
+            type_to_json(dtype)
+        except (ValueError, AttributeError) as exc:
+            raise SchemaConflictError(
+                f"metadata {name!r} cannot have type {dtype!r}: metadata types are null, "
+                "bool, int64, float64, string, binary and lists and structs of them",
+                uri=self.uri,
+                column=name,
+            ) from exc
+        self._builder.declare_column(name, dtype)
 
     # ----------------------------------------------------------------- adding
 
