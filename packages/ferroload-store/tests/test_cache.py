@@ -80,6 +80,7 @@ def test_round_trip(cache: BlockCache, n: int) -> None:
     assert got.readonly
     assert bytes(got) == payload(7, n)
     assert cache.size() == entry_size(k, n)
+    assert cache.count() == 1
     assert cache.stats.snapshot() == {
         "hits": 1,
         "misses": 1,
@@ -107,6 +108,7 @@ def test_put_replaces(cache: BlockCache) -> None:
     cache.put(key(0), b"new!")
     assert read(cache, key(0)) == b"new!"
     assert cache.size() == entry_size(key(0), 4)
+    assert cache.count() == 1
 
 
 @given(data=st.binary(max_size=4096))

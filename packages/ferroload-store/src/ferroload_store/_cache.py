@@ -381,6 +381,10 @@ class BlockCache:
         """The bytes the entries take now (one directory scan; temporary files excluded)."""
         return self._scan()[2]
 
+    def count(self) -> int:
+        """The entries in the cache now (one directory scan; temporary files excluded)."""
+        return len(self._scan()[0])
+
     def evict(self, target_bytes: int | None = None) -> int:
         """Delete the oldest entries until the cache holds at most `target_bytes`.
 
