@@ -14,7 +14,7 @@ re-exported here).
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core import FerroloadError
-from ferroload_store._cache import BlockCache, CacheStats
+from ferroload_store._cache import BlockCache, CacheStats, parse_size
 from ferroload_store._errors import (
     CacheConfigError,
     CacheError,
@@ -75,6 +75,7 @@ __all__ = [
     "__version__",
     "coalesce_ranges",
     "open_store",
+    "parse_size",
     "parse_uri",
     "split_reads",
 ]

@@ -1,0 +1,133 @@
+"""`ferroload catalog …`: the dataset catalog (name -> URI, version, tags)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from ferroload_catalog import Catalog, CatalogEntry
+from ferroload_cli import _render as r
+from ferroload_cli._app import Json, StorageOptions, app, storage_options
+
+catalog_app = typer.Typer(
+    help="The dataset catalog: names for dataset URIs (FERROLOAD_CATALOG overrides the file).",
+    no_args_is_help=True,
+)
+app.add_typer(catalog_app, name="catalog")
+
+Name = Annotated[str, typer.Argument(help="the entry's name (catalog:NAME opens it)")]
+Tags = Annotated[
+    list[str] | None, typer.Option("--tag", "-t", help="a tag; repeatable", show_default=False)
+]
+
+
+def _dict(e: CatalogEntry) -> dict[str, Any]:
+    return {
+        "name": e.name,
+        "uri": e.uri,
+        "version": e.version,
+        "tags": list(e.tags),
+        "description": e.description,
+        "samples": e.num_samples,
+        "bytes": e.size_bytes,
+        "created_at": e.created_at.isoformat(),
+        "updated_at": e.updated_at.isoformat(),
+    }
+
+
+def _show(e: CatalogEntry, *, json: bool) -> None:
+    if json:
+        r.print_json(_dict(e))
+        return
+    r.pairs(
+        [
+            ("name", e.name),
+            ("uri", e.uri),
+            ("version", e.version),
+            ("samples", e.num_samples),
+            ("size", r.size(e.size_bytes)),
+            ("tags", ", ".join(e.tags)),
+            ("description", e.description),
+            ("added", e.created_at.isoformat(timespec="seconds")),
+            ("updated", e.updated_at.isoformat(timespec="seconds")),
+        ]
+    )
+
+
+@catalog_app.command("add")
+def add(
+    name: Name,
+    uri: Annotated[str, typer.Argument(metavar="URI", help="the dataset root")],
+    description: Annotated[str, typer.Option("--description", "-d")] = "",
+    tag: Tags = None,
+    replace: Annotated[bool, typer.Option(help="replace an entry of that name")] = False,
+    json: Json = False,
+    storage_option: StorageOptions = None,
+) -> None:
+    """Register the dataset at URI under NAME (the dataset is opened to check it)."""
+    entry = Catalog().add(
+        name, uri, description=description, tags=tag or (), replace=replace,
+        storage_options=storage_options(storage_option),
+    )  # fmt: skip
+    _show(entry, json=json)
+
+
+@catalog_app.command("ls")
+def ls(
+    tag: Annotated[
+        str | None, typer.Option("--tag", "-t", help="only entries with this tag")
+    ] = None,
+    json: Json = False,
+) -> None:
+    """Every entry, sorted by name."""
+    entries = Catalog().list(tag=tag)
+    if json:
+        r.print_json([_dict(e) for e in entries])
+        return
+    r.table(
+        ["name", "version", "samples", "size", "tags", "uri"],
+        [
+            [e.name, e.version, e.num_samples, r.size(e.size_bytes), ", ".join(e.tags), e.uri]
+            for e in entries
+        ],
+    )
+
+
+@catalog_app.command("show")
+def show(
+    name: Name,
+    no_refresh: Annotated[
+        bool, typer.Option("--no-refresh", help="do not read the dataset's latest version")
+    ] = False,
+    json: Json = False,
+    storage_option: StorageOptions = None,
+) -> None:
+    """One entry, refreshed first from the dataset's latest version."""
+    catalog = Catalog()
+    if no_refresh:
+        entry = catalog.get(name)
+    else:
+        entry = catalog.refresh(name, storage_options=storage_options(storage_option))
+    _show(entry, json=json)
+
+
+@catalog_app.command("tag")
+def tag(
+    name: Name,
+    tags: Annotated[list[str], typer.Argument(help="tags to add (or remove)")],
+    remove: Annotated[bool, typer.Option("--remove", help="remove these tags instead")] = False,
+    json: Json = False,
+) -> None:
+    """Add tags to an entry, or remove them."""
+    _show(Catalog().tag(name, *tags, remove=remove), json=json)
+
+
+@catalog_app.command("rm")
+def rm(name: Name, json: Json = False) -> None:
+    """Remove an entry (the dataset itself is untouched)."""
+    Catalog().remove(name)
+    if json:
+        r.print_json({"removed": name})
+    else:
+        r.line(f"removed {name} from the catalog (the dataset is untouched)")

@@ -1,0 +1,318 @@
+"""Commands that read a dataset: info, schema, head, get, sql, verify, log."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+
+import ferroload
+from ferroload_cli import _render as r
+from ferroload_cli._app import (
+    Json,
+    StorageOptions,
+    Uri,
+    app,
+    first_line,
+    open_dataset,
+    split_names,
+    usage_error,
+)
+
+#: The table a `sql` query reads: the dataset's index, as `Dataset.subset` names it.
+SQL_TABLE = "samples"
+
+
+def _payload_size(value: Any) -> int | None:
+    """The size of a payload given as its index struct (present, length, …) or bytes."""
+    if isinstance(value, Mapping):
+        return int(value["length"]) if value.get("present") else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    return None
+
+
+def _check_columns(ds: ferroload.Dataset, columns: list[str]) -> None:
+    for c in columns:
+        if c not in ds.columns:
+            raise ferroload.ColumnNotFoundError(
+                f"{ds.uri} has no column {c!r}; columns are {', '.join(ds.columns)}",
+                uri=ds.uri,
+                column=c,
+            )
+
+
+@app.command()
+def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
+    """Summary of a dataset: samples, shards, bytes, columns, layers."""
+    ds = open_dataset(uri, storage_option)
+    m = ds.manifest
+    shard_bytes = sum(s.size for s in m.shards) + sum(
+        s.size for layer in m.layers for s in layer.shards
+    )
+    index_bytes = sum(p.size for p in m.index_parts)
+    meta = [f for f in ds.schema if f.name in ds.metadata_columns]
+    layers: list[dict[str, Any]] = [
+        {
+            "name": layer.name,
+            "base_version": layer.base_version,
+            "rows": layer.num_rows,
+            "columns": [f.name for f in layer.columns],
+            "modalities": [x.name for x in layer.modalities],
+            "created_at": layer.created_at,
+        }
+        for layer in ds.layers
+    ]
+    if json:
+        r.print_json(
+            {
+                "uri": ds.uri,
+                "name": ds.name,
+                "version": ds.version,
+                "created_at": m.created_at,
+                "samples": ds.num_samples,
+                "shards": ds.num_shards,
+                "bytes": shard_bytes,
+                "index_bytes": index_bytes,
+                "modalities": [
+                    {"name": x.name, "ext": x.ext, "kind": x.kind, "codec_hint": x.codec_hint}
+                    for x in ds.modalities
+                ],
+                "metadata_columns": [{"name": f.name, "type": str(f.type)} for f in meta],
+                "layers": layers,
+            }
+        )
+        return
+    r.pairs(
+        [
+            ("uri", ds.uri),
+            ("name", ds.name),
+            ("version", f"{ds.version} ({m.created_at})"),
+            ("samples", ds.num_samples),
+            ("shards", ds.num_shards),
+            ("bytes", f"{r.size(shard_bytes)} in shards, {r.size(index_bytes)} of index"),
+        ]
+    )
+    if ds.modalities:
+        r.table(
+            ["modality", "ext", "kind", "codec"],
+            [[x.name, x.ext, x.kind, x.codec_hint] for x in ds.modalities],
+        )
+    else:
+        r.line("\nno modalities")
+    if meta:
+        r.table(["metadata column", "type"], [[f.name, str(f.type)] for f in meta])
+    else:
+        r.line("\nno metadata columns")
+    if layers:
+        r.table(
+            ["layer", "base version", "columns", "modalities"],
+            [
+                [x["name"], x["base_version"], ", ".join(x["columns"]), ", ".join(x["modalities"])]
+                for x in layers
+            ],
+        )
+    else:
+        r.line("\nno layers")
+
+
+@app.command()
+def schema(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
+    """The columns of a dataset's index, their role and Arrow type."""
+    ds = open_dataset(uri, storage_option)
+    modalities = {x.name for x in ds.modalities}
+
+    def role(name: str) -> str:
+        if name in modalities:
+            return "modality"
+        return "metadata" if name in ds.metadata_columns else "index"
+
+    fields = [
+        {"name": f.name, "type": str(f.type), "nullable": bool(f.nullable), "role": role(f.name)}
+        for f in ds.schema
+    ]
+    if json:
+        r.print_json(fields)
+    else:
+        r.table(
+            ["column", "role", "type", "nullable"],
+            [[f["name"], f["role"], f["type"], f["nullable"]] for f in fields],
+        )
+
+
+@app.command()
+def head(
+    uri: Uri,
+    n: Annotated[int, typer.Option("-n", min=0, help="rows to show")] = 5,
+    columns: Annotated[
+        str | None, typer.Option("--columns", metavar="A,B", help="columns (default all)")
+    ] = None,
+    json: Json = False,
+    storage_option: StorageOptions = None,
+) -> None:
+    """The first rows of the index (payloads shown as their sizes)."""
+    ds = open_dataset(uri, storage_option)
+    names = split_names(columns, option="--columns") or list(ds.columns)
+    _check_columns(ds, names)
+    modalities = {x.name for x in ds.modalities}
+    count = min(n, len(ds))
+    rows = ds.take(list(range(count))).to_table(names).to_pylist() if count else []
+    for row in rows:
+        for c in names:
+            if c in modalities:
+                row[c] = _payload_size(row[c])
+    if json:
+        r.print_json(rows)
+    else:
+        r.table(names, [[r.size(x[c]) if c in modalities else x[c] for c in names] for x in rows])
+
+
+@app.command(context_settings={"ignore_unknown_options": True})  # INDEX may be negative
+def get(
+    uri: Uri,
+    index: Annotated[int, typer.Argument(help="sample position (negative counts from the end)")],
+    column: Annotated[str | None, typer.Option(help="only this column")] = None,
+    out: Annotated[
+        str | None,
+        typer.Option(metavar="FILE", help="write the column's bytes to FILE ('-': stdout)"),
+    ] = None,
+    json: Json = False,
+    storage_option: StorageOptions = None,
+) -> None:
+    """One sample (payloads shown as sizes), or one column's bytes to a file."""
+    if out is not None and column is None:
+        raise usage_error("--out needs --column (which column to write)")
+    ds = open_dataset(uri, storage_option)
+    modalities = {x.name for x in ds.modalities}
+    sample = ds.get(index, None if column is None else [column])
+    if out is not None and column is not None:
+        value = sample[column]
+        if value is None:
+            raise ferroload.SampleIndexError(
+                f"sample {index} of {ds.uri} has no {column!r}", uri=ds.uri, column=column
+            )
+        data = (
+            bytes(value)
+            if isinstance(value, bytes | bytearray | memoryview)
+            else str(value).encode()
+        )
+        if out == "-":
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+            return
+        with open(out, "wb") as f:
+            f.write(data)
+        if json:
+            r.print_json({"column": column, "out": out, "bytes": len(data)})
+        else:
+            r.line(f"wrote {len(data)} bytes of {column!r} to {out}")
+        return
+    shown = {k: (_payload_size(v) if k in modalities else v) for k, v in sample.items()}
+    if json:
+        r.print_json(shown)
+    else:
+        r.pairs([(k, r.size(v) if k in modalities else v) for k, v in shown.items()])
+
+
+@app.command()
+def sql(
+    uri: Uri,
+    query: Annotated[
+        str, typer.Argument(help=f'e.g. "SELECT label, count(*) FROM {SQL_TABLE} GROUP BY 1"')
+    ],
+    json: Json = False,
+    storage_option: StorageOptions = None,
+) -> None:
+    """Run one SELECT over the index (table `samples`) in DuckDB's sandbox."""
+    from ferroload_format._query import sandboxed_connection
+
+    ds = open_dataset(uri, storage_option)
+    con = sandboxed_connection()
+    try:
+        try:
+            statements = con.extract_statements(query)
+        except Exception as exc:
+            raise ferroload.QueryError(f"invalid query: {first_line(exc)}", uri=ds.uri) from exc
+        if len(statements) != 1 or statements[0].type.name != "SELECT":
+            raise ferroload.UnsafeQueryError(
+                f"only a single SELECT over the table {SQL_TABLE!r} is allowed; "
+                f"the query makes {len(statements)} statement(s)"
+                + (f" of type {statements[0].type.name}" if len(statements) == 1 else ""),
+                uri=ds.uri,
+            )
+        con.register(SQL_TABLE, ds.to_table())
+        try:
+            cursor = con.execute(query)
+            names = [d[0] for d in cursor.description or []]
+            rows = [dict(zip(names, x, strict=True)) for x in cursor.fetchall()]
+        except Exception as exc:
+            if type(exc).__name__ == "PermissionException":
+                raise ferroload.UnsafeQueryError(
+                    f"the query tries to reach outside the dataset's index: {first_line(exc)}",
+                    uri=ds.uri,
+                ) from exc
+            raise ferroload.QueryError(
+                f"DuckDB cannot run the query: {first_line(exc)}", uri=ds.uri
+            ) from exc
+    finally:
+        con.close()
+    if json:
+        r.print_json(rows)
+    else:
+        r.table(names, [[x[c] for c in names] for x in rows])
+        r.line(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+@app.command()
+def verify(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
+    """Check every shard and payload checksum; exit code 1 on damage."""
+    ds = open_dataset(uri, storage_option)
+    report = ds.verify()
+    if json:
+        r.print_json(
+            {
+                "uri": report.uri,
+                "version": report.version,
+                "ok": report.ok,
+                "shards_checked": report.shards_checked,
+                "payloads_checked": report.payloads_checked,
+                "bytes_checked": report.bytes_checked,
+                "problems": [dataclasses.asdict(p) for p in report.problems],
+            }
+        )
+    else:
+        checked = (
+            f"{report.shards_checked} shards, {report.payloads_checked} payloads, "
+            f"{r.size(report.bytes_checked)}"
+        )
+        if report.ok:
+            r.line(f"ok: {report.uri} version {report.version} ({checked} checked)")
+        else:
+            r.line(
+                f"damaged: {report.uri} version {report.version}: "
+                f"{len(report.problems)} problem(s) ({checked} checked)"
+            )
+            r.table(
+                ["problem", "shard", "sample", "column", "message"],
+                [[p.kind, p.shard, p.sample_id, p.column, p.message] for p in report.problems],
+            )
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def log(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
+    """The committed versions of a dataset."""
+    ds = open_dataset(uri, storage_option)
+    versions = [dataclasses.asdict(v) for v in ds.versions()]
+    if json:
+        r.print_json(versions)
+        return
+    keys = ["version", "created_at", "operation", "num_samples", "num_shards", "txn"]
+    r.table(
+        ["version", "created", "operation", "samples", "shards", "txn"],
+        [[v[k] for k in keys] for v in versions],
+    )

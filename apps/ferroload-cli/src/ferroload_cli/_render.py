@@ -1,0 +1,156 @@
+"""Output of the `ferroload` command: rich tables for people, JSON for machines, progress
+bars on stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from rich import box
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+#: Longest cell a human table shows (longer values are cut with `…`).
+CELL = 60
+
+#: Set to 1 to draw progress bars even when stderr is not a terminal (0: never draw them).
+PROGRESS_ENV = "FERROLOAD_PROGRESS"
+
+
+class ProgressFn(Protocol):
+    """`update(done, total)`: what a long call reports its progress through."""
+
+    def __call__(self, done: int, total: int | None = None, /) -> None: ...
+
+
+def _no_progress(done: int, total: int | None = None, /) -> None:
+    return None
+
+
+def _console(*, stderr: bool) -> Console:
+    con = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not con.is_terminal:  # pipes and files: no wrapping at 80 columns
+        con = Console(stderr=stderr, highlight=False, soft_wrap=False, width=200)
+    return con
+
+
+out = _console(stderr=False)
+err = _console(stderr=True)
+
+
+def print_json(value: Any) -> None:
+    """`value` as indented JSON on stdout (bytes shown as their length)."""
+    sys.stdout.write(json.dumps(jsonable(value), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with everything JSON cannot hold turned into something it can."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        return jsonable(item())
+    tolist = getattr(value, "tolist", None)  # numpy arrays
+    if callable(tolist):
+        return jsonable(tolist())
+    return str(value)
+
+
+def cell(value: Any) -> str:
+    """One table cell: None as empty, newlines flattened, long text cut."""
+    text = "" if value is None else str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= CELL else text[: CELL - 1] + "…"
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None
+) -> None:
+    """Print a table: a header, then one line per row."""
+    t = Table(*headers, box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    for row in rows:
+        t.add_row(*(cell(v) for v in row))
+    out.print(t)
+
+
+def pairs(items: Sequence[tuple[str, Any]]) -> None:
+    """Print `key: value` lines, keys aligned."""
+    t = Table.grid(padding=(0, 1))
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in items:
+        t.add_row(k + ":", "" if v is None else str(v))
+    out.print(t)
+
+
+def line(text: str = "") -> None:
+    """Print one line of text on stdout (no markup)."""
+    out.print(text, markup=False)
+
+
+def size(n: int | None) -> str:
+    """Bytes for people: `512 B`, `1.5 KiB`, …"""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def progress_enabled() -> bool:
+    """Bars are drawn on a terminal; `FERROLOAD_PROGRESS=1` forces them, `=0` hides them."""
+    forced = os.environ.get(PROGRESS_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return err.is_terminal
+
+
+@contextmanager
+def progress(description: str, *, total: int | None = None) -> Iterator[ProgressFn]:
+    """A progress bar on stderr; yields `update(done, total)` (total None: unknown)."""
+    if not progress_enabled():
+        yield _no_progress
+        return
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    )
+    task = bar.add_task(description, total=total)
+
+    def update(done: int, total: int | None = None, /) -> None:
+        if total is None:
+            bar.update(task, completed=done)
+        else:
+            bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield update
