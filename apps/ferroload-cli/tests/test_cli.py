@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,19 +14,30 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import ferroload_format as ferroload_errors
 from ferroload_format import Dataset, LayerWriter, Writer
+from ferroload_store import BlockCache
 
 #: The console script the venv installs next to the interpreter, when it does.
 SCRIPT = Path(sys.executable).with_name("ferroload")
 
 
-def run(*args: str, script: bool = False) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, script: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     exe = [str(SCRIPT)] if script else [sys.executable, "-m", "ferroload_cli"]
-    return subprocess.run([*exe, *args], capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [*exe, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
-def ok_json(*args: str) -> Any:
-    proc = run(*args, "--json")
+def ok_json(*args: str, env: dict[str, str] | None = None) -> Any:
+    proc = run(*args, "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -59,7 +72,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_module_and_console_script_agree(dataset: str) -> None:
     help_ = run("--help")
     assert help_.returncode == 0
-    for command in ("info", "schema", "head", "get", "sql", "verify", "log", "gc", "doctor"):
+    commands = "info schema head get sql subset verify log gc cache import export bench doctor"
+    for command in [*commands.split(), "catalog", "demo"]:
         assert command in help_.stdout
     version = run("--version")
     assert version.returncode == 0 and version.stdout.startswith("ferroload ")
@@ -294,3 +308,124 @@ def test_storage_options_reach_the_store() -> None:
     args = [arg for k, v in opts.items() for arg in ("--storage-option", f"{k}={v}")]
     line = one_error_line(run("log", "s3://bucket/ds", *args))
     assert "127.0.0.1:9" in line
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def test_subset_materializes_the_matching_samples(dataset: str, tmp_path: Path) -> None:
+    out = str(tmp_path / "ones")
+    proc = run(
+        "subset", dataset, out, "--where", "label = 1", "--json", env={"FERROLOAD_PROGRESS": "1"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["samples"], result["of"], result["version"], result["name"]) == (2, 7, 1, "demo")
+    assert "copying" in proc.stderr and "2/2" in proc.stderr  # the progress bar, on stderr
+    src, copy = Dataset.open(dataset), Dataset.open(out)
+    assert copy.column("sample_id").to_pylist() == ["s0001", "s0004"]
+    assert [copy[i]["image"] for i in range(2)] == [src[1]["image"], src[4]["image"]]
+    limited = ok_json(
+        "subset", dataset, str(tmp_path / "few"), "-w", "label < 2", "--limit", "3", "--name", "few"
+    )
+    assert (limited["samples"], limited["name"]) == (3, "few")
+    assert run("subset", dataset, str(tmp_path / "x")).returncode == 2  # --where is required
+    line = one_error_line(run("subset", dataset, str(tmp_path / "y"), "--where", "nope = 1"))
+    assert "nope" in line
+    with pytest.raises(ferroload_errors.DatasetNotFoundError):
+        Dataset.open(tmp_path / "y")
+
+
+def test_cache_stats_and_clear(tmp_path: Path) -> None:
+    cache = BlockCache(tmp_path / "cache", max_bytes=1 << 30)
+    for i in range(3):
+        cache.put(
+            BlockCache.key("s3://b/ds", "shards/a.tar", "v1", i, cache.block_size), b"x" * 1000
+        )
+    env = {"FERROLOAD_CACHE_DIR": str(tmp_path / "cache"), "FERROLOAD_CACHE_SIZE": "2GiB"}
+    stats = ok_json("cache", "stats", env=env)
+    assert stats["directory"] == str(tmp_path / "cache")
+    assert (stats["entries"], stats["max_bytes"]) == (3, 2 << 30)
+    assert stats["bytes"] == cache.size() > 3000
+    human = run("cache", "stats", env=env)
+    assert human.returncode == 0 and "entries" in human.stdout and "2.0 GiB" in human.stdout
+    cleared = ok_json("cache", "clear", "--dir", str(tmp_path / "cache"))
+    assert (cleared["entries"], cleared["bytes"]) == (3, stats["bytes"])
+    assert cache.count() == 0
+    assert ok_json("cache", "stats", env=env)["entries"] == 0
+    bad = one_error_line(run("cache", "stats", env={"FERROLOAD_CACHE_SIZE": "lots"}))
+    assert "FERROLOAD_CACHE_SIZE" in bad
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """40 decodable PNGs of different sizes, labels 0..3."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("cli-images") / "ds"
+    rng = np.random.default_rng(0)
+    with Writer(root, "images", shard_size=32 << 10) as w:
+        w.declare("image", "png", "tensor", "image")
+        for i in range(40):
+            pixels = rng.integers(0, 255, size=(20 + i % 5, 24, 3), dtype=np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(pixels).save(buf, format="PNG")
+            w.add(f"i{i:03d}", {"image": buf.getvalue()}, {"label": i % 4})
+    return str(root)
+
+
+def test_bench_reports_throughput_per_epoch(images: str) -> None:
+    report = ok_json(
+        "bench", images, "--epochs", "2", "-b", "8", "--resize", "16x16", "--meta", "label"
+    )
+    assert report["images"] == ["image"] and report["resize"] == [16, 16]
+    assert [e["epoch"] for e in report["epochs"]] == [0, 1]
+    for e in report["epochs"]:
+        assert e["samples"] == 40 and e["samples_per_s"] > 0 and e["first_batch_s"] >= 0
+    some = ok_json("bench", images, "--epochs", "1", "--where", "label = 1", "--limit", "4")
+    assert some["samples"] == 4 and some["epochs"][0]["samples"] == 4
+    assert some["resize"] == [224, 224]  # the default size when images are decoded
+    human = run("bench", images, "--epochs", "1", "--resize", "16")
+    assert human.returncode == 0 and "samples/s" in human.stdout
+    assert run("bench", images, "--resize", "big").returncode == 2
+    assert "nope" in one_error_line(run("bench", images, "--images", "nope"))
+
+
+def test_catalog_commands(dataset: str, tmp_path: Path) -> None:
+    root = tmp_path / "cat-ds"
+    with Writer(root, "catds") as w:
+        w.add("a", None, {"x": 1})
+    env = {"FERROLOAD_CATALOG": str(tmp_path / "catalog.duckdb")}
+    added = ok_json("catalog", "add", "pets", str(root), "-t", "images", "-d", "my pets", env=env)
+    assert (added["name"], added["version"], added["samples"], added["tags"]) == (
+        "pets",
+        1,
+        1,
+        ["images"],
+    )
+    ok_json("catalog", "add", "demo", dataset, env=env)
+    assert [e["name"] for e in ok_json("catalog", "ls", env=env)] == ["demo", "pets"]
+    assert [e["name"] for e in ok_json("catalog", "ls", "--tag", "images", env=env)] == ["pets"]
+    assert ok_json("info", "catalog:pets", env=env)["samples"] == 1  # catalog: URIs open
+    with Writer(root) as w:  # a new version: show refreshes the entry
+        w.add("b", None, {"x": 2})
+    assert ok_json("catalog", "show", "pets", "--no-refresh", env=env)["version"] == 1
+    shown = ok_json("catalog", "show", "pets", env=env)
+    assert (shown["version"], shown["samples"], shown["description"]) == (2, 2, "my pets")
+    assert ok_json("catalog", "tag", "pets", "best", "cats", env=env)["tags"] == [
+        "best",
+        "cats",
+        "images",
+    ]
+    assert ok_json("catalog", "tag", "pets", "cats", "--remove", env=env)["tags"] == [
+        "best",
+        "images",
+    ]
+    human = run("catalog", "ls", env=env)
+    assert human.returncode == 0 and "pets" in human.stdout and "best, images" in human.stdout
+    exists = one_error_line(run("catalog", "add", "pets", str(root), env=env))
+    assert "already has an entry 'pets'" in exists and "--replace" in exists
+    assert ok_json("catalog", "rm", "pets", env=env) == {"removed": "pets"}
+    assert "pets" in one_error_line(run("catalog", "show", "pets", env=env))
+    assert "Bad Name" in one_error_line(run("catalog", "add", "Bad Name", str(root), env=env))
+    assert Dataset.open(root).version == 2  # rm leaves the dataset alone

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ferroload_catalog import Catalog, CatalogEntry
+from ferroload_catalog import Catalog, CatalogEntry, CatalogEntryExistsError
 from ferroload_cli import _render as r
 from ferroload_cli._app import Json, StorageOptions, app, storage_options
 
@@ -66,10 +66,15 @@ def add(
     storage_option: StorageOptions = None,
 ) -> None:
     """Register the dataset at URI under NAME (the dataset is opened to check it)."""
-    entry = Catalog().add(
-        name, uri, description=description, tags=tag or (), replace=replace,
-        storage_options=storage_options(storage_option),
-    )  # fmt: skip
+    try:
+        entry = Catalog().add(
+            name, uri, description=description, tags=tag or (), replace=replace,
+            storage_options=storage_options(storage_option),
+        )  # fmt: skip
+    except CatalogEntryExistsError as exc:
+        raise CatalogEntryExistsError(
+            f"the catalog already has an entry {name!r}; pass --replace to overwrite it"
+        ) from exc
     _show(entry, json=json)
 
 
