@@ -1,0 +1,314 @@
+"""Image folders (`root/<class>/<…>/file.ext`, as torchvision's `ImageFolder` reads them)
+to a dataset, and back."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ferroload_convert._errors import BadInputError, ConvertOptionError, InputNotFoundError
+from ferroload_convert._export import (
+    open_source,
+    prepare_dst,
+    read_chunks,
+    safe_part,
+    safe_relative,
+)
+from ferroload_convert._pipeline import Failed, ordered_map
+from ferroload_convert._report import (
+    DEFAULT_WORKERS,
+    ExportReport,
+    ImportReport,
+    OnError,
+    Progress,
+    SkippedInput,
+    check_common,
+)
+from ferroload_convert._session import ImportSession
+from ferroload_convert._sniff import IMAGE_EXTS, check_image, sniff_ext
+from ferroload_format import DEFAULT_SHARD_SIZE, Dataset
+
+
+def import_image_folder(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    workers: int = DEFAULT_WORKERS,
+    on_error: OnError = "raise",
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    progress: Progress | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ImportReport:
+    """Import an image folder: one class per subfolder of `src`, images at any depth below.
+
+    Every image file (`jpg`, `jpeg`, `png`, `gif`, `webp`, `bmp`, `tif`, `tiff`, any case)
+    becomes a sample with modality `image` (its bytes as they are) and metadata `label`
+    (the index of its class among the sorted class names, as torchvision numbers them),
+    `class_name` and `path` (its path relative to `src`, with `/`). The sample id is the
+    path without its extension, sanitized (`cat/001.jpg` -> `cat~001`). Other files,
+    hidden files and files directly in `src` are ignored and counted. The modality's
+    extension is the most common one among the files; files with another keep theirs in
+    `path` (the decoders read the format from the bytes).
+
+    Each image is checked without decoding (its header parses, it is not cut short);
+    `workers` threads read and check while the calling thread writes in sorted path order.
+
+    Args:
+        src: the root folder.
+        dst: the dataset URI (a new dataset, or an existing one with the same modality
+            to append to).
+        name: the dataset name (default: the last part of `dst`).
+        workers: threads reading and checking files.
+        on_error: a bad image raises `BadInputError` (`"raise"`, nothing is committed),
+            or is left out and listed in the report (`"skip"`; `"warn"` also logs it).
+        shard_size: target bytes per tar shard.
+        progress: `progress(done, total)` in files, called from the calling thread.
+        storage_options: backend options of `dst`.
+
+    Returns:
+        What was imported, skipped and ignored.
+
+    Raises:
+        InputNotFoundError: if `src` is not a folder, or holds no class folder with images.
+        BadInputError: for an unreadable or damaged image (with `on_error="raise"`).
+        ConvertOptionError: for a bad `on_error` or `workers`.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> png = (b"\\x89PNG\\r\\n\\x1a\\n" + b"\\x00\\x00\\x00\\x0dIHDR" + bytes(17)
+        ...        + b"\\x00\\x00\\x00\\x00IEND" + bytes(4))
+        >>> for cls in ("cat", "dog"):
+        ...     (root / cls).mkdir()
+        ...     _ = (root / cls / "001.png").write_bytes(png)
+        >>> report = import_image_folder(root, "memory://docs/image-folder")
+        >>> report.num_samples, report.version
+        (2, 1)
+        >>> from ferroload_format import Dataset
+        >>> Dataset.open("memory://docs/image-folder").get(1, ["label", "class_name", "path"])
+        {'label': 1, 'class_name': 'dog', 'path': 'dog/001.png'}
+    """
+    check_common(on_error, workers)
+    root = Path(src)
+    if not root.is_dir():
+        raise InputNotFoundError(
+            f"{root} is not a folder (expected root/<class>/<images>)", path=str(root)
+        )
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    files: list[tuple[str, str, int]] = []
+    ignored = [e.name for e in os.scandir(root) if not e.is_dir()]
+    for label, cls in enumerate(classes):
+        found, other = _class_files(root, cls)
+        files.extend((path, rel, label) for path, rel in found)
+        ignored.extend(other)
+    if not files:
+        raise InputNotFoundError(
+            f"{root} holds no images in class folders (expected root/<class>/<images> with "
+            f"extensions {', '.join(sorted(IMAGE_EXTS))}; found {len(classes)} class folders)",
+            path=str(root),
+        )
+    exts = Counter(_suffix(rel) for _, rel, _ in files)
+    ext = min(exts, key=lambda e: (-exts[e], e))
+    with ImportSession(
+        dst,
+        name=name,
+        shard_size=shard_size,
+        storage_options=storage_options,
+        on_error=on_error,
+        progress=progress,
+        total=len(files),
+    ) as session:
+        session.ignore(f"{len(ignored)} files that are not images in class folders", len(ignored))
+        session.declare("image", ext, "tensor", "image")
+        for (_, rel, label), data in ordered_map(files, _read_checked, workers=workers):
+            if isinstance(data, Failed):
+                if not isinstance(data.error, BadInputError):
+                    raise data.error
+                session.bad(data.error)
+            else:
+                meta = {"label": label, "class_name": classes[label], "path": rel}
+                session.add(rel.rsplit(".", 1)[0], {"image": data}, meta)
+            session.advance()
+        return session.finish(
+            {"<image file>": "image", "<class folder>": "class_name", "<relative path>": "path"}
+        )
+
+
+def _suffix(rel: str) -> str:
+    return rel.rsplit(".", 1)[-1].lower()
+
+
+def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(path, path relative to root) of the images under root/cls, sorted; other files."""
+    found, other = [], []
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root / cls, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a symlink loop
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for f in filenames:
+            path = os.path.join(dirpath, f)
+            rel = Path(os.path.relpath(path, root)).as_posix()
+            if f.startswith(".") or "." not in f or _suffix(f) not in IMAGE_EXTS:
+                other.append(rel)
+            else:
+                found.append((path, rel))
+    found.sort(key=lambda pr: PurePosixPath(pr[1]).parts)
+    return found, other
+
+
+def _read_checked(item: tuple[str, str, int]) -> bytes:
+    path = item[0]
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}", path=path) from exc
+    problem = check_image(data)
+    if problem is not None:
+        raise BadInputError(
+            f"{path} is not a usable image: {problem}; fix or remove it, or pass "
+            "on_error='skip' to leave it out",
+            path=path,
+        )
+    return data
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_image_folder(
+    src: str | os.PathLike[str] | Dataset,
+    dst: str | os.PathLike[str],
+    *,
+    modality: str | None = None,
+    where: str | None = None,
+    progress: Progress | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ExportReport:
+    """Export a dataset's images as an image folder: `dst/<class>/<file>`.
+
+    The class folder is the sample's `class_name`, else its `label`, else none (files go
+    straight into `dst`). The file keeps its original name when the sample has a `path`
+    (as `import_image_folder` records it): under its class folder, the rest of that path
+    (so an imported folder comes back byte for byte, same relative paths). Otherwise, or
+    when that name is taken or unsafe, it is `<sample_id>.<ext>` with the extension of the
+    bytes' format. Payload bytes are written as stored, never re-encoded.
+
+    Args:
+        src: the dataset: a URI, or an open `Dataset` (a view works too).
+        dst: a new or empty local folder.
+        modality: the modality to write (default: the dataset's only image modality).
+        where: a SQL filter over the index (see `Dataset.subset`), e.g. `"label < 10"`.
+        progress: `progress(done, total)` in samples.
+        storage_options: backend options of `src`.
+
+    Returns:
+        What was written; samples without the modality are listed as skipped.
+
+    Raises:
+        OutputExistsError: if `dst` is not empty.
+        ConvertOptionError: if `modality` is not a modality of the dataset, or there is no
+            single image modality to choose.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> from ferroload_format import Writer
+        >>> with Writer("memory://docs/export-images", "demo") as w:
+        ...     w.declare("image", "jpg", "tensor", "image")
+        ...     w.add("s0", {"image": b"\\xff\\xd8\\xff jpeg bytes"}, {"class_name": "cat"})
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "images"
+        >>> export_image_folder("memory://docs/export-images", out).num_files
+        1
+        >>> [p.relative_to(out).as_posix() for p in out.rglob("*.jpg")]
+        ['cat/s0.jpg']
+    """
+    start = time.perf_counter()
+    ds = open_source(src, where, storage_options)
+    mod = _image_modality(ds, modality)
+    out = prepare_dst(dst)
+    meta = [c for c in ("class_name", "label", "path") if c in ds.metadata_columns]
+    written: set[str] = set()
+    skipped: list[SkippedInput] = []
+    num_bytes = 0
+    for chunk in read_chunks(ds, ["sample_id", mod, *meta], progress):
+        for sample in chunk:
+            data = sample[mod]
+            if data is None:
+                skipped.append(SkippedInput(sample["sample_id"], f"has no {mod!r}"))
+                continue
+            rel = _target(sample, _file_ext(ds, mod, data), written)
+            written.add(rel.lower())
+            target = out / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "xb") as f:
+                f.write(data)
+            num_bytes += len(data)
+    return ExportReport(
+        dst=str(out),
+        num_samples=len(written),
+        num_files=len(written),
+        num_bytes=num_bytes,
+        skipped=tuple(skipped),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _image_modality(ds: Dataset, modality: str | None) -> str:
+    names = [m.name for m in ds.modalities]
+    if modality is not None:
+        if modality not in names:
+            raise ConvertOptionError(
+                f"{ds.uri} has no modality {modality!r}; modalities: {names or 'none'}",
+                uri=ds.uri,
+                column=modality,
+            )
+        return modality
+    images = [m.name for m in ds.modalities if m.codec_hint == "image"]
+    if len(images) != 1:
+        raise ConvertOptionError(
+            f"{ds.uri} has {len(images) or 'no'} image modalities ({images or names or 'none'}); "
+            "pass modality= to choose the one to export",
+            uri=ds.uri,
+        )
+    return images[0]
+
+
+def _file_ext(ds: Dataset, modality: str, data: bytes) -> str:
+    """The file extension for `data`: its format's, else the modality's."""
+    declared = next(m.ext for m in ds.modalities if m.name == modality)
+    sniffed = sniff_ext(data)
+    if sniffed is None or (sniffed == "jpg" and declared.lower() == "jpeg"):
+        return declared
+    return sniffed
+
+
+def _target(sample: dict[str, Any], ext: str, taken: set[str]) -> str:
+    """The file's path relative to dst (not in `taken`, compared case-insensitively)."""
+    cls = sample.get("class_name")
+    if cls is None and sample.get("label") is not None:
+        cls = str(sample["label"])
+    prefix = f"{safe_part(str(cls))}/" if cls is not None else ""
+    path = sample.get("path")
+    original = safe_relative(path) if isinstance(path, str) else None
+    if original is not None:
+        parts = original.parts
+        if prefix:  # under the class folder: the rest of the path, else just the name
+            parts = parts[1:] if len(parts) > 1 and parts[0] == prefix[:-1] else parts[-1:]
+        rel = prefix + "/".join(parts)
+        if rel.lower() not in taken:
+            return rel
+    sid = sample["sample_id"]
+    rel, n = f"{prefix}{sid}.{ext}", 1
+    while rel.lower() in taken:
+        n += 1
+        rel = f"{prefix}{sid}~{n}.{ext}"
+    return rel

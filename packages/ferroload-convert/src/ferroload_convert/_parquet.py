@@ -1,0 +1,220 @@
+"""Parquet files with binary columns to a dataset."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ferroload_convert._errors import BadInputError, ConvertOptionError
+from ferroload_convert._ids import column_name, metadata_name
+from ferroload_convert._pipeline import Failed, ordered_streams
+from ferroload_convert._report import DEFAULT_WORKERS, ImportReport, OnError, Progress, check_common
+from ferroload_convert._rows import Batch, Column, Row, convert_rows, ext_of, first_value
+from ferroload_convert._session import ImportSession
+from ferroload_convert._sniff import is_image_ext, kind_of
+from ferroload_convert._sources import Source, input_files
+from ferroload_format import DEFAULT_SHARD_SIZE
+
+#: Rows per record batch read from a file.
+BATCH_ROWS = 256
+PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
+
+
+def import_parquet(
+    src: Source,
+    dst: str | os.PathLike[str],
+    *,
+    id_column: str | None = None,
+    binary_columns: Mapping[str, str] | None = None,
+    name: str | None = None,
+    workers: int = DEFAULT_WORKERS,
+    on_error: OnError = "raise",
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    progress: Progress | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ImportReport:
+    """Import Parquet files: binary columns become modalities, the others metadata.
+
+    Each binary column becomes a modality named after it (lowercased, made valid), with
+    its bytes as they are; a null cell means the sample lacks that modality. Every other
+    column becomes metadata of the same name (`src_<name>` if it clashes with a modality
+    or a reserved name; dates and decimals as strings). Sample ids come from `id_column`
+    (sanitized; the column stays as metadata too), else `<file>-<row>` (`part-0-000042`
+    for row 42 of `part-0.parquet`). Files are read in record batches, `workers` at a
+    time; rows keep the files' order.
+
+    Args:
+        src: a Parquet file, a folder searched for `*.parquet`, a glob, or a list.
+        dst: the dataset URI.
+        id_column: the column that names the samples.
+        binary_columns: column -> extension of the columns to import as modalities
+            (default: every `binary` / `large_binary` column, the extension sniffed from
+            its first non-null value, `bin` when unknown).
+        name: the dataset name (default: the last part of `dst`).
+        workers: files read at once.
+        on_error: a bad file or row (a damaged image in an image column, a null id)
+            raises `BadInputError` (`"raise"`, nothing is committed), or is left out and
+            listed (`"skip"`, `"warn"`).
+        shard_size: target bytes per tar shard.
+        progress: `progress(done, total)` in rows.
+        storage_options: backend options of `dst`.
+
+    Returns:
+        What was imported; `columns` maps each input column to its dataset column.
+
+    Raises:
+        InputNotFoundError: if `src` matches no file.
+        ConvertOptionError: for an `id_column` or binary column the files do not have.
+        BadInputError: for an unreadable file or a bad row (with `on_error="raise"`).
+
+    Examples:
+        >>> import tempfile, os, pyarrow as pa, pyarrow.parquet as pq
+        >>> path = os.path.join(tempfile.mkdtemp(), "part-0.parquet")
+        >>> table = pa.table({"key": ["a", "b"], "blob": [b"\\x00\\x01", None], "n": [1, 2]})
+        >>> pq.write_table(table, path)
+        >>> report = import_parquet(path, "memory://docs/parquet", id_column="key")
+        >>> report.num_samples, dict(report.columns)
+        (2, {'key': 'key', 'blob': 'blob', 'n': 'n'})
+        >>> from ferroload_format import Dataset
+        >>> Dataset.open("memory://docs/parquet").get(1)
+        {'sample_id': 'b', 'blob': None, 'key': 'b', 'n': 2}
+    """
+    check_common(on_error, workers)
+    files = input_files(src, suffixes=PARQUET_SUFFIXES, what="Parquet files")
+    with ImportSession(
+        dst,
+        name=name,
+        shard_size=shard_size,
+        storage_options=storage_options,
+        on_error=on_error,
+        progress=progress,
+    ) as session:
+        readable: list[tuple[str, str, int]] = []
+        fields: dict[str, pa.DataType] = {}
+        for path, rel in files:
+            try:
+                meta = pq.read_metadata(path)
+                schema = meta.schema.to_arrow_schema()
+            except (OSError, pa.ArrowException) as exc:
+                session.bad(
+                    BadInputError(f"{path} is not a readable Parquet file: {exc}", path=path)
+                )
+                continue
+            readable.append((path, rel, meta.num_rows))
+            for f in schema:
+                fields.setdefault(f.name, f.type)
+        session.total = sum(n for _, _, n in readable)
+        columns, modalities = _plan(readable, fields, id_column, binary_columns)
+        for modality, ext in modalities:
+            session.declare(modality, ext, *kind_of(ext))
+        read = functools.partial(_read_file, columns=columns, fields=fields, id_column=id_column)
+        for _, rows in ordered_streams(readable, read, workers=workers, buffer=4):
+            if isinstance(rows, Failed):
+                if not isinstance(rows.error, BadInputError):
+                    raise rows.error
+                session.bad(rows.error)
+                continue
+            for row in rows:
+                if isinstance(row, Row):
+                    session.add(row.name, row.data, row.meta)
+                else:
+                    session.bad(row)
+            session.advance(len(rows))
+        return session.finish({c.source: c.target for c in columns})
+
+
+def _plan(
+    files: list[tuple[str, str, int]],
+    fields: dict[str, pa.DataType],
+    id_column: str | None,
+    binary_columns: Mapping[str, str] | None,
+) -> tuple[list[Column], list[tuple[str, str]]]:
+    """How each column is imported, and the (modality, ext) to declare."""
+    names = ", ".join(fields) or "none"
+    if id_column is not None and id_column not in fields:
+        raise ConvertOptionError(
+            f"id_column {id_column!r} is not a column of the files; columns: {names}",
+            column=id_column,
+        )
+    if binary_columns is None:
+        binary = {
+            c: "" for c, t in fields.items() if pa.types.is_binary(t) or pa.types.is_large_binary(t)
+        }
+    else:
+        binary = dict(binary_columns)
+        missing = [c for c in binary if c not in fields]
+        if missing:
+            raise ConvertOptionError(
+                f"binary_columns {missing} are not columns of the files; columns: {names}",
+                column=missing[0],
+            )
+    columns: list[Column] = []
+    modalities: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for col, ext in binary.items():
+        ext = ext.lstrip(".") or _sniff_column(files, col) or "bin"
+        mod = column_name(col, taken)
+        taken.add(mod)
+        modalities.append((mod, ext))
+        columns.append(Column(col, "binary", mod, check=is_image_ext(ext)))
+    for col in fields:
+        if col not in binary:
+            target = metadata_name(col, taken)
+            taken.add(target)
+            columns.append(Column(col, "meta", target))
+    order = list(fields)
+    columns.sort(key=lambda c: order.index(c.source))
+    return columns, modalities
+
+
+def _sniff_column(files: list[tuple[str, str, int]], col: str) -> str | None:
+    """The extension of the first non-null value of `col`, reading only that column."""
+    for path, _, _ in files:
+        pf = pq.ParquetFile(path)
+        if col not in pf.schema_arrow.names:
+            continue
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[col]):
+            data, _ = first_value(batch.column(0))
+            if data is not None:
+                return ext_of(data, None)
+    return None
+
+
+def _read_file(
+    item: tuple[str, str, int],
+    *,
+    columns: list[Column],
+    fields: dict[str, pa.DataType],
+    id_column: str | None,
+) -> Iterator[list[Row | BadInputError]]:
+    """The converted rows of one file, a record batch at a time (runs on the pool)."""
+    path, rel, num_rows = item
+    stem = rel
+    for suffix in PARQUET_SUFFIXES:
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+    id_format = f"{stem}-{{:0{max(6, len(str(max(num_rows - 1, 0))))}d}}"
+    start = 0
+    try:
+        pf = pq.ParquetFile(path)
+        present = set(pf.schema_arrow.names)
+        for rb in pf.iter_batches(
+            batch_size=BATCH_ROWS, columns=[c for c in fields if c in present]
+        ):
+            table = pa.Table.from_batches([rb])
+            for c in fields:  # a column another file has: nulls here
+                if c not in present:
+                    table = table.append_column(c, pa.nulls(table.num_rows, fields[c]))
+            yield convert_rows(
+                Batch(path, id_format, start, table), columns=columns, id_column=id_column
+            )
+            start += table.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        raise BadInputError(
+            f"{path} cannot be read after row {start}: {exc}", path=path, row=start
+        ) from exc

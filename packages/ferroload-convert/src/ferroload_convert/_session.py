@@ -1,0 +1,164 @@
+"""The calling thread's side of an import: the `Writer`, sample ids, `on_error`, progress
+and the report."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from ferroload_convert._errors import BadInputError
+from ferroload_convert._ids import IdAllocator
+from ferroload_convert._report import (
+    MAX_SKIPPED_LISTED,
+    ImportReport,
+    OnError,
+    Progress,
+    SkippedInput,
+)
+from ferroload_format import Dataset, DatasetNotFoundError, Writer
+
+logger = logging.getLogger(__name__)
+
+#: Least time between two progress calls (the first and the last always happen).
+_PROGRESS_EVERY_S = 0.05
+
+
+class ImportSession:
+    """Writes the samples an importer produces, in the order it gives them, and keeps the
+    account. Used as a context manager: an exception inside aborts the writer, so a failed
+    import commits nothing.
+
+    Args:
+        dst: the dataset URI (a new dataset, or an existing one to append to).
+        name: the dataset name (`Writer`'s default when None).
+        shard_size: the writer's target shard size.
+        storage_options: backend options of `dst`.
+        on_error: what `bad()` does.
+        progress: `progress(done, total)`, called from this thread.
+        total: inputs to do, when known up front.
+    """
+
+    def __init__(
+        self,
+        dst: str | os.PathLike[str],
+        *,
+        name: str | None,
+        shard_size: int,
+        storage_options: Mapping[str, Any] | None,
+        on_error: OnError,
+        progress: Progress | None,
+        total: int | None = None,
+    ) -> None:
+        self._start = time.perf_counter()
+        self._writer = Writer(dst, name, shard_size=shard_size, storage_options=storage_options)
+        self.uri = self._writer.uri
+        self.existing_modalities = self._writer.modalities
+        """The modalities of the dataset appended to (empty for a new one)."""
+        try:
+            existing = Dataset.open(self.uri, storage_options=storage_options, cache=None)
+            taken = existing.column("sample_id").to_pylist() if len(existing) else []
+        except DatasetNotFoundError:
+            taken = []
+        self.ids = IdAllocator(taken)
+        self._on_error = on_error
+        self._progress = progress
+        self.total = total
+        self.done = 0
+        self._last_call = 0.0
+        self.num_samples = 0
+        self.num_bytes = 0
+        self.num_ignored = 0
+        self.num_skipped = 0
+        self._skipped: list[SkippedInput] = []
+
+    # ----------------------------------------------------------------- writing
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """The modalities declared so far."""
+        return tuple(m.name for m in self._writer.modalities)
+
+    def declare(self, modality: str, ext: str, kind: str, codec_hint: str) -> None:
+        """Declare a modality (again, identically, is a no-op)."""
+        self._writer.declare(modality, ext, kind, codec_hint)
+
+    def add(
+        self, name: str, data: Mapping[str, bytes] | None, meta: Mapping[str, Any] | None
+    ) -> str:
+        """Add one sample under a unique id made from `name`; return the id."""
+        sample_id = self.ids.take(name)
+        self._writer.add(sample_id, data or None, meta or None)
+        self.num_samples += 1
+        if data:
+            self.num_bytes += sum(len(v) for v in data.values())
+        return sample_id
+
+    def bad(self, error: BadInputError) -> None:
+        """A bad input: raise it (`on_error="raise"`) or record it as skipped."""
+        if self._on_error == "raise":
+            raise error
+        where, reason = error.where, str(error)
+        if self._on_error == "warn":
+            logger.warning("skipped %s: %s", where, reason)
+        else:
+            logger.debug("skipped %s: %s", where, reason)
+        self.num_skipped += 1
+        if len(self._skipped) < MAX_SKIPPED_LISTED:
+            self._skipped.append(SkippedInput(where, reason))
+
+    def ignore(self, what: str, n: int = 1) -> None:
+        """Count `n` inputs that are not for this importer (logged at debug level)."""
+        self.num_ignored += n
+        logger.debug("ignored %s", what)
+
+    def advance(self, n: int = 1) -> None:
+        """`n` more inputs done: call `progress` (at most every 50 ms, and at the end)."""
+        self.done += n
+        if self._progress is None:
+            return
+        now = time.perf_counter()
+        if now - self._last_call >= _PROGRESS_EVERY_S or self.done == self.total:
+            self._last_call = now
+            self._progress(self.done, self.total)
+
+    # ----------------------------------------------------------------- finishing
+
+    def finish(self, columns: Mapping[str, str]) -> ImportReport:
+        """Commit what was added; the report. Commits nothing when nothing was added."""
+        version = self._writer.close()
+        if self._progress is not None:
+            self._progress(self.done, self.done if self.total is None else self.total)
+        logger.info(
+            "imported %d samples into %s (%d skipped, %d ignored)",
+            self.num_samples,
+            self.uri,
+            self.num_skipped,
+            self.num_ignored,
+        )
+        return ImportReport(
+            uri=self.uri,
+            version=version,
+            num_samples=self.num_samples,
+            num_bytes=self.num_bytes,
+            num_skipped=self.num_skipped,
+            skipped=tuple(self._skipped),
+            num_ignored=self.num_ignored,
+            columns=dict(columns),
+            seconds=time.perf_counter() - self._start,
+        )
+
+    def __enter__(self) -> ImportSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self._writer.abort()

@@ -1,0 +1,297 @@
+"""WebDataset tars to a dataset, losslessly.
+
+Members are grouped into samples the way WebDataset groups them: the key is the member
+path up to the first dot of its file name, the rest is the extension (`a/b/x.seg.png` is
+key `a/b/x`, extension `seg.png`). Unlike WebDataset's stream, members of one key need
+not be adjacent: a tar's headers are read first (no data), so any member order works.
+
+What the import records so that `export_webdataset` writes the same members back
+(names and bytes): see `WDS_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ferroload_convert._errors import BadInputError
+from ferroload_convert._ids import column_name
+from ferroload_convert._pipeline import Failed, ordered_streams
+from ferroload_convert._report import (
+    DEFAULT_WORKERS,
+    ImportReport,
+    OnError,
+    Progress,
+    check_common,
+)
+from ferroload_convert._session import ImportSession
+from ferroload_convert._sniff import check_image, is_image_ext, kind_of
+from ferroload_convert._sources import Source, input_files
+from ferroload_format import DEFAULT_SHARD_SIZE
+
+#: Metadata of a sample imported from WebDataset: the original key, the tar it came from
+#: (relative to the source folder), and its members in tar order as `{ext, modality}`
+#: (the payload of each is in that modality). Their presence marks a dataset as imported
+#: from WebDataset; `export_webdataset` then writes `<wds_key>.<ext>` per member.
+WDS_COLUMNS = ("wds_key", "wds_shard", "wds_members")
+#: Small text members also lifted into queryable metadata: extension -> (column, type).
+LIFTED = {"cls": ("label", int), "txt": ("text", str), "json": ("json_text", str)}
+#: Lifted text larger than this stays a payload only.
+MAX_LIFTED_BYTES = 1 << 16
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+# WebDataset's own rules (webdataset.tariterators): key and extension, and the names of
+# meta members it skips (`__…__`).
+_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_SKIP_META = re.compile(r"__[^/]*__($|/)")
+_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
+_BLOCK = 512
+
+
+@dataclass(frozen=True)
+class _Sample:
+    key: str
+    members: list[tuple[str, bytes]]  # (extension, data) in tar order
+
+
+@dataclass(frozen=True)
+class _Ignored:
+    name: str
+
+
+def import_webdataset(
+    src: Source,
+    dst: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    workers: int = DEFAULT_WORKERS,
+    on_error: OnError = "raise",
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    progress: Progress | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ImportReport:
+    """Import WebDataset tars: every member kept, byte for byte.
+
+    Each extension becomes a modality named after it (`jpg`, `seg.png` -> `seg_png`,
+    `JPG` -> `jpg_2` when `jpg` is taken), with the extension's last part as the format
+    extension; image extensions get kind `tensor` / codec `image`, audio and video
+    theirs, text ones kind `text`, others `bytes`. Metadata: `wds_key` (the original
+    key), `wds_shard` (the tar, relative to `src`), `wds_members` (the extensions in
+    tar order with their modality: what lets `export_webdataset` write the same members
+    back), and, lifted for queries, `label` (an int `.cls`), `text` (`.txt`) and
+    `json_text` (`.json`, as a string DuckDB's JSON functions read). The sample id is the
+    key, sanitized (`a/b/x` -> `a~b~x`); a key seen in two tars gets `#2`.
+
+    Directory entries, members without an extension and WebDataset's `__…__` meta
+    members are ignored and counted. Image members are checked without decoding; a
+    damaged or truncated tar is a bad input as a whole, named by its path.
+
+    Args:
+        src: a tar (`.tar`, `.tar.gz`, `.tgz`), a folder searched for them, a glob, or a
+            list of these.
+        dst: the dataset URI.
+        name: the dataset name (default: the last part of `dst`).
+        workers: tars read at once (each by one thread).
+        on_error: a bad tar or member raises `BadInputError` (`"raise"`, nothing is
+            committed), or is left out and listed in the report (`"skip"`, `"warn"`).
+        shard_size: target bytes per ferroload shard.
+        progress: `progress(done, None)` in samples (the total is not known up front).
+        storage_options: backend options of `dst`.
+
+    Returns:
+        What was imported; `columns` maps each extension to its modality.
+
+    Raises:
+        InputNotFoundError: if `src` matches no tar.
+        BadInputError: for a damaged tar, a duplicate member or a damaged image member
+            (with `on_error="raise"`).
+
+    Examples:
+        >>> import io, tarfile, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "shard-0.tar")
+        >>> with tarfile.open(path, "w") as tar:
+        ...     for name, data in [("a/k1.txt", b"hello"), ("a/k1.cls", b"3")]:
+        ...         info = tarfile.TarInfo(name); info.size = len(data)
+        ...         tar.addfile(info, io.BytesIO(data))
+        >>> report = import_webdataset(path, "memory://docs/wds-import")
+        >>> report.num_samples, dict(report.columns)
+        (1, {'txt': 'txt', 'cls': 'cls'})
+        >>> from ferroload_format import Dataset
+        >>> Dataset.open("memory://docs/wds-import").get(0, ["sample_id", "wds_key", "label"])
+        {'sample_id': 'a~k1', 'wds_key': 'a/k1', 'label': 3}
+    """
+    check_common(on_error, workers)
+    tars = input_files(src, suffixes=TAR_SUFFIXES, what="WebDataset tars")
+    with ImportSession(
+        dst,
+        name=name,
+        shard_size=shard_size,
+        storage_options=storage_options,
+        on_error=on_error,
+        progress=progress,
+    ) as session:
+        names = _Modalities(session)
+        for (_, rel), item in ordered_streams(tars, _read_tar, workers=workers, buffer=32):
+            if isinstance(item, _Ignored):
+                session.ignore(item.name)
+                continue
+            if isinstance(item, Failed):
+                if not isinstance(item.error, BadInputError):
+                    raise item.error
+                session.bad(item.error)
+            else:
+                data: dict[str, bytes] = {}
+                members = []
+                meta: dict[str, Any] = {"wds_key": item.key, "wds_shard": rel}
+                for ext, payload in item.members:
+                    modality = names.of(ext)
+                    data[modality] = payload
+                    members.append({"ext": ext, "modality": modality})
+                    _lift(ext, payload, meta)
+                meta["wds_members"] = members
+                session.add(item.key, data, meta)
+            session.advance()
+        return session.finish(names.assigned)
+
+
+class _Modalities:
+    """Extension -> modality, assigned at first sight (input order: deterministic)."""
+
+    def __init__(self, session: ImportSession) -> None:
+        self._session = session
+        self.assigned: dict[str, str] = {}
+        self._reserved = {*WDS_COLUMNS, *(col for col, _ in LIFTED.values())}
+
+    def of(self, ext: str) -> str:
+        modality = self.assigned.get(ext)
+        if modality is not None:
+            return modality
+        taken = self._reserved | set(self.assigned.values())
+        modality = column_name(ext, taken, prefix="x")
+        fmt_ext = re.sub(r"[^A-Za-z0-9_]", "_", ext.rsplit(".", 1)[-1].lower())[:16] or "bin"
+        # an existing dataset (append) already has the modality: reuse it as declared
+        old = next((m for m in self._session.existing_modalities if m.name == modality), None)
+        if old is not None:
+            fmt_ext, kind, hint = old.ext, old.kind, old.codec_hint
+        else:
+            kind, hint = kind_of(ext)
+        self._session.declare(modality, fmt_ext, kind, hint)
+        self.assigned[ext] = modality
+        return modality
+
+
+def _lift(ext: str, payload: bytes, meta: dict[str, Any]) -> None:
+    lifted = LIFTED.get(ext.lower())
+    if lifted is None or len(payload) > MAX_LIFTED_BYTES:
+        return
+    column, kind = lifted
+    if column in meta:
+        return
+    try:
+        text = payload.decode("utf-8")
+        meta[column] = int(text.strip()) if kind is int else text
+    except ValueError:  # not UTF-8, or a class that is not an integer: payload only
+        return
+
+
+def _read_tar(item: tuple[str, str]) -> Iterator[_Sample | _Ignored | Failed]:
+    """The samples of one tar, grouped by key in first-seen order (runs on the pool)."""
+    path = item[0]
+    try:
+        with open(path, "rb") as f:
+            compressed = f.read(6).startswith(_COMPRESSED)
+        tar = tarfile.open(path, "r:*" if compressed else "r:")  # noqa: SIM115 (with below)
+    except (OSError, tarfile.TarError) as exc:
+        raise BadInputError(f"cannot open {path} as a tar: {exc}", path=path) from exc
+    with tar:
+        for key, group in _scan(tar, path, compressed).items():
+            if isinstance(group, _Ignored):
+                yield group
+                continue
+            try:
+                yield _Sample(key, [(ext, _read_member(tar, info, path)) for ext, info in group])
+            except BadInputError as exc:
+                yield Failed(exc)
+
+
+def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str) -> bytes:
+    try:
+        f = tar.extractfile(info)
+        assert f is not None  # regular members only
+        data = f.read()
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise BadInputError(
+            f"{path} is damaged at member {info.name}: {exc}", path=path, member=info.name
+        ) from exc
+    if is_image_ext(info.name):
+        problem = check_image(data)
+        if problem is not None:
+            raise BadInputError(
+                f"member {info.name} of {path} is not a usable image: {problem}; pass "
+                "on_error='skip' to leave its sample out",
+                path=path,
+                member=info.name,
+            )
+    return data
+
+
+def _scan(
+    tar: tarfile.TarFile, path: str, compressed: bool
+) -> dict[str, list[tuple[str, tarfile.TarInfo]] | _Ignored]:
+    """(extension, member) grouped by key, in first-seen order, from the headers only.
+
+    Raises:
+        BadInputError: for a damaged or truncated tar, or a member name seen twice.
+    """
+    try:
+        infos = tar.getmembers()
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise BadInputError(f"{path} is not a readable tar: {exc}", path=path) from exc
+    if not compressed:
+        _check_complete(tar, infos, path)
+    groups: dict[str, list[tuple[str, tarfile.TarInfo]] | _Ignored] = {}
+    seen: set[str] = set()
+    for info in infos:
+        match = _KEY_EXT.match(info.name)
+        if not info.isreg() or _SKIP_META.match(info.name) or match is None:
+            groups[f"\0{len(groups)}"] = _Ignored(f"{info.name} in {path}")
+            continue
+        if info.name in seen:
+            raise BadInputError(
+                f"{path} holds member {info.name} twice; WebDataset cannot tell them apart "
+                "either: rewrite the tar without the duplicate",
+                path=path,
+                member=info.name,
+            )
+        seen.add(info.name)
+        group = groups.setdefault(match[1], [])
+        assert isinstance(group, list)
+        group.append((match[2], info))
+    return groups
+
+
+def _check_complete(tar: tarfile.TarFile, infos: list[tarfile.TarInfo], path: str) -> None:
+    """Every member's data is in the file and the archive ends with its zero block."""
+    size = os.path.getsize(path)
+    for info in infos:
+        if info.isreg() and info.offset_data + info.size > size:
+            raise BadInputError(
+                f"{path} is truncated: member {info.name} needs bytes up to "
+                f"{info.offset_data + info.size}, the file has {size}",
+                path=path,
+                member=info.name,
+            )
+    fileobj = tar.fileobj
+    assert fileobj is not None
+    fileobj.seek(tar.offset)
+    tail = fileobj.read(_BLOCK)
+    if len(tail) < _BLOCK or tail.count(0) != _BLOCK:
+        raise BadInputError(
+            f"{path} is damaged or truncated after {tar.offset} bytes (no end-of-archive "
+            "block where the next header should be)",
+            path=path,
+        )
