@@ -12,6 +12,11 @@ import typer
 
 import ferroload
 
+#: The loggers `-v` / `-q` configure: every ferroload package's.
+_LOGGERS = ("ferroload", *(f"ferroload_{p}" for p in (
+    "core", "store", "format", "codec", "loader", "map", "convert", "catalog", "cli"
+)))  # fmt: skip
+
 app = typer.Typer(
     name="ferroload",
     help="Inspect, query, check, convert and benchmark ferroload datasets.",
@@ -105,21 +110,17 @@ def _root(
         bool, typer.Option("--debug", help="show the full traceback of an error (any position)")
     ] = False,
 ) -> None:
-    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO)[min(verbose, 1)]
-    if verbose >= 2:
-        level = logging.DEBUG
+    if quiet:
+        level = logging.ERROR
+    else:
+        level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ferroload: %(levelname)s: %(message)s"))
-    root = logging.getLogger("ferroload")  # ours only; the library never configures logging
-    for name in ("ferroload", *(f"ferroload_{p}" for p in _LOGGED)):
+    handler.setFormatter(logging.Formatter("ferroload: %(levelname)s: %(name)s: %(message)s"))
+    for name in _LOGGERS:  # ours only: the library never configures logging, the CLI does
         logger = logging.getLogger(name)
         logger.setLevel(level)
         logger.handlers = [handler]
         logger.propagate = False
-    root.debug("logging at level %s", logging.getLevelName(level))
-
-
-_LOGGED = ("core", "store", "format", "codec", "loader", "map", "convert", "catalog", "cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
