@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _convert_data import files_under, image_bytes
+
+from ferroload_convert import (
+    BadInputError,
+    ConvertOptionError,
+    InputNotFoundError,
+    OutputExistsError,
+    export_image_folder,
+    import_image_folder,
+)
+from ferroload_format import Dataset, DatasetNotFoundError, Writer
+
+
+def make_folder(root: Path) -> dict[str, bytes]:
+    """An image folder with three classes (one empty), nested folders, mixed formats and
+    case, odd names, and a few files that are not images. Returns its images."""
+    images = {
+        "cat/001.jpg": image_bytes(1, "JPEG"),
+        "cat/002.JPG": image_bytes(2, "JPEG"),
+        "cat/sub/deep/003.png": image_bytes(3),
+        "cat/été 4.v2.jpeg": image_bytes(4, "JPEG"),
+        "dog/001.jpg": image_bytes(5, "JPEG"),
+        "dog/a-b.webp": image_bytes(6, "WEBP"),
+        "dog/x.bmp": image_bytes(7, "BMP"),
+        "dog/y.gif": image_bytes(8, "GIF"),
+        "dog/z.tiff": image_bytes(9, "TIFF"),
+    }
+    for rel, data in images.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "bird").mkdir()  # an empty class: still numbered
+    (root / "README.txt").write_text("not a class")
+    (root / "cat" / "notes.txt").write_text("not an image")
+    (root / "dog" / ".hidden.jpg").write_bytes(b"hidden")
+    return images
+
+
+def test_import_records_labels_classes_and_paths(tmp_path: Path) -> None:
+    images = make_folder(tmp_path / "src")
+    report = import_image_folder(tmp_path / "src", tmp_path / "ds")
+    assert (report.num_samples, report.num_skipped, report.version) == (9, 0, 1)
+    assert report.num_ignored == 3  # README.txt, notes.txt, .hidden.jpg
+    assert report.num_bytes == sum(len(b) for b in images.values())
+    ds = Dataset.open(tmp_path / "ds")
+    assert [(m.name, m.ext, m.kind, m.codec_hint) for m in ds.modalities] == [
+        ("image", "jpg", "tensor", "image")
+    ]
+    rows = list(ds)
+    # sorted path order within sorted classes; the empty "bird" is class 0
+    assert [r["path"] for r in rows] == sorted(images, key=lambda p: Path(p).parts)
+    assert {r["class_name"]: r["label"] for r in rows} == {"cat": 1, "dog": 2}
+    for r in rows:
+        assert r["image"] == images[r["path"]]
+    ids = [r["sample_id"] for r in rows]
+    assert ids[:4] == ["cat~001", "cat~002", "cat~sub~deep~003", "cat~_t__4_v2"]
+    assert len(set(ids)) == len(ids)
+
+
+def test_import_export_round_trip_is_byte_identical(tmp_path: Path) -> None:
+    images = make_folder(tmp_path / "src")
+    import_image_folder(tmp_path / "src", tmp_path / "ds", workers=3)
+    report = export_image_folder(tmp_path / "ds", tmp_path / "out")
+    assert (report.num_samples, report.num_files) == (9, 9)
+    assert files_under(tmp_path / "out") == images
+    # the exported folder imports to the same dataset (ids, bytes, metadata)
+    import_image_folder(tmp_path / "out", tmp_path / "ds2")
+    a, b = list(Dataset.open(tmp_path / "ds")), list(Dataset.open(tmp_path / "ds2"))
+    assert [{k: v for k, v in r.items() if k != "label"} for r in a] == [
+        {k: v for k, v in r.items() if k != "label"} for r in b
+    ]  # labels differ only because the empty "bird" is not exported
+
+
+def test_duplicate_stems_get_unique_ids(tmp_path: Path) -> None:
+    for rel, i in [("c/a.png", 1), ("c/a.jpg", 2), ("c/a#2.png", 3)]:
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / rel).write_bytes(
+            image_bytes(i, "PNG" if rel.endswith("png") else "JPEG")
+        )
+    import_image_folder(tmp_path / "src", tmp_path / "ds")
+    ds = Dataset.open(tmp_path / "ds")
+    assert ds.to_table(["sample_id", "path"]).to_pylist() == [
+        {"sample_id": "c~a#2", "path": "c/a#2.png"},  # '#' sorts before '.'
+        {"sample_id": "c~a", "path": "c/a.jpg"},
+        {"sample_id": "c~a#3", "path": "c/a.png"},  # c~a#2 is taken
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("cut.jpg", lambda b: b[: len(b) // 2]),  # truncated JPEG
+        ("text.png", lambda b: b"this is not an image at all"),
+        ("header.jpg", lambda b: b[:3] + b"\x00" * 40),  # JPEG magic, garbage header
+        ("cut.png", lambda b: b[:-20]),  # PNG without IEND
+    ],
+)
+def test_bad_image_raises_naming_it_and_commits_nothing(tmp_path: Path, name: str, damage) -> None:  # type: ignore[no-untyped-def]
+    make_folder(tmp_path / "src")
+    fmt = "PNG" if name.endswith("png") else "JPEG"
+    bad = tmp_path / "src" / "dog" / name
+    bad.write_bytes(damage(image_bytes(42, fmt)))
+    with pytest.raises(BadInputError) as err:
+        import_image_folder(tmp_path / "src", tmp_path / "ds")
+    assert err.value.path == str(bad)
+    assert str(bad) in str(err.value)
+    assert isinstance(err.value, ValueError)
+    with pytest.raises(DatasetNotFoundError):
+        Dataset.open(tmp_path / "ds")
+
+
+@pytest.mark.parametrize("on_error", ["skip", "warn"])
+def test_bad_image_is_skipped_and_reported_when_asked(
+    tmp_path: Path, on_error: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    images = make_folder(tmp_path / "src")
+    bad = tmp_path / "src" / "cat" / "bad.jpg"
+    bad.write_bytes(image_bytes(42, "JPEG")[:100])
+    report = import_image_folder(tmp_path / "src", tmp_path / "ds", on_error=on_error)  # type: ignore[arg-type]
+    assert report.num_samples == len(images)
+    assert report.num_skipped == 1
+    assert report.skipped[0].where == str(bad)
+    assert "cut short" in report.skipped[0].reason
+    assert "cat/bad.jpg" not in Dataset.open(tmp_path / "ds").column("path").to_pylist()
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and str(bad) in r.getMessage()]
+    assert len(warned) == (1 if on_error == "warn" else 0)
+
+
+def test_same_dataset_whatever_the_workers_and_progress_reaches_total(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for i in range(60):
+        (src / f"c{i % 4}").mkdir(parents=True, exist_ok=True)
+        (src / f"c{i % 4}" / f"{i:03d}.png").write_bytes(image_bytes(i))
+    calls: list[tuple[int, int | None]] = []
+    import_image_folder(src, tmp_path / "one", workers=1)
+    import_image_folder(
+        src, tmp_path / "eight", workers=8, progress=lambda d, t: calls.append((d, t))
+    )
+    one, eight = Dataset.open(tmp_path / "one"), Dataset.open(tmp_path / "eight")
+    assert list(one) == list(eight)
+    assert len(one) == 60
+    assert calls[-1] == (60, 60)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_import_appends_to_an_existing_dataset(tmp_path: Path) -> None:
+    make_folder(tmp_path / "src")
+    import_image_folder(tmp_path / "src", tmp_path / "ds")
+    report = import_image_folder(tmp_path / "src", tmp_path / "ds")
+    assert report.version == 2
+    ids = Dataset.open(tmp_path / "ds").column("sample_id").to_pylist()
+    assert len(ids) == 18 and len(set(ids)) == 18
+    assert ids[9] == "cat~001#2"
+
+
+def test_import_errors_name_the_problem(tmp_path: Path) -> None:
+    with pytest.raises(InputNotFoundError, match="not a folder"):
+        import_image_folder(tmp_path / "missing", tmp_path / "ds")
+    (tmp_path / "src" / "cat").mkdir(parents=True)
+    (tmp_path / "src" / "cat" / "a.txt").write_text("x")
+    with pytest.raises(InputNotFoundError, match="no images in class folders"):
+        import_image_folder(tmp_path / "src", tmp_path / "ds")
+    with pytest.raises(ConvertOptionError, match="on_error"):
+        import_image_folder(tmp_path / "src", tmp_path / "ds", on_error="ignore")  # type: ignore[arg-type]
+
+
+def test_export_by_label_with_where_and_generated_names(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    with Writer(uri, "demo") as w:
+        w.declare("image", "png", "tensor", "image")
+        w.declare("mask", "png", "tensor", "image")
+        for i in range(6):
+            fmt = "JPEG" if i % 2 else "PNG"
+            w.add(f"s{i}", {"image": image_bytes(i, fmt)} if i != 5 else None, {"label": i % 3})
+    with pytest.raises(ConvertOptionError, match="2 image modalities"):
+        export_image_folder(uri, tmp_path / "out0")
+    report = export_image_folder(
+        uri, tmp_path / "out", modality="image", where="label < 2 OR sample_id = 's5'"
+    )
+    assert files_under(tmp_path / "out") == {
+        "0/s0.png": image_bytes(0, "PNG"),
+        "1/s1.jpg": image_bytes(1, "JPEG"),  # the file's format, not the modality's ext
+        "0/s3.jpg": image_bytes(3, "JPEG"),
+        "1/s4.png": image_bytes(4, "PNG"),
+    }
+    assert report.skipped == (("s5", "has no 'image'"),)
+    with pytest.raises(OutputExistsError):
+        export_image_folder(uri, tmp_path / "out", modality="image")
+
+
+def test_export_never_escapes_the_destination(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    with Writer(uri, "demo") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        w.add(
+            "a",
+            {"image": image_bytes(0, "JPEG")},
+            {"class_name": "../up", "path": "../../evil.jpg"},
+        )
+        w.add("b", {"image": image_bytes(1, "JPEG")}, {"class_name": "ok", "path": "/abs/x.jpg"})
+    export_image_folder(uri, tmp_path / "out")
+    assert sorted(files_under(tmp_path / "out")) == [
+        ".._up/a.jpg",
+        "ok/b.jpg",
+    ]  # one safe folder name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]

@@ -1,0 +1,283 @@
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+from _convert_data import image_bytes
+
+from ferroload_convert import (
+    BadInputError,
+    ConvertOptionError,
+    InputNotFoundError,
+    export_webdataset,
+    import_webdataset,
+)
+from ferroload_format import Dataset, DatasetNotFoundError, Writer
+
+
+def write_tar(path: Path, members: list[tuple[str, bytes]], *, dirs: tuple[str, ...] = ()) -> None:
+    """A tar with these regular members, in this order (and directory entries first)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def members_of(path: Path) -> list[tuple[str, bytes]]:
+    """(name, bytes) of the regular members of a tar, in order."""
+    with tarfile.open(path) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers() if m.isreg()]  # type: ignore[union-attr]
+
+
+def tars_of(root: Path) -> dict[str, list[tuple[str, bytes]]]:
+    return {p.relative_to(root).as_posix(): members_of(p) for p in sorted(root.rglob("*.tar"))}
+
+
+def wds_samples(paths: list[Path]) -> list[dict[str, object]]:
+    """What WebDataset itself reads from these tars (no decoding)."""
+    ds = wds.WebDataset([str(p) for p in paths], shardshuffle=False)
+    return [{k: v for k, v in s.items() if k not in ("__url__", "__local_path__")} for s in ds]
+
+
+def write_with_tarwriter(root: Path) -> list[Path]:
+    paths = []
+    root.mkdir(parents=True, exist_ok=True)
+    for shard in range(2):
+        path = root / f"train-{shard:03d}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for i in range(shard * 5, shard * 5 + 5):
+                sample = {
+                    "__key__": f"n{i % 2}/img{i:04d}",
+                    "jpg": image_bytes(i, "JPEG"),
+                    "cls": i % 3,
+                    "json": {"width": 10 + i, "tags": ["a", str(i)]},
+                    "txt": f"caption {i}",
+                }
+                if i % 2:
+                    sample["seg.png"] = image_bytes(100 + i)
+                sink.write(sample)
+        paths.append(path)
+    return paths
+
+
+def test_tarwriter_shards_import_and_export_back_identically(tmp_path: Path) -> None:
+    paths = write_with_tarwriter(tmp_path / "src")
+    report = import_webdataset(tmp_path / "src", tmp_path / "ds")
+    assert report.num_samples == 10
+    assert dict(report.columns) == {
+        "cls": "cls",
+        "jpg": "jpg",
+        "json": "json",
+        "seg.png": "seg_png",
+        "txt": "txt",
+    }
+    ds = Dataset.open(tmp_path / "ds")
+    mods = {m.name: (m.ext, m.kind, m.codec_hint) for m in ds.modalities}
+    assert mods["jpg"] == ("jpg", "tensor", "image")
+    assert mods["seg_png"] == ("png", "tensor", "image")
+    assert mods["txt"] == ("txt", "text", "raw")
+    first = ds[1]
+    assert first["sample_id"] == "n1~img0001"
+    assert (first["wds_key"], first["wds_shard"], first["label"]) == (
+        "n1/img0001",
+        "train-000.tar",
+        1,
+    )
+    assert first["text"] == "caption 1"
+    assert json.loads(first["json_text"]) == {"width": 11, "tags": ["a", "1"]}
+    assert first["jpg"] == image_bytes(1, "JPEG")
+    assert first["wds_members"] == [
+        {"ext": e, "modality": m}
+        for e, m in [
+            ("cls", "cls"),
+            ("jpg", "jpg"),
+            ("json", "json"),
+            ("seg.png", "seg_png"),
+            ("txt", "txt"),
+        ]
+    ]
+    assert ds.subset("label = 2", return_indices=True).tolist() == [2, 5, 8]
+    assert ds[0]["seg_png"] is None
+
+    report = export_webdataset(tmp_path / "ds", tmp_path / "out")
+    assert (report.num_samples, report.num_files) == (10, 2)
+    assert tars_of(tmp_path / "out") == tars_of(tmp_path / "src")
+    out = sorted((tmp_path / "out").glob("*.tar"))
+    assert wds_samples(out) == wds_samples(paths)
+
+
+def test_any_member_layout_round_trips_exactly(tmp_path: Path) -> None:
+    jpg, png = image_bytes(1, "JPEG"), image_bytes(2)
+    members = [
+        ("a.jpg", jpg),
+        ("b/c.d/x.seg.png", png),  # dots in folders; a multi-part extension
+        ("a.cls", b"7"),  # 'a' again, not adjacent: still one sample
+        ("b/c.d/x.JPG", jpg),  # the same extension in another case: another modality
+        ("b/c.d/x.jpg", jpg),
+        ("README", b"no extension"),  # not a sample member (WebDataset skips it too)
+        ("__meta__", b"skipped by WebDataset"),
+        ("only.txt", "ünïcode".encode()),
+        ("a.weird-ext!", b"kept"),
+        ("z.seg_png", b"the same modality name as seg.png"),
+    ]
+    write_tar(tmp_path / "src" / "sub" / "mixed.tar", members, dirs=("b/", "b/c.d/"))
+    write_tar(tmp_path / "src" / "other.tar", [("a.jpg", image_bytes(3, "JPEG")), ("a.cls", b"x")])
+    report = import_webdataset(tmp_path / "src", tmp_path / "ds", workers=2)
+    assert report.num_samples == 5
+    assert report.num_ignored == 4  # 2 directories, README, __meta__
+    assert dict(report.columns) == {
+        "jpg": "jpg",
+        "cls": "cls",
+        "seg.png": "seg_png",
+        "JPG": "jpg_2",
+        "txt": "txt",
+        "weird-ext!": "weird_ext_",
+        "seg_png": "seg_png_2",
+    }
+    ds = Dataset.open(tmp_path / "ds")
+    assert ds.column("sample_id").to_pylist() == ["a", "a#2", "b~c_d~x", "only", "z"]
+    assert ds.column("wds_shard").to_pylist() == ["other.tar", *["sub/mixed.tar"] * 4]
+    assert ds.column("label").to_pylist() == [None, 7, None, None, None]  # b"x" is no class
+
+    export_webdataset(tmp_path / "ds", tmp_path / "out")
+    m = dict(members)
+    # each key's members together, keys in first-seen order, members in tar order
+    mixed = ["a.jpg", "a.cls", "a.weird-ext!", "b/c.d/x.seg.png", "b/c.d/x.JPG", "b/c.d/x.jpg"]
+    mixed += ["only.txt", "z.seg_png"]
+    assert tars_of(tmp_path / "out") == {
+        "other.tar": members_of(tmp_path / "src" / "other.tar"),
+        "sub/mixed.tar": [(name, m[name]) for name in mixed],
+    }
+
+
+def test_generic_dataset_exports_to_tars_webdataset_reads(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    with Writer(uri, "demo") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        w.declare("thumb", "jpg", "tensor", "image")
+        w.declare("caption", "txt", "text")
+        for i in range(7):
+            data = {"image": image_bytes(i, "JPEG"), "caption": f"c{i}".encode()}
+            if i % 2:
+                data["thumb"] = image_bytes(50 + i, "JPEG")
+            w.add(f"s{i}", data, {"label": i % 3, "blob": bytes([i]), "score": i / 2})
+    report = export_webdataset(
+        uri, tmp_path / "out", samples_per_shard=3, where="sample_id != 's6'"
+    )
+    tars = sorted((tmp_path / "out").glob("*.tar"))
+    assert [t.name for t in tars] == ["shard-000000.tar", "shard-000001.tar"]
+    assert (report.num_samples, report.num_files) == (6, 2)
+    samples = wds_samples(tars)
+    assert [s["__key__"] for s in samples] == [f"s{i}" for i in range(6)]
+    for i, s in enumerate(samples):
+        assert s["image.jpg"] == image_bytes(i, "JPEG")  # extensions shared: <modality>.<ext>
+        assert s.get("thumb.jpg") == (image_bytes(50 + i, "JPEG") if i % 2 else None)
+        assert s["txt"] == f"c{i}".encode()
+        meta = {"label": i % 3, "blob": base64.b64encode(bytes([i])).decode(), "score": i / 2}
+        assert json.loads(s["json"]) == meta
+    # re-importing the export keeps every payload
+    import_webdataset(tmp_path / "out", tmp_path / "back")
+    back = Dataset.open(tmp_path / "back")
+    assert back.get(1, ["image_jpg", "thumb_jpg", "txt"]) == {
+        "image_jpg": image_bytes(1, "JPEG"),
+        "thumb_jpg": image_bytes(51, "JPEG"),
+        "txt": b"c1",
+    }
+
+
+def test_damaged_tar_is_a_bad_input_named_by_path(tmp_path: Path) -> None:
+    write_with_tarwriter(tmp_path / "src")
+    good = members_of(tmp_path / "src" / "train-000.tar")
+    bad = tmp_path / "src" / "train-001.tar"
+    data = bad.read_bytes()
+    with tarfile.open(bad) as tar:
+        last = tar.getmembers()[-1]
+    # inside the first member, inside the last one, right before the last header
+    for cut in (700, last.offset_data + 3, last.offset):
+        bad.write_bytes(data[:cut])
+        with pytest.raises(BadInputError) as err:
+            import_webdataset(tmp_path / "src", tmp_path / "ds")
+        assert err.value.path == str(bad), cut
+        assert str(bad) in str(err.value)
+        with pytest.raises(DatasetNotFoundError):
+            Dataset.open(tmp_path / "ds")
+    report = import_webdataset(tmp_path / "src", tmp_path / "ds", on_error="skip")
+    assert report.num_samples == 5
+    assert [s.where for s in report.skipped] == [str(bad)]
+    assert Dataset.open(tmp_path / "ds").column("jpg").to_pylist()[0]["length"] == len(good[1][1])
+
+
+def test_damaged_image_member_is_named_and_its_sample_skippable(tmp_path: Path) -> None:
+    path = tmp_path / "s.tar"
+    write_tar(
+        path,
+        [
+            ("k0.jpg", image_bytes(0, "JPEG")),
+            ("k1.jpg", image_bytes(1, "JPEG")[:200]),
+            ("k1.cls", b"1"),
+            ("k2.png", image_bytes(2)),
+        ],
+    )
+    with pytest.raises(BadInputError) as err:
+        import_webdataset(path, tmp_path / "ds")
+    assert (err.value.path, err.value.member) == (str(path), "k1.jpg")
+    report = import_webdataset(path, tmp_path / "ds", on_error="warn")
+    assert Dataset.open(tmp_path / "ds").column("wds_key").to_pylist() == ["k0", "k2"]
+    assert report.skipped[0].where == f"{path} (member k1.jpg)"
+
+
+def test_same_dataset_whatever_the_workers(tmp_path: Path) -> None:
+    for shard in range(6):
+        write_tar(
+            tmp_path / "src" / f"{shard}.tar",
+            [(f"k{shard}_{i}.png", image_bytes(shard * 10 + i)) for i in range(4)],
+        )
+    calls: list[tuple[int, int | None]] = []
+    import_webdataset(tmp_path / "src", tmp_path / "one", workers=1)
+    import_webdataset(
+        tmp_path / "src" / "*.tar",
+        tmp_path / "eight",
+        workers=8,
+        progress=lambda d, t: calls.append((d, t)),
+    )
+    assert list(Dataset.open(tmp_path / "one")) == list(Dataset.open(tmp_path / "eight"))
+    assert calls[-1] == (24, 24)
+
+
+def test_compressed_tars_and_resharding(tmp_path: Path) -> None:
+    members = [(f"k{i}.cls", str(i).encode()) for i in range(5)]
+    write_tar(tmp_path / "plain.tar", members)
+    with tarfile.open(tmp_path / "src.tar.gz", "w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    import_webdataset([tmp_path / "src.tar.gz"], tmp_path / "ds")
+    export_webdataset(tmp_path / "ds", tmp_path / "out")
+    assert tars_of(tmp_path / "out") == {"src.tar": members}  # uncompressed now
+    export_webdataset(tmp_path / "ds", tmp_path / "out2", samples_per_shard=2)
+    assert [len(m) for m in tars_of(tmp_path / "out2").values()] == [2, 2, 1]
+    # keys repeated across original tars cannot share a re-sharded tar
+    import_webdataset([tmp_path / "plain.tar"], tmp_path / "ds")
+    with pytest.raises(ConvertOptionError, match="samples_per_shard=None"):
+        export_webdataset(tmp_path / "ds", tmp_path / "out3", samples_per_shard=10)
+    assert not list((tmp_path / "out3").iterdir())  # the partial tar was removed
+
+
+def test_missing_source_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(InputNotFoundError):
+        import_webdataset(tmp_path / "nothing-*.tar", tmp_path / "ds")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputNotFoundError, match="no WebDataset tars"):
+        import_webdataset(tmp_path / "empty", tmp_path / "ds")
