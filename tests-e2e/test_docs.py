@@ -154,6 +154,7 @@ DOCTEST_PACKAGES = (
     "ferroload_loader.torch",
     "ferroload_loader.lightning",
     "ferroload_map",
+    "ferroload_convert",
     "ferroload_catalog",
     "ferroload",
 )
@@ -218,6 +219,7 @@ API_PAGES = {
     "ferroload_codec": "codec.md",
     "ferroload_loader": "loader.md",
     "ferroload_map": "map.md",
+    "ferroload_convert": "convert.md",
     "ferroload_cli": "cli.md",
     "ferroload_catalog": "catalog.md",
 }

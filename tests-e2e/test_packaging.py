@@ -37,6 +37,11 @@ PACKAGES = {
         {"torch", "ray", "av", "lightning"},
     ),
     "ferroload-map": ("ferroload_map", "packages/ferroload-map", {"torch", "ray", "av"}),
+    "ferroload-convert": (
+        "ferroload_convert",
+        "packages/ferroload-convert",
+        {"torch", "ray", "av"},
+    ),
     "ferroload": ("ferroload", "packages/ferroload", {"torch", "ray", "av", "lightning"}),
     "ferroload-cli": ("ferroload_cli", "apps/ferroload-cli", {"torch", "ray", "lightning"}),
     "ferroload-catalog": ("ferroload_catalog", "apps/ferroload-catalog", {"torch", "ray", "av"}),
@@ -68,8 +73,22 @@ def uv() -> str:
 # The workspace lock replaces pillow by pillow-simd (a root dependency), so a package
 # synced alone gets its PIL from here: the workspace's own build, or stock Pillow to prove
 # the codecs work with it too.
-NEEDS_PIL = {"ferroload-codec", "ferroload-loader", "ferroload-map", "ferroload", "ferroload-cli"}
-EXTRAS = {"ferroload-codec": ["--extra", "video"], "ferroload-map": ["--extra", "ray"]}
+NEEDS_PIL = {
+    "ferroload-codec",
+    "ferroload-loader",
+    "ferroload-map",
+    "ferroload-convert",
+    "ferroload",
+    "ferroload-cli",
+}
+EXTRAS = {
+    "ferroload-codec": ["--extra", "video"],
+    "ferroload-map": ["--extra", "ray"],
+    "ferroload-convert": ["--extra", "hf"],
+}
+# What a package's own tests import beyond pytest, hypothesis, moto and PIL (the convert
+# tests prove interop with webdataset both ways and write FLAC with soundfile).
+TEST_TOOLS = {"ferroload-convert": ["webdataset", "soundfile"]}
 CASES = [(dist, "pillow-simd") for dist in PACKAGES] + [("ferroload-codec", "pillow")]
 
 
@@ -102,6 +121,7 @@ def test_package_installs_and_passes_its_tests_alone(
         _run(*sync, *EXTRAS[dist], env=env)
     tools = [f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout", "hypothesis")]
     tools.append(f"moto[server]=={version('moto')}")  # the S3 server the s3 tests start
+    tools += [f"{name}=={version(name)}" for name in TEST_TOOLS.get(dist, [])]
     if dist in NEEDS_PIL:
         tools.append(f"pillow-simd=={version('pillow-simd')}" if pil == "pillow-simd" else "pillow")
     # --no-config: the workspace's override, which drops pillow, must not apply here

@@ -9,6 +9,7 @@ import pytest
 
 import ferroload
 import ferroload.loader
+import ferroload_convert
 import ferroload_format
 import ferroload_store
 
@@ -18,6 +19,7 @@ def test_public_api_is_importable() -> None:
     for name in ferroload.__all__:
         assert getattr(ferroload, name) is not None
     assert ferroload.Writer is ferroload_format.Writer
+    assert ferroload.import_webdataset is ferroload_convert.import_webdataset
     assert ferroload.FerroloadError is ferroload_store.FerroloadError
 
 
