@@ -20,8 +20,8 @@ from ferroload_convert._sniff import is_image_ext, kind_of
 from ferroload_convert._sources import Source, input_files
 from ferroload_format import DEFAULT_SHARD_SIZE
 
-#: Rows per record batch read from a file.
-BATCH_ROWS = 256
+#: Rows per record batch read from a file (each active file runs at most 2 batches ahead).
+BATCH_ROWS = 64
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 
 
@@ -113,7 +113,7 @@ def import_parquet(
         for modality, ext in modalities:
             session.declare(modality, ext, *kind_of(ext))
         read = functools.partial(_read_file, columns=columns, fields=fields, id_column=id_column)
-        for _, rows in ordered_streams(readable, read, workers=workers, buffer=4):
+        for _, rows in ordered_streams(readable, read, workers=workers, buffer=2):
             if isinstance(rows, Failed):
                 if not isinstance(rows.error, BadInputError):
                     raise rows.error

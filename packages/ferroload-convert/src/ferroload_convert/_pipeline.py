@@ -104,13 +104,17 @@ def ordered_streams(
         return False
 
     def produce(stream: _Stream[T]) -> None:
+        results = iter(fn(stream.source))
         try:
-            for result in fn(stream.source):
+            for result in results:
                 if not put(stream, result):
                     return
         except Exception as exc:
             put(stream, Failed(exc))
         finally:
+            close = getattr(results, "close", None)
+            if close is not None:  # a generator: release its files now, not at collection
+                close()
             put(stream, _END)
 
     def launch() -> None:
