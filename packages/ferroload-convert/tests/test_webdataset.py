@@ -324,3 +324,21 @@ def _key(name: str) -> str:
     """WebDataset's key: the path up to the first dot of the file name."""
     folder, _, base = name.rpartition("/")
     return folder + _ + base.split(".", 1)[0]
+
+
+def test_lifted_metadata_only_when_it_fits(tmp_path: Path) -> None:
+    members = [
+        ("a.cls", b"99999999999999999999"),  # no int64
+        ("a.txt", b"\xff\xfe not utf-8"),
+        ("b.cls", b" 4\n"),
+        ("b.json", b'{"w": 3}'),
+    ]
+    write_tar(tmp_path / "s.tar", members)
+    import_webdataset(tmp_path / "s.tar", tmp_path / "ds")
+    ds = Dataset.open(tmp_path / "ds")
+    assert "text" not in ds.metadata_columns  # no .txt was UTF-8
+    assert ds.to_table(["label", "json_text"]).to_pylist() == [
+        {"label": None, "json_text": None},
+        {"label": 4, "json_text": '{"w": 3}'},
+    ]
+    assert ds.get(0, ["cls", "txt"]) == {"cls": members[0][1], "txt": members[1][1]}

@@ -39,7 +39,11 @@ from ferroload_format import DEFAULT_SHARD_SIZE
 #: from WebDataset; `export_webdataset` then writes `<wds_key>.<ext>` per member.
 WDS_COLUMNS = ("wds_key", "wds_shard", "wds_members")
 #: Small text members also lifted into queryable metadata: extension -> (column, type).
-LIFTED = {"cls": ("label", int), "txt": ("text", str), "json": ("json_text", str)}
+LIFTED: dict[str, tuple[str, type]] = {
+    "cls": ("label", int),
+    "txt": ("text", str),
+    "json": ("json_text", str),
+}
 #: Lifted text larger than this stays a payload only.
 MAX_LIFTED_BYTES = 1 << 16
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -185,17 +189,23 @@ class _Modalities:
 
 
 def _lift(ext: str, payload: bytes, meta: dict[str, Any]) -> None:
+    """Copy a small `.cls` / `.txt` / `.json` member into `meta` (payloads stay as well)."""
     lifted = LIFTED.get(ext.lower())
-    if lifted is None or len(payload) > MAX_LIFTED_BYTES:
-        return
-    column, kind = lifted
-    if column in meta:
+    if lifted is None or len(payload) > MAX_LIFTED_BYTES or lifted[0] in meta:
         return
     try:
         text = payload.decode("utf-8")
-        meta[column] = int(text.strip()) if kind is int else text
-    except ValueError:  # not UTF-8, or a class that is not an integer: payload only
+    except UnicodeDecodeError:
         return
+    if lifted[1] is not int:
+        meta[lifted[0]] = text
+        return
+    try:
+        label = int(text.strip())
+    except ValueError:  # a class that is not an integer: the payload only
+        return
+    if -(2**63) <= label < 2**63:
+        meta[lifted[0]] = label
 
 
 def _read_tar(item: tuple[str, str]) -> Iterator[_Sample | _Ignored | Failed]:
