@@ -429,3 +429,124 @@ def test_catalog_commands(dataset: str, tmp_path: Path) -> None:
     assert "pets" in one_error_line(run("catalog", "show", "pets", env=env))
     assert "Bad Name" in one_error_line(run("catalog", "add", "Bad Name", str(root), env=env))
     assert Dataset.open(root).version == 2  # rm leaves the dataset alone
+
+
+# --------------------------------------------------------------------------- import / export
+
+
+def _png(seed: int, size: tuple[int, int] = (12, 16)) -> bytes:
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 255, size=(*size, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_import_export_image_folder(tmp_path: Path) -> None:
+    src = tmp_path / "photos"
+    files = {
+        f"{c}/{c}-{i}.png": _png(10 * k + i) for k, c in enumerate(["cat", "dog"]) for i in range(3)
+    }
+    for rel, data in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(data)
+    ds = str(tmp_path / "ds")
+    proc = run(
+        "import",
+        "imagefolder",
+        str(src),
+        ds,
+        "--workers",
+        "3",
+        "--json",
+        env={"FERROLOAD_PROGRESS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["num_samples"], report["version"], report["skipped"]) == (6, 1, [])
+    assert "importing" in proc.stderr and "6/6" in proc.stderr  # the progress bar
+    assert ok_json("sql", ds, "SELECT label, count(*) AS n FROM samples GROUP BY 1 ORDER BY 1") == [
+        {"label": 0, "n": 3},
+        {"label": 1, "n": 3},
+    ]
+    out = tmp_path / "back"
+    exported = ok_json("export", "imagefolder", ds, str(out))
+    assert exported["num_samples"] == 6
+    assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*.png")} == files
+
+    (src / "dog" / "broken.png").write_bytes(_png(99)[:40])  # a truncated image
+    line = one_error_line(run("import", "imagefolder", str(src), str(tmp_path / "ds2")))
+    assert "broken.png" in line
+    with pytest.raises(ferroload_errors.DatasetNotFoundError):
+        Dataset.open(tmp_path / "ds2")  # nothing was written
+    skipped = run("import", "imagefolder", str(src), str(tmp_path / "ds3"), "--on-error", "skip")
+    assert skipped.returncode == 0, skipped.stderr
+    assert "imported 6 samples" in skipped.stdout and "broken.png" in skipped.stdout
+    assert (
+        run(
+            "import", "imagefolder", str(src), str(tmp_path / "x"), "--on-error", "maybe"
+        ).returncode
+        == 2
+    )
+
+
+def test_import_export_webdataset_parquet_and_hf(tmp_path: Path) -> None:
+    import tarfile
+
+    import pyarrow.parquet as pq
+
+    tar_path = tmp_path / "in.tar"
+    members = {f"k{i}.{ext}": f"{ext} {i}".encode() for i in range(4) for ext in ("txt", "cls")}
+    with tarfile.open(tar_path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    wds = str(tmp_path / "wds")
+    assert ok_json("import", "wds", str(tar_path), wds)["num_samples"] == 4
+    out = tmp_path / "wds-out"
+    assert ok_json("export", "wds", wds, str(out))["num_samples"] == 4
+    got = {}
+    for shard in sorted(out.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            for m in tar.getmembers():
+                f = tar.extractfile(m)
+                assert f is not None
+                got[m.name] = f.read()
+    assert got == members
+
+    table = pa.table({"key": ["a", "b"], "jpg": [_png(1), _png(2)], "score": [0.5, 1.5]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    pds = str(tmp_path / "pq")
+    assert (
+        ok_json(
+            "import",
+            "parquet",
+            str(tmp_path / "t.parquet"),
+            pds,
+            "--id-column",
+            "key",
+            "--binary",
+            "jpg=png",
+        )["num_samples"]
+        == 2
+    )
+    back = Dataset.open(pds)
+    assert back.column("sample_id").to_pylist() == ["a", "b"]
+    assert [back[i]["jpg"] for i in range(2)] == table.column("jpg").to_pylist()
+    assert back.column("score").to_pylist() == [0.5, 1.5]
+    assert (
+        run("import", "parquet", str(tmp_path / "t.parquet"), pds, "--binary", "jpg").returncode
+        == 2
+    )
+
+
+def test_import_hf(tmp_path: Path) -> None:
+    # the hf extra; the CLI's own isolated install has no `datasets` (skips are allowed there)
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict({"text": ["x", "y", "z"], "n": [1, 2, 3]})
+    hf.save_to_disk(str(tmp_path / "hf"))
+    hds = str(tmp_path / "hfds")
+    assert ok_json("import", "hf", str(tmp_path / "hf"), hds)["num_samples"] == 3
+    assert Dataset.open(hds).column("text").to_pylist() == ["x", "y", "z"]

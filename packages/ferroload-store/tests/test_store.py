@@ -84,6 +84,11 @@ def test_range_reads_and_coalescing(store: Store) -> None:
     # file is served from its memory map: one access for the whole call.
     assert store.stats.get_requests == (1 if store.is_local else 2)
     assert store.get_ranges("blob", [], []) == []
+    # empty ranges alone (an empty payload): nothing to fetch, even at the very end
+    store.stats.reset()
+    assert [bytes(v) for v in store.get_ranges("blob", [512, len(data)], [0, 0])] == [b"", b""]
+    assert [bytes(v) for v in store.get_ranges("blob", [7, len(data)], [3, 0])] == [data[7:10], b""]
+    assert store.stats.get_requests == (2 if store.is_local else 1)  # local: one per call
 
 
 def test_truncated_range_read_says_where(store: Store) -> None:

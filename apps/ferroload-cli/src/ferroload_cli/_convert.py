@@ -87,12 +87,8 @@ def _run_import(what: str, fn: Any, src: Any, dst: str, json: bool, **kwargs: An
         f"imported {report.num_samples} samples from {src} into {report.uri} "
         f"(version {report.version}) in {report.seconds:.1f} s"
     )
-    if report.skipped:
-        r.table(
-            ["skipped", "why"],
-            [list(s) for s in report.skipped],
-            title=f"{len(report.skipped)} skipped",
-        )
+    for skipped in report.skipped:
+        r.line(f"skipped {skipped.where}: {skipped.reason}")
 
 
 @import_app.command("imagefolder")
@@ -148,6 +144,7 @@ def import_hf_cmd(
     src: Annotated[str, typer.Argument(metavar="SRC", help="a datasets save_to_disk folder")],
     dst: Dst,
     split: Annotated[str | None, typer.Option(help="the split of a DatasetDict")] = None,
+    id_column: Annotated[str | None, typer.Option(help="the column holding sample ids")] = None,
     name: Name = None,
     workers: Workers = 8,
     on_error: OnErrorOpt = OnError.RAISE,
@@ -159,7 +156,7 @@ def import_hf_cmd(
     from ferroload_convert import import_hf
 
     kwargs = _common(name, workers, on_error, shard_size, storage_option)
-    _run_import("rows", import_hf, src, dst, json, split=split, **kwargs)
+    _run_import("rows", import_hf, src, dst, json, split=split, id_column=id_column, **kwargs)
 
 
 @import_app.command("parquet")

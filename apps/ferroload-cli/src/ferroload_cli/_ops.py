@@ -371,5 +371,7 @@ def demo(
     """Generate a small image dataset, query it with DuckDB, train a small CNN on CPU."""
     from ferroload import demo as demo_module
 
-    given = {"samples": samples, "epochs": epochs, "batch_size": batch_size, "seed": seed}
+    given: dict[str, Any] = {
+        "samples": samples, "epochs": epochs, "batch_size": batch_size, "seed": seed
+    }  # fmt: skip
     demo_module.run(folder, **{k: v for k, v in given.items() if v is not None})
