@@ -550,3 +550,20 @@ def test_import_hf(tmp_path: Path) -> None:
     hds = str(tmp_path / "hfds")
     assert ok_json("import", "hf", str(tmp_path / "hf"), hds)["num_samples"] == 3
     assert Dataset.open(hds).column("text").to_pylist() == ["x", "y", "z"]
+
+
+def test_demo_command(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # the demo trains with torch (the CLI alone has no torch)
+    folder = tmp_path / "demo"
+    proc = run(
+        "demo", str(folder), "--samples", "120", "--epochs", "1", "--batch-size", "16", script=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "plain DuckDB" in proc.stdout and "epoch 1/1" in proc.stdout
+    assert "val accuracy" in proc.stdout and "samples/s" in proc.stdout
+    assert len(Dataset.open(folder)) == 120
+    assert run("demo", str(tmp_path / "x"), "--samples", "5").returncode == 2
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    assert "not a ferroload demo dataset" in one_error_line(run("demo", str(tmp_path / "mine")))
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

@@ -361,7 +361,9 @@ def demo(
     folder: Annotated[Path, typer.Argument(help="where to write the demo dataset")] = Path(
         "ferroload-demo"
     ),
-    samples: Annotated[int | None, typer.Option(min=30, help="images to generate")] = None,
+    samples: Annotated[
+        int | None, typer.Option(min=10, help="images to generate (default 2000)")
+    ] = None,
     epochs: Annotated[int | None, typer.Option(min=1, help="training epochs")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", min=1)] = None,
     seed: Annotated[
