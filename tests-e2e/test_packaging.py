@@ -107,7 +107,14 @@ def test_package_installs_and_passes_its_tests_alone(
 ) -> None:
     module, folder, forbidden = PACKAGES[dist]
     venv = tmp_path / "venv"
-    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv), "FERROLOAD_ALLOW_SKIPS": "1"}
+    # bytecode compiled at install: the tests start many interpreters (PYTHONDONTWRITEBYTECODE
+    # may be set, and then every one of them would compile every import again)
+    env = {
+        **os.environ,
+        "UV_PROJECT_ENVIRONMENT": str(venv),
+        "FERROLOAD_ALLOW_SKIPS": "1",
+        "UV_COMPILE_BYTECODE": "1",
+    }
     env.pop("VIRTUAL_ENV", None)
     sync = [uv, "sync", "--frozen", "--package", dist, "--no-dev", "--quiet"]
     _run(*sync, env=env)

@@ -313,6 +313,7 @@ def test_storage_options_reach_the_store() -> None:
 # --------------------------------------------------------------------------- operations
 
 
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
 def test_subset_materializes_the_matching_samples(dataset: str, tmp_path: Path) -> None:
     out = str(tmp_path / "ones")
     proc = run(
@@ -374,6 +375,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root)
 
 
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
 def test_bench_reports_throughput_per_epoch(images: str) -> None:
     report = ok_json(
         "bench", images, "--epochs", "2", "-b", "8", "--resize", "16x16", "--meta", "label"
@@ -391,6 +393,7 @@ def test_bench_reports_throughput_per_epoch(images: str) -> None:
     assert "nope" in one_error_line(run("bench", images, "--images", "nope"))
 
 
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
 def test_catalog_commands(dataset: str, tmp_path: Path) -> None:
     root = tmp_path / "cat-ds"
     with Writer(root, "catds") as w:
@@ -443,6 +446,7 @@ def _png(seed: int, size: tuple[int, int] = (12, 16)) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
 def test_import_export_image_folder(tmp_path: Path) -> None:
     src = tmp_path / "photos"
     files = {
@@ -491,7 +495,8 @@ def test_import_export_image_folder(tmp_path: Path) -> None:
     )
 
 
-def test_import_export_webdataset_parquet_and_hf(tmp_path: Path) -> None:
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
+def test_import_export_webdataset_and_parquet(tmp_path: Path) -> None:
     import tarfile
 
     import pyarrow.parquet as pq
@@ -542,6 +547,7 @@ def test_import_export_webdataset_parquet_and_hf(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
 def test_import_hf(tmp_path: Path) -> None:
     # the hf extra; the CLI's own isolated install has no `datasets` (skips are allowed there)
     datasets = pytest.importorskip("datasets")
@@ -552,6 +558,7 @@ def test_import_hf(tmp_path: Path) -> None:
     assert Dataset.open(hds).column("text").to_pylist() == ["x", "y", "z"]
 
 
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
 def test_demo_command(tmp_path: Path) -> None:
     pytest.importorskip("torch")  # the demo trains with torch (the CLI alone has no torch)
     folder = tmp_path / "demo"
