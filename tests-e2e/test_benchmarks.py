@@ -103,3 +103,19 @@ def test_bench_map_quick_run_measures_every_figure(tmp_path: Path) -> None:
     written = [s["bytes_written"] for k, s in systems.items() if k != "hf_num_proc2"]
     assert max(written) < 1.01 * min(written)
     assert len(data["goals"]) == 3
+
+
+def test_bench_convert_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "convert.json"
+    cmd = [sys.executable, "benchmarks/bench_convert.py", "--quick",
+           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    systems = data["systems"]
+    assert set(systems) == {"ferroload_w1", "ferroload_w8", "hf_imagefolder_save_to_disk",
+                            "webdataset_shardwriter"}  # fmt: skip
+    for name, s in systems.items():
+        assert s["samples"] == data["meta"]["samples"] and s["samples_per_s"] > 0, name
+        assert s["bytes"] >= data["meta"]["jpeg_bytes"], name  # every JPEG byte kept
+    assert set(data["ratios"]) == {"ferroload_vs_hf", "ferroload_vs_webdataset", "workers_8_vs_1"}
