@@ -35,7 +35,7 @@ DEFAULT_JSON = HERE / "results" / "bench_convert.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_convert_quick.json"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-bench-convert"
 CLASSES = 10
-SIZE = 160  # pixels a side: ~5-8 KB JPEGs
+SIZE = 160  # pixels a side: ~11 KB JPEGs
 
 
 def make_folder(root: Path, n: int) -> int:
