@@ -271,21 +271,20 @@ def bench(
     if json:
         r.print_json(summary)
         return
+    r.line(
+        f"{ds.uri}: {len(ds)} samples, batch {batch_size}, "
+        f"images {', '.join(image_cols) or 'none'}" + (f" at {size[0]}x{size[1]}" if size else "")
+    )
     r.table(
         ["epoch", "samples", "seconds", "samples/s", "MB/s (encoded)", "first batch"],
         [
             [
-                x["epoch"],
-                x["samples"],
-                x["seconds"],
-                x["samples_per_s"],
-                x["mb_per_s"],
-                f"{x['first_batch_s']} s",
+                x["epoch"], x["samples"], f"{x['seconds']:.2f}", f"{x['samples_per_s']:,.0f}",
+                f"{x['mb_per_s']:.1f}", f"{x['first_batch_s']:.3f} s",
             ]
             for x in results
         ],
-        title=f"{ds.uri}: {len(ds)} samples, batch {batch_size}, images {image_cols or 'none'} at {size}",
-    )
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- doctor
