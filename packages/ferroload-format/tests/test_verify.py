@@ -11,8 +11,11 @@ from .conftest import WriteFn
 
 def test_a_healthy_dataset_verifies(uri: str, write: WriteFn) -> None:
     ds = write(uri, 40, with_text=True)
-    report = ds.verify()
+    seen: list[tuple[int, int]] = []
+    report = ds.verify(progress=lambda done, total: seen.append((done, total)))
     assert report.ok
+    n = ds.num_shards
+    assert seen == [(k, n) for k in range(n + 1)]
     assert report.payloads_checked == 40 + 20
     assert report.shards_checked == ds.num_shards
     ds.verify(raise_on_error=True)

@@ -270,7 +270,8 @@ def sql(
 def verify(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
     """Check every shard and payload checksum; exit code 1 on damage."""
     ds = open_dataset(uri, storage_option)
-    report = ds.verify()
+    with r.progress("verifying shards") as update:
+        report = ds.verify(progress=update)
     if json:
         r.print_json(
             {

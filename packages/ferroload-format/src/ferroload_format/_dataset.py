@@ -694,12 +694,19 @@ class Dataset:
             )
         return out
 
-    def verify(self, *, raise_on_error: bool = False) -> VerifyReport:
+    def verify(
+        self,
+        *,
+        raise_on_error: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> VerifyReport:
         """Check every shard and payload of this version against the index and checksums.
 
         Args:
             raise_on_error: raise `DatasetDamagedError` (listing the problems) instead of
                 returning a report with problems.
+            progress: called as `progress(shards_done, total)` before each shard (layer
+                shards included) and once at the end.
 
         Returns:
             A report: `ok`, the problems found (each naming shard, sample and column),
@@ -707,7 +714,7 @@ class Dataset:
         """
         from ferroload_format._verify import verify_dataset
 
-        report = verify_dataset(self._store, self._manifest, self._index)
+        report = verify_dataset(self._store, self._manifest, self._index, progress)
         if raise_on_error:
             report.raise_for_problems()
         return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,7 +118,12 @@ def _side_index(
     return {m: (o, n, c) for m, o, n, c in zip(*cols, strict=True)}
 
 
-def verify_dataset(store: Store, manifest: Manifest, index: IndexColumns) -> VerifyReport:
+def verify_dataset(
+    store: Store,
+    manifest: Manifest,
+    index: IndexColumns,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
     """Check every shard and payload of `manifest`, its layers' included; see
     `Dataset.verify`."""
     report = VerifyReport(store.uri, manifest.version)
@@ -128,6 +134,8 @@ def verify_dataset(store: Store, manifest: Manifest, index: IndexColumns) -> Ver
     owners = [(s, manifest.modalities) for s in manifest.shards]
     owners += [(s, layer.modalities) for layer in manifest.layers for s in layer.shards]
     for code, (shard, modalities) in enumerate(owners):
+        if progress is not None:
+            progress(code, len(owners))
         report.shards_checked += 1
         if not _check_shard_object(store, shard, report):
             continue
@@ -151,6 +159,8 @@ def verify_dataset(store: Store, manifest: Manifest, index: IndexColumns) -> Ver
                         )
                     )
             _check_payloads(store, shard, mod.name, a, rows, ids, report)
+    if progress is not None:
+        progress(len(owners), len(owners))
     return report
 
 
