@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -156,14 +156,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"ferroload: error: {first_line(exc)}\n")
         return 1
     return rv if isinstance(rv, int) else 0
-
-
-def as_dict(obj: Any) -> dict[str, Any]:
-    """A dataclass or mapping as a plain dict (for JSON output)."""
-    import dataclasses
-
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    raise TypeError(f"cannot render {type(obj).__name__}")
