@@ -20,13 +20,12 @@ import hashlib
 import re
 from collections.abc import Iterable
 
+from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX, SAMPLE_ID_RE
+
 #: Longest id an importer makes: a member `<id>.<modality>.<ext>` must fit USTAR's 100
 #: bytes, and a modality name (32) and an extension (16) may take 50 of them.
 MAX_ID_LENGTH = 50
-_ID_CHARS = re.compile(r"[A-Za-z0-9_+=,@~#-]")
 _NOT_NAME = re.compile(r"[^a-z0-9_]")
-#: Names a metadata column or modality cannot take (docs/format.md §5).
-RESERVED_NAMES = frozenset({"sample_id", "shard"})
 
 
 def sanitize_id(name: str, *, max_length: int = MAX_ID_LENGTH) -> str:
@@ -40,7 +39,7 @@ def sanitize_id(name: str, *, max_length: int = MAX_ID_LENGTH) -> str:
         >>> len(sanitize_id("x" * 300))
         50
     """
-    out = "".join("~" if c in "/\\" else c if _ID_CHARS.fullmatch(c) else "_" for c in name)
+    out = "".join("~" if c in "/\\" else c if SAMPLE_ID_RE.fullmatch(c) else "_" for c in name)
     if not out:
         out = "_"
     if len(out) > max_length:
@@ -104,8 +103,8 @@ def column_name(name: str, taken: Iterable[str] = (), *, prefix: str = "m") -> s
     if not base or not base[0].isalpha() or not base.isascii():
         base = prefix + base
     base = base[:32]
-    used = set(taken) | RESERVED_NAMES
-    if base not in used and not base.startswith("_ferroload"):
+    used = set(taken) | RESERVED_COLUMNS
+    if base not in used and not base.startswith(RESERVED_PREFIX):
         return base
     n = 1
     while True:
@@ -128,13 +127,13 @@ def metadata_name(name: str, taken: Iterable[str]) -> str:
     if (
         name
         and name not in used
-        and name not in RESERVED_NAMES
-        and not name.startswith("_ferroload")
+        and name not in RESERVED_COLUMNS
+        and not name.startswith(RESERVED_PREFIX)
     ):
         return name
     base = f"src_{name}"
     candidate, n = base, 1
-    while candidate in used or candidate in RESERVED_NAMES:
+    while candidate in used or candidate in RESERVED_COLUMNS:
         n += 1
         candidate = f"{base}_{n}"
     return candidate
