@@ -99,9 +99,11 @@ def import_image_folder(
         raise InputNotFoundError(
             f"{root} is not a folder (expected root/<class>/<images>)", path=str(root)
         )
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    with os.scandir(root) as it:
+        entries = list(it)
+    classes = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
     files: list[tuple[str, str, int]] = []
-    ignored = [e.name for e in os.scandir(root) if not e.is_dir()]
+    ignored = [e.name for e in entries if not e.is_dir()]
     for label, cls in enumerate(classes):
         found, other = _class_files(root, cls)
         files.extend((path, rel, label) for path, rel in found)
@@ -236,6 +238,7 @@ def export_image_folder(
     mod = _image_modality(ds, modality)
     out = prepare_dst(dst)
     meta = [c for c in ("class_name", "label", "path") if c in ds.metadata_columns]
+    declared = next(m.ext for m in ds.modalities if m.name == mod)
     written: set[str] = set()
     skipped: list[SkippedInput] = []
     num_bytes = 0
@@ -245,7 +248,7 @@ def export_image_folder(
             if data is None:
                 skipped.append(SkippedInput(sample["sample_id"], f"has no {mod!r}"))
                 continue
-            rel = _target(sample, _file_ext(ds, mod, data), written)
+            rel = _target(sample, _file_ext(declared, data), written)
             written.add(rel.lower())
             target = out / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -282,9 +285,8 @@ def _image_modality(ds: Dataset, modality: str | None) -> str:
     return images[0]
 
 
-def _file_ext(ds: Dataset, modality: str, data: bytes) -> str:
-    """The file extension for `data`: its format's, else the modality's."""
-    declared = next(m.ext for m in ds.modalities if m.name == modality)
+def _file_ext(declared: str, data: bytes) -> str:
+    """The file extension for `data`: its format's, else the modality's (`declared`)."""
     sniffed = sniff_ext(data)
     if sniffed is None or (sniffed == "jpg" and declared.lower() == "jpeg"):
         return declared
