@@ -72,9 +72,8 @@ def convert_rows(
     for col in columns:
         arr = table.column(col.source)
         if col.kind == "media":
-            cells = _media_cells(arr, batch, col, bad)
-            paths = meta_values(_field(arr, "path")) if col.extra is not None else None
-            values.append((col, cells, paths))
+            cells, paths = _media_cells(arr, batch, col, bad)
+            values.append((col, cells, paths if col.extra is not None else None))
         elif col.kind == "binary":
             cells = arr.to_pylist()
             values.append((col, _checked(cells, batch, col, bad), None))
@@ -119,19 +118,16 @@ def convert_rows(
     return out
 
 
-def _field(arr: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    return pc.struct_field(arr, name)
-
-
 def _media_cells(
     arr: pa.ChunkedArray | pa.Array, batch: Batch, col: Column, bad: dict[int, BadInputError]
-) -> list[bytes | None]:
-    """The bytes of each struct<bytes, path> cell: stored bytes, else the file's."""
-    cells: list[bytes | None] = _field(arr, "bytes").to_pylist()
+) -> tuple[list[bytes | None], list[Any]]:
+    """The bytes of each struct<bytes, path> cell (stored bytes, else the file's), and
+    each cell's stored path (all None without a `path` field)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    cells: list[bytes | None] = pc.struct_field(arr, "bytes").to_pylist()
     has_path = arr.type.get_field_index("path") >= 0
-    paths = _field(arr, "path").to_pylist() if has_path else [None] * len(cells)
+    paths = meta_values(pc.struct_field(arr, "path")) if has_path else [None] * len(cells)
     for i, (data, path) in enumerate(zip(cells, paths, strict=True)):
         if data is None and path is not None:
             try:
@@ -146,7 +142,7 @@ def _media_cells(
                     row=batch.start + i,
                     column=col.source,
                 )
-    return _checked(cells, batch, col, bad)
+    return _checked(cells, batch, col, bad), paths
 
 
 def _checked(
