@@ -138,3 +138,31 @@ def test_only_referenced_columns_are_loaded(uri: str, write: WriteFn) -> None:
     ds = Dataset.open(uri)
     ds.subset("score > 0.5", return_indices=True)
     assert set(ds._index._cache) == {"score"}
+
+
+def test_sql_runs_one_select_over_the_index_or_a_view(uri: str, write: WriteFn) -> None:
+    ds = write(uri, 20)
+    counts = ds.sql("SELECT label, count(*) AS n FROM samples GROUP BY label ORDER BY label")
+    assert counts.to_pylist() == [{"label": k, "n": 4} for k in range(5)]
+    view = ds.subset("label = 2")
+    assert view.sql("SELECT sample_id, image.present AS p FROM samples").to_pylist() == [
+        {"sample_id": f"s{i:05d}", "p": True} for i in (2, 7, 12, 17)
+    ]
+    assert view.sql("SELECT * FROM samples").column_names == list(ds.to_table().column_names)
+
+
+@pytest.mark.parametrize(
+    ("query", "error", "words"),
+    [
+        ("DROP TABLE samples", UnsafeQueryError, "single SELECT"),
+        ("SELECT 1; SELECT 2", UnsafeQueryError, "single SELECT"),
+        ("SELECT * FROM read_csv('/etc/passwd')", UnsafeQueryError, "outside the dataset's index"),
+        ("SELECT nope FROM samples", QueryError, "nope"),
+        ("SELEC 1", QueryError, "invalid query"),
+        ("", QueryError, "non-empty"),
+    ],
+)
+def test_sql_refuses(local_uri: str, write: WriteFn, query: str, error: type, words: str) -> None:
+    ds = write(local_uri, 3)
+    with pytest.raises(error, match=words):
+        ds.sql(query)

@@ -16,14 +16,10 @@ from ferroload_cli._app import (
     StorageOptions,
     Uri,
     app,
-    first_line,
     open_dataset,
     split_names,
     usage_error,
 )
-
-#: The table a `sql` query reads: the dataset's index, as `Dataset.subset` names it.
-SQL_TABLE = "samples"
 
 
 def _payload_size(value: Any) -> int | None:
@@ -221,44 +217,14 @@ def get(
 def sql(
     uri: Uri,
     query: Annotated[
-        str, typer.Argument(help=f'e.g. "SELECT label, count(*) FROM {SQL_TABLE} GROUP BY 1"')
+        str, typer.Argument(help='e.g. "SELECT label, count(*) FROM samples GROUP BY 1"')
     ],
     json: Json = False,
     storage_option: StorageOptions = None,
 ) -> None:
     """Run one SELECT over the index (table `samples`) in DuckDB's sandbox."""
-    from ferroload_format._query import sandboxed_connection
-
-    ds = open_dataset(uri, storage_option)
-    con = sandboxed_connection()
-    try:
-        try:
-            statements = con.extract_statements(query)
-        except Exception as exc:
-            raise ferroload.QueryError(f"invalid query: {first_line(exc)}", uri=ds.uri) from exc
-        if len(statements) != 1 or statements[0].type.name != "SELECT":
-            raise ferroload.UnsafeQueryError(
-                f"only a single SELECT over the table {SQL_TABLE!r} is allowed; "
-                f"the query makes {len(statements)} statement(s)"
-                + (f" of type {statements[0].type.name}" if len(statements) == 1 else ""),
-                uri=ds.uri,
-            )
-        con.register(SQL_TABLE, ds.to_table())
-        try:
-            cursor = con.execute(query)
-            names = [d[0] for d in cursor.description or []]
-            rows = [dict(zip(names, x, strict=True)) for x in cursor.fetchall()]
-        except Exception as exc:
-            if type(exc).__name__ == "PermissionException":
-                raise ferroload.UnsafeQueryError(
-                    f"the query tries to reach outside the dataset's index: {first_line(exc)}",
-                    uri=ds.uri,
-                ) from exc
-            raise ferroload.QueryError(
-                f"DuckDB cannot run the query: {first_line(exc)}", uri=ds.uri
-            ) from exc
-    finally:
-        con.close()
+    result = open_dataset(uri, storage_option).sql(query)
+    names, rows = result.column_names, result.to_pylist()
     if json:
         r.print_json(rows)
     else:

@@ -680,6 +680,33 @@ class Dataset:
         )  # fmt: skip
         return Dataset.open(uri, storage_options=storage_options)
 
+    def sql(self, query: str) -> pa.Table:
+        """Run one SELECT over the index and return its result as an Arrow table.
+
+        The query sees one table, `samples`, as `subset` does (the index columns, layer
+        columns joined by position; for a view, only its rows), in the same sandbox: no
+        files, no network, no settings, a single SELECT.
+
+        Args:
+            query: e.g. `"SELECT label, count(*) AS n FROM samples GROUP BY label"`.
+
+        Raises:
+            UnsafeQueryError: not a single SELECT, or it reaches for files or settings.
+            QueryError: DuckDB cannot run the query (syntax, unknown column, …).
+
+        Examples:
+            >>> from ferroload_format import Writer
+            >>> with Writer("memory://docs/sql-example", "demo") as w:
+            ...     for i in range(6):
+            ...         w.add(f"s{i}", None, {"label": i % 3})
+            >>> ds = Dataset.open("memory://docs/sql-example")
+            >>> ds.sql("SELECT label, count(*) AS n FROM samples GROUP BY 1 ORDER BY 1").to_pylist()
+            [{'label': 0, 'n': 2}, {'label': 1, 'n': 2}, {'label': 2, 'n': 2}]
+        """
+        from ferroload_format._query import select
+
+        return select(self._index, self._rows, query, uri=self.uri)
+
     # ----------------------------------------------------------------- history and health
 
     def versions(self) -> list[VersionInfo]:

@@ -1,6 +1,9 @@
-"""Sandboxed DuckDB evaluation of WHERE clauses over a dataset's index."""
+"""Sandboxed DuckDB over a dataset's index: WHERE clauses (`subset`) and SELECTs (`sql`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import duckdb
 import numpy as np
@@ -8,9 +11,10 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from ferroload_format._errors import QueryError, UnsafeQueryError
-from ferroload_format._index import IndexColumns
+from ferroload_format._index import IndexColumns, arrow_array
 
 TABLE = "samples"
+T = TypeVar("T")
 _POS = "__ferroload_position"
 
 
@@ -80,27 +84,73 @@ def where_positions(
             f"{len(statements)} statements",
             uri=uri,
         )
-    names = referenced_columns(tokens, index.column_names)
-    arrays = index.columns(names)
+    table = _index_table(index, rows, referenced_columns(tokens, index.column_names))
+    result = _run(table, lambda con: con.execute(query).fetchnumpy()[_POS], uri=uri,
+                  what=f"the WHERE clause {where!r}")  # fmt: skip
+    return np.asarray(result, dtype=np.int64)
+
+
+def select(
+    index: IndexColumns, rows: npt.NDArray[np.int64] | None, query: str, *, uri: str
+) -> pa.Table:
+    """The result of one SELECT over the table `samples` (the index rows `rows`, or all);
+    see `Dataset.sql`.
+
+    Raises:
+        UnsafeQueryError: the query is not a single SELECT, or reaches for files or settings.
+        QueryError: DuckDB rejects the query.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise QueryError(f"the query must be a non-empty string, got {query!r}", uri=uri)
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise QueryError(f"invalid query: {exc}", uri=uri) from exc
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        kind = f" of type {statements[0].type.name}" if len(statements) == 1 else ""
+        raise UnsafeQueryError(
+            f"only a single SELECT over the table {TABLE!r} is allowed; the query makes "
+            f"{len(statements)} statement(s){kind}",
+            uri=uri,
+        )
+    # every column: a SELECT may name them in ways a token scan cannot see (*, COLUMNS(...))
+    table = _index_table(index, rows, index.column_names, positions=False)
+    result: pa.Table = _run(table, lambda con: con.sql(query).to_arrow_table(), uri=uri,
+                            what="the query")  # fmt: skip
+    return result
+
+
+def _index_table(
+    index: IndexColumns,
+    rows: npt.NDArray[np.int64] | None,
+    names: list[str],
+    *,
+    positions: bool = True,
+) -> pa.Table:
+    """The index columns `names` of `rows` (all rows when None) as the table a query reads,
+    with a column of positions first unless `positions` is False."""
     n = index.manifest.num_samples if rows is None else len(rows)
-    take = None if rows is None else pa.array(rows)
-    table = pa.table(
-        {
-            _POS: pa.array(np.arange(n, dtype=np.int64)),
-            **{k: (v if take is None else v.take(take)) for k, v in arrays.items()},
-        }
-    )
+    take = None if rows is None else arrow_array(rows)
+    columns = {k: (v if take is None else v.take(take)) for k, v in index.columns(names).items()}
+    if positions:
+        columns = {_POS: arrow_array(np.arange(n, dtype=np.int64)), **columns}
+    return pa.table(columns)
+
+
+def _run(
+    table: pa.Table, fetch: Callable[[duckdb.DuckDBPyConnection], T], *, uri: str, what: str
+) -> T:
+    """`fetch(con)` on a sandboxed connection where `table` is `samples`; DuckDB's errors
+    become ours, naming `what`."""
     con = sandboxed_connection()
     try:
         con.register(TABLE, table)
-        result = con.execute(query).fetchnumpy()[_POS]
+        return fetch(con)
     except duckdb.PermissionException as exc:
         raise UnsafeQueryError(
-            f"the WHERE clause {where!r} tries to reach outside the dataset's index: {exc}",
-            uri=uri,
+            f"{what} tries to reach outside the dataset's index: {exc}", uri=uri
         ) from exc
     except duckdb.Error as exc:
-        raise QueryError(f"DuckDB cannot evaluate WHERE clause {where!r}: {exc}", uri=uri) from exc
+        raise QueryError(f"DuckDB cannot evaluate {what}: {exc}", uri=uri) from exc
     finally:
         con.close()
-    return np.asarray(result, dtype=np.int64)
