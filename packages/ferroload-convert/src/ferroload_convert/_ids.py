@@ -79,10 +79,6 @@ class IdAllocator:
         self._taken.add(candidate)
         return candidate
 
-    def release(self, sample_id: str) -> None:
-        """Give back an id that was taken but not used (its sample was refused)."""
-        self._taken.discard(sample_id)
-
 
 def column_name(name: str, taken: Iterable[str] = (), *, prefix: str = "m") -> str:
     """A valid modality name for `name`, not in `taken`.
