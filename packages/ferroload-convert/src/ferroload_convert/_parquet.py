@@ -94,7 +94,7 @@ def import_parquet(
         on_error=on_error,
         progress=progress,
     ) as session:
-        readable: list[tuple[str, str, int]] = []
+        readable: list[tuple[str, str, pq.FileMetaData]] = []
         fields: dict[str, pa.DataType] = {}
         for path, rel in files:
             try:
@@ -105,10 +105,10 @@ def import_parquet(
                     BadInputError(f"{path} is not a readable Parquet file: {exc}", path=path)
                 )
                 continue
-            readable.append((path, rel, meta.num_rows))
+            readable.append((path, rel, meta))
             for f in schema:
                 fields.setdefault(f.name, f.type)
-        session.total = sum(n for _, _, n in readable)
+        session.total = sum(meta.num_rows for _, _, meta in readable)
         columns, modalities = _plan(readable, fields, id_column, binary_columns)
         for modality, ext in modalities:
             session.declare(modality, ext, *kind_of(ext))
@@ -129,7 +129,7 @@ def import_parquet(
 
 
 def _plan(
-    files: list[tuple[str, str, int]],
+    files: list[tuple[str, str, pq.FileMetaData]],
     fields: dict[str, pa.DataType],
     id_column: str | None,
     binary_columns: Mapping[str, str] | None,
@@ -172,10 +172,10 @@ def _plan(
     return columns, modalities
 
 
-def _sniff_column(files: list[tuple[str, str, int]], col: str) -> str | None:
+def _sniff_column(files: list[tuple[str, str, pq.FileMetaData]], col: str) -> str | None:
     """The extension of the first non-null value of `col`, reading only that column."""
-    for path, _, _ in files:
-        pf = pq.ParquetFile(path)
+    for path, _, meta in files:
+        pf = pq.ParquetFile(path, metadata=meta)
         if col not in pf.schema_arrow.names:
             continue
         for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[col]):
@@ -186,14 +186,15 @@ def _sniff_column(files: list[tuple[str, str, int]], col: str) -> str | None:
 
 
 def _read_file(
-    item: tuple[str, str, int],
+    item: tuple[str, str, pq.FileMetaData],
     *,
     columns: list[Column],
     fields: dict[str, pa.DataType],
     id_column: str | None,
 ) -> Iterator[list[Row | BadInputError]]:
     """The converted rows of one file, a record batch at a time (runs on the pool)."""
-    path, rel, num_rows = item
+    path, rel, meta = item
+    num_rows = meta.num_rows
     stem = rel
     for suffix in PARQUET_SUFFIXES:
         if stem.lower().endswith(suffix):
@@ -201,7 +202,7 @@ def _read_file(
     id_format = f"{stem}-{{:0{max(6, len(str(max(num_rows - 1, 0))))}d}}"
     start = 0
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, metadata=meta)
         present = set(pf.schema_arrow.names)
         for rb in pf.iter_batches(
             batch_size=BATCH_ROWS, columns=[c for c in fields if c in present]
