@@ -6,54 +6,44 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def quick_run(script: str, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
+    """Run `benchmarks/<script> --quick` into `tmp_path`; its JSON results and its output."""
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, f"benchmarks/{script}", "--quick", *extra,
+           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data, res.stdout
+
+
 @pytest.mark.slow
 def test_bench_format_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "result.json"
-    cmd = [
-        sys.executable,
-        "benchmarks/bench_format.py",
-        "--quick",
-        "--workdir",
-        str(tmp_path),
-        "--json",
-        str(out),
-    ]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(out.read_text())
+    data, stdout = quick_run("bench_format.py", tmp_path)
     assert set(data) >= {"meta", "write", "random_access", "open", "size", "goals"}
     assert len(data["goals"]) == 10
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
-    assert "GOALS" in res.stdout
+    assert "GOALS" in stdout
 
 
 @pytest.mark.slow
 def test_bench_codec_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "codec.json"
-    cmd = [sys.executable, "benchmarks/bench_codec.py", "--quick", "--no-stock",
-           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(out.read_text())
+    data, stdout = quick_run("bench_codec.py", tmp_path, "--no-stock")
     assert set(data) >= {"meta", "cases", "goals"}
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
-    assert "GOALS" in res.stdout
+    assert "GOALS" in stdout
 
 
 @pytest.mark.slow
 def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "loader.json"
-    cmd = [sys.executable, "benchmarks/bench_loader.py", "--quick", "--no-stock",
-           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(out.read_text())
+    data, _ = quick_run("bench_loader.py", tmp_path, "--no-stock")
     assert set(data) >= {"meta", "sets", "goals"}
     assert len(data["goals"]) == 7
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
@@ -64,12 +54,7 @@ def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.s3
 def test_bench_store_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "store.json"
-    cmd = [sys.executable, "benchmarks/bench_store.py", "--quick",
-           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(out.read_text())
+    data, _ = quick_run("bench_store.py", tmp_path)
     assert set(data) >= {"meta", "sets", "ttfb", "goals"}
     assert len(data["goals"]) == 6
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
@@ -87,12 +72,7 @@ def test_bench_store_quick_run_measures_every_figure(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_bench_map_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "map.json"
-    cmd = [sys.executable, "benchmarks/bench_map.py", "--quick",
-           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(out.read_text())
+    data, _ = quick_run("bench_map.py", tmp_path)
     systems = data["systems"]
     assert set(systems) == {"hf_num_proc2", "ferroload_processes", "ferroload_threads",
                             "ferroload_ray"}  # fmt: skip
@@ -106,12 +86,7 @@ def test_bench_map_quick_run_measures_every_figure(tmp_path: Path) -> None:
 
 
 def test_bench_convert_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "convert.json"
-    cmd = [sys.executable, "benchmarks/bench_convert.py", "--quick",
-           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(out.read_text())
+    data, _ = quick_run("bench_convert.py", tmp_path)
     systems = data["systems"]
     assert set(systems) == {"ferroload_w1", "ferroload_w8", "hf_imagefolder_save_to_disk",
                             "webdataset_shardwriter"}  # fmt: skip
