@@ -107,6 +107,25 @@ def ensure_published(store: Store, manifest: Manifest) -> list[str]:
     return done
 
 
+def claim_version(store: Store, manifest: Manifest) -> bool:
+    """The commit point: put `manifest` as its version if that version is still free.
+
+    Returns:
+        False (and logs it) when a concurrent writer took the version number first;
+        the caller re-reads the latest version and retries.
+    """
+    try:
+        store.put_if_absent(version_path(manifest.version), manifest.to_bytes())
+    except ObjectExistsError:
+        logger.info(
+            "version %d of %s was taken by a concurrent writer; retrying",
+            manifest.version,
+            store.uri,
+        )
+        return False
+    return True
+
+
 def _latest(store: Store) -> Manifest | None:
     try:
         return read_manifest(store)
@@ -260,16 +279,8 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
         manifest = _next_manifest(latest, pending, table, part_bytes, staged)
         _check_shards_exist(store, pending)
         _checkpoint("before-commit")
-        try:
-            store.put_if_absent(version_path(manifest.version), manifest.to_bytes())
-        except ObjectExistsError:
-            logger.info(
-                "version %d of %s was taken by a concurrent writer; retrying",
-                manifest.version,
-                store.uri,
-            )
-            continue
-        break
+        if claim_version(store, manifest):
+            break
     else:
         raise CommitConflictError(
             f"gave up committing to {store.uri} after {MAX_COMMIT_ATTEMPTS} attempts: "

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ferroload_format import _commit
-from ferroload_format._commit import MAX_COMMIT_ATTEMPTS, ensure_published
+from ferroload_format._commit import MAX_COMMIT_ATTEMPTS, claim_version, ensure_published
 from ferroload_format._dataset import Dataset
 from ferroload_format._errors import (
     CommitConflictError,
@@ -56,7 +56,6 @@ from ferroload_format._manifest import (
     layer_shard_paths,
     layer_staging_dir,
     utc_now,
-    version_path,
 )
 from ferroload_format._names import RESERVED_COLUMNS, member_name, new_txn_id
 from ferroload_format._tar import ShardWriter
@@ -471,16 +470,8 @@ class LayerWriter:
             manifest = self._next_manifest(latest, shards, staged, len(part_bytes), txn)
             self._check_shards_exist([s for s in shards if s is not None])
             _commit._checkpoint("before-commit")
-            try:
-                store.put_if_absent(version_path(manifest.version), manifest.to_bytes())
-            except ObjectExistsError:
-                logger.info(
-                    "version %d of %s was taken by a concurrent writer; retrying",
-                    manifest.version,
-                    self.uri,
-                )
-                continue
-            break
+            if claim_version(store, manifest):
+                break
         else:
             raise self._schema.error(
                 CommitConflictError,
