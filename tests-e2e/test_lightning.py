@@ -3,7 +3,6 @@ exact mid-epoch resume from checkpoints, and validation over the whole split."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -14,17 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning")
 pytest.importorskip("PIL")
 
-from PIL import Image  # noqa: E402
+from _colours import write_colours  # noqa: E402
 from torch import nn  # noqa: E402
 
-import ferroload  # noqa: E402
 from ferroload_loader import FerroLoader  # noqa: E402
 from ferroload_loader.lightning import FerroDataModule, LightningLoader  # noqa: E402
 
@@ -33,29 +30,13 @@ STEPS_PER_EPOCH = N_TRAIN // BATCH  # 12
 EVERY = 4  # checkpoint every 4 steps: 4, 8, 12 (end of epoch 0), 16, 20, 24
 
 
-def _png(label: int, rng: np.random.Generator) -> bytes:
-    """A 16x16 image whose label is its dominant colour (red 0, blue 1), with noise."""
-    img = rng.integers(0, 90, size=(16, 16, 3), dtype=np.uint8)
-    img[..., 0 if label == 0 else 2] += 150
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def _write(root: Path, name: str, n: int, seed: int) -> str:
-    rng = np.random.default_rng(seed)
-    w = ferroload.Writer(str(root), name)
-    w.declare("image", "png", "tensor", "image")
-    for i in range(n):
-        w.add(f"{name}-{i:03d}", {"image": _png(i % 2, rng)}, {"label": i % 2})
-    w.close()
-    return str(root)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     base = tmp_path_factory.mktemp("lightning-data")
-    return _write(base / "train", "train", N_TRAIN, 0), _write(base / "val", "val", N_VAL, 1)
+    return (
+        write_colours(str(base / "train"), "train", N_TRAIN, seed=0, id_prefix="train-"),
+        write_colours(str(base / "val"), "val", N_VAL, seed=1, id_prefix="val-"),
+    )
 
 
 class Net(L.LightningModule):  # type: ignore[misc]

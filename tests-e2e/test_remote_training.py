@@ -3,7 +3,6 @@ through a proxy that adds latency and injects 503s and dropped connections."""
 
 from __future__ import annotations
 
-import io
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning")
 
-from PIL import Image  # noqa: E402
+from _colours import write_colours  # noqa: E402
 from torch import nn  # noqa: E402
 
 import ferroload  # noqa: E402
@@ -29,21 +28,8 @@ pytestmark = pytest.mark.s3
 N, BATCH = 160, 16
 
 
-def _png(label: int, rng: np.random.Generator) -> bytes:
-    """A 16x16 image whose label is its dominant colour (red 0, blue 1), with noise."""
-    img = rng.integers(0, 90, size=(16, 16, 3), dtype=np.uint8)
-    img[..., 0 if label == 0 else 2] += 150
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, "PNG")
-    return buf.getvalue()
-
-
 def _write(uri: str, **kwargs: Any) -> None:
-    rng = np.random.default_rng(0)
-    with ferroload.Writer(uri, "remote-train", shard_size=8 << 10, **kwargs) as w:
-        w.declare("image", "png", "tensor", "image")
-        for i in range(N):
-            w.add(f"s{i:03d}", {"image": _png(i % 2, rng)}, {"label": i % 2})
+    write_colours(uri, "remote-train", N, seed=0, id_prefix="s", shard_size=8 << 10, **kwargs)
 
 
 @pytest.fixture(scope="module")
