@@ -83,3 +83,20 @@ def test_unexpected_errors_of_the_consumer_stop_the_pool() -> None:
     with pytest.raises(KeyError):
         for _i, _ in ordered_map(range(1000), work, workers=2):
             raise KeyError("consumer failed")
+
+
+def test_a_source_that_fails_before_yielding_ends_its_stream() -> None:
+    def fn(source: int) -> list[int]:  # a plain function, not a generator: it raises at once
+        if source == 1:
+            raise OSError("cannot open source 1")
+        return [10 * source, 10 * source + 1]
+
+    got = list(ordered_streams([0, 1, 2], fn, workers=2))
+    assert [(s, r) for s, r in got if not isinstance(r, Failed)] == [
+        (0, 0),
+        (0, 1),
+        (2, 20),
+        (2, 21),
+    ]
+    failed = [(s, r) for s, r in got if isinstance(r, Failed)]
+    assert len(failed) == 1 and failed[0][0] == 1 and "source 1" in str(failed[0][1].error)

@@ -104,8 +104,9 @@ def ordered_streams(
         return False
 
     def produce(stream: _Stream[T]) -> None:
-        results = iter(fn(stream.source))
+        results: Iterator[R] = iter(())
         try:
+            results = iter(fn(stream.source))  # may raise before yielding anything
             for result in results:
                 if not put(stream, result):
                     return
