@@ -350,6 +350,12 @@ def test_cache_stats_and_clear(tmp_path: Path) -> None:
     assert stats["bytes"] == cache.size() > 3000
     human = run("cache", "stats", env=env)
     assert human.returncode == 0 and "entries" in human.stdout and "2.0 GiB" in human.stdout
+    # --dir wins over FERROLOAD_CACHE_DIR, which is not even created then
+    elsewhere = {"FERROLOAD_CACHE_DIR": str(tmp_path / "unused")}
+    assert (
+        ok_json("cache", "stats", "--dir", str(tmp_path / "cache"), env=elsewhere)["entries"] == 3
+    )
+    assert not (tmp_path / "unused").exists()
     cleared = ok_json("cache", "clear", "--dir", str(tmp_path / "cache"))
     assert (cleared["entries"], cleared["bytes"]) == (3, stats["bytes"])
     assert cache.count() == 0

@@ -562,6 +562,8 @@ def test_default_reads_the_environment(
     assert cache.max_bytes == expected
     assert cache.block_size == 4 << 20
     assert (tmp_path / "c").is_dir()
+    other = BlockCache.default(tmp_path / "d")  # a directory given wins; the size still applies
+    assert (other.directory, other.max_bytes) == (tmp_path / "d", expected)
 
 
 def test_default_directory_is_the_user_cache(

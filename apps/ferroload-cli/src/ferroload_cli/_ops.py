@@ -132,17 +132,10 @@ CacheDir = Annotated[
 ]
 
 
-def _cache(directory: Path | None) -> ferroload.BlockCache:
-    cache = ferroload.BlockCache.default()
-    if directory is not None:
-        cache = ferroload.BlockCache(directory, max_bytes=cache.max_bytes)
-    return cache
-
-
 @cache_app.command("stats")
 def cache_stats(directory: CacheDir = None, json: Json = False) -> None:
     """Where the cache is, its limit, and what it holds now."""
-    cache = _cache(directory)
+    cache = ferroload.BlockCache.default(directory)
     used, entries = cache.size(), cache.count()
     stats = {
         "directory": str(cache.directory),
@@ -167,7 +160,7 @@ def cache_stats(directory: CacheDir = None, json: Json = False) -> None:
 @cache_app.command("clear")
 def cache_clear(directory: CacheDir = None, json: Json = False) -> None:
     """Delete every cached block (remote datasets are read again on next use)."""
-    cache = _cache(directory)
+    cache = ferroload.BlockCache.default(directory)
     used, entries = cache.size(), cache.count()
     cache.clear()
     if json:

@@ -226,20 +226,21 @@ class BlockCache:
         self._filelock = FileLock(os.path.join(self._root, ".lock"))
 
     @classmethod
-    def default(cls) -> BlockCache:
+    def default(cls, directory: str | os.PathLike[str] | None = None) -> BlockCache:
         """The cache for remote stores: configured by the environment.
 
-        The directory is `$FERROLOAD_CACHE_DIR`, else the user cache directory's
-        `ferroload` (for example `~/.cache/ferroload`); the limit is
+        The directory is `directory` if given, else `$FERROLOAD_CACHE_DIR`, else the user
+        cache directory's `ferroload` (for example `~/.cache/ferroload`); the limit is
         `$FERROLOAD_CACHE_SIZE` (`"50GiB"`, `"200MB"` or plain bytes), else 50 GiB.
 
         Raises:
             CacheConfigError: `FERROLOAD_CACHE_SIZE` is not a size.
             CacheError: the directory cannot be created or is not writable.
         """
-        directory = os.environ.get("FERROLOAD_CACHE_DIR") or platformdirs.user_cache_path(
-            "ferroload"
-        )
+        if directory is None:
+            directory = os.environ.get("FERROLOAD_CACHE_DIR") or platformdirs.user_cache_path(
+                "ferroload"
+            )
         raw = os.environ.get("FERROLOAD_CACHE_SIZE", "")
         max_bytes = parse_size(raw, name="FERROLOAD_CACHE_SIZE") if raw.strip() else None
         return cls(directory, max_bytes=max_bytes or DEFAULT_CACHE_SIZE)
