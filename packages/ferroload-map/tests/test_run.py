@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from PIL import Image
 
@@ -34,7 +35,7 @@ class RecordingWriter:
     ) -> None:
         self.parts[k] = (
             rows.tolist(),
-            {n: list(v) for n, v in values.items()},
+            {n: v.to_pylist() if isinstance(v, pa.Array) else list(v) for n, v in values.items()},
             {n: list(v) for n, v in payloads.items()},
         )
 

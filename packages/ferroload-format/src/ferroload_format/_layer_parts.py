@@ -165,6 +165,9 @@ class LayerSchema:
 
     def column_array(self, f: pa.Field, vals: Sequence[Any], ids: list[str]) -> pa.Array:
         dtype = f.type
+        if isinstance(vals, (pa.Array, pa.ChunkedArray)) and vals.type == dtype:
+            # Already of the column's type: nothing to check, no trip through Python.
+            return vals.combine_chunks() if isinstance(vals, pa.ChunkedArray) else vals
         fast = next((t for t, a in PY_SCALARS.items() if a == dtype), None)
         clean = list(vals)
         for i, v in enumerate(clean):

@@ -314,7 +314,8 @@ class LayerWriter:
         Args:
             k: the partition number (0 .. num_partitions - 1).
             rows: ascending row positions of the base version the partition covers.
-            values: for every layer metadata column, one value per row (None: null).
+            values: for every layer metadata column, one value per row (None: null), or
+                an Arrow array of the column's type (taken as it is).
             payloads: for every layer modality, one bytes-like or None per row.
 
         Raises:

@@ -53,7 +53,8 @@ class PartitionWriter(Protocol):
         values: Mapping[str, Sequence[Any]],
         payloads: Mapping[str, Sequence[bytes | None]],
     ) -> None:
-        """Stage partition `k` atomically."""
+        """Stage partition `k` atomically (`values`: one Arrow array per metadata
+        output, of its storage type)."""
         ...
 
 
@@ -124,7 +125,7 @@ def run_partition(
         for name, items in pays.items():
             payloads[name].extend(items)
     stored = spec.storage_columns
-    values = {name: _concat(parts, stored[name]).to_pylist() for name, parts in chunks.items()}
+    values = {name: _concat(parts, stored[name]) for name, parts in chunks.items()}
     writer.write_partition(partition.index, rows, values, payloads)
     return PartitionResult(
         partition=partition.index,
