@@ -43,6 +43,18 @@ THUMB = Modality("thumb", "png", "tensor", "image")
 COLUMNS = {"double": pa.int64(), "tag": pa.string(), "vec": pa.list_(pa.float64())}
 
 
+def run_killed_child(uri: str, *args: str) -> None:
+    """Run `_child_layer.py` on `uri` and check that it was killed where it was told to."""
+    proc = subprocess.run(
+        [sys.executable, str(CHILD), uri, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
 def thumb(i: int) -> bytes:
     return f"thumb-{i}-".encode() * (1 + i % 4)
 
@@ -248,14 +260,7 @@ def test_duckdb_joins_base_and_layer_parts(local_uri: str, write: WriteFn) -> No
 
 def test_killed_map_resumes_from_its_staged_partitions(local_uri: str, write: WriteFn) -> None:
     write(local_uri, 12)
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), local_uri, "--stage", "0,1", "--crash-partition", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    run_killed_child(local_uri, "--stage", "0,1", "--crash-partition", "2")
     ds = Dataset.open(local_uri)
     assert ds.version == 1 and ds.layers == ()
     lw = LayerWriter(
@@ -285,14 +290,7 @@ def test_killed_after_the_commit_point_the_layer_reads_from_staging(
     local_uri: str, write: WriteFn
 ) -> None:
     write(local_uri, 6)
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), local_uri, "--stage", "0,1", "--commit", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    run_killed_child(local_uri, "--stage", "0,1", "--commit", "2")
     ds = Dataset.open(local_uri)
     assert ds.version == 2 and ds.column("double").to_pylist() == [0, 2, 4, 6, 8, 10]
     with pytest.raises(duckdb.IOException):  # not yet published
