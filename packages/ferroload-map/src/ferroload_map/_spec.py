@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ferroload_format import ColumnNotFoundError, Modality
+from ferroload_format._names import EXT_RE, MODALITY_RE, RESERVED_COLUMNS
 from ferroload_map._errors import MapSpecError
 
 if TYPE_CHECKING:
@@ -31,9 +32,6 @@ OnError: TypeAlias = Literal["raise", "skip", "warn"]
 InputKind: TypeAlias = Literal["meta", "image", "bytes"]
 
 ON_ERROR = ("raise", "skip", "warn")
-_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
-_LAYER_RE = _NAME_RE
-_RESERVED = frozenset({"sample_id", "shard"})
 
 _SCALARS: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
@@ -55,7 +53,6 @@ _ALIASES = {"int": "int64", "float": "float64", "str": "string", "bytes": "binar
 _SCALAR_NAMES = {t: n for n, t in _SCALARS.items()}
 _FIXED_RE = re.compile(r"(?P<item>.+)\[(?P<size>[0-9]+)\]")
 _LIST_RE = re.compile(r"list<(?P<item>.+)>")
-_EXT_RE = re.compile(r"[A-Za-z0-9_]{1,16}")
 
 #: File extension -> (kind, codec_hint) of a new modality declared by its extension.
 EXTENSIONS: dict[str, tuple[str, str]] = {
@@ -238,7 +235,7 @@ class MapSpec:
         uri = ds.uri
         if not callable(fn):
             raise MapSpecError(f"fn must be callable, got {type(fn).__name__}", uri=uri)
-        if not isinstance(layer, str) or not _LAYER_RE.fullmatch(layer):
+        if not isinstance(layer, str) or not MODALITY_RE.fullmatch(layer):
             raise MapSpecError(
                 f"layer name {layer!r} is invalid: use lowercase letters, digits and _, "
                 "starting with a letter, at most 32 characters",
@@ -331,7 +328,7 @@ def _outputs(
     columns: dict[str, pa.DataType] = {}
     modalities: list[Modality] = []
     for name, decl in outputs.items():
-        if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in _RESERVED:
+        if not isinstance(name, str) or not MODALITY_RE.fullmatch(name) or name in RESERVED_COLUMNS:
             raise MapSpecError(
                 f"output name {name!r} is invalid: use lowercase letters, digits and _, "
                 "starting with a letter, at most 32 characters (not sample_id or shard)",
@@ -353,7 +350,7 @@ def _outputs(
             if ext.lower() in EXTENSIONS:
                 kind, hint = EXTENSIONS[ext.lower()]
                 modalities.append(Modality(name, ext, kind, hint))
-            elif _EXT_RE.fullmatch(ext) and not any(c in decl for c in "<>[]"):
+            elif EXT_RE.fullmatch(ext) and not any(c in decl for c in "<>[]"):
                 modalities.append(Modality(name, ext, "bytes", "raw"))
             else:
                 raise MapSpecError(
