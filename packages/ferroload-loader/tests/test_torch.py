@@ -208,6 +208,7 @@ def test_iterable_order_is_independent_of_workers(uri: str) -> None:
     ds = FerroIterableDataset(uri, where=ODD, batch_size=4, seed=7, rank=0, world_size=2, **OPTS)
     assert len(ds) == 3
     for workers in (0, 1, 2, 3):
+        ds.set_epoch(0)  # else each finished pass moves on to the next epoch
         _assert_same_batches(_batches(ds, workers), want)
     assert len(DataLoader(ds, batch_size=None, num_workers=2)) == 3
 
@@ -274,34 +275,41 @@ def test_iterable_resume_matches_make_loader(uri: str) -> None:
     ds = FerroIterableDataset(uri, **kw)
     ds.set_epoch(1)
     received = []
-    for batch in DataLoader(ds, batch_size=None, num_workers=2):
+    for batch in DataLoader(ds, batch_size=None):
         received.append(batch)
         if len(received) == 2:
             break
-    state = ds.state_dict(2)
+    state = ds.state_dict()
     assert state == saved  # the same state as make_loader's
     _assert_same_batches(received, full[:2])
 
     resumed = FerroIterableDataset(uri, **kw)
     resumed.load_state_dict(state)
     resumed.set_epoch(1)  # the current epoch: keeps the position
-    assert len(resumed) == len(full) - 2
+    assert len(resumed) == len(full)  # the whole epoch, as torch counts
     _assert_same_batches(_batches(resumed, 3), full[2:])
-    # at the end of the epoch: nothing left, and the next epoch starts from its start
-    end = resumed.state_dict(len(resumed))
-    assert end["sampler"]["consumed"] == N
-    resumed.load_state_dict(end)
-    assert _batches(resumed, 0) == []
-    resumed.set_epoch(2)
+    assert resumed.epoch == 1
+    # that pass finished the epoch: the next one is epoch 2, from its start
     ref.set_epoch(2)
-    _assert_same_batches(_batches(resumed, 2), list(ref))
-    with pytest.raises(ValueError, match="batches"):
-        resumed.state_dict(len(resumed) + 1)
+    epoch2 = list(ref)
+    _assert_same_batches(_batches(resumed, 2), epoch2)
+    # a state taken at the very end of an epoch resumes into the next one
+    end = FerroIterableDataset(uri, **kw)
+    end.set_epoch(1)
+    assert len(_batches(end, 0)) == len(full)
+    at_end = end.state_dict()
+    assert at_end["sampler"]["consumed"] == N
+    again = FerroIterableDataset(uri, **kw)
+    again.load_state_dict(at_end)
+    _assert_same_batches(_batches(again, 0), epoch2)
 
 
 def test_iterable_resume_under_another_world_size(uri: str) -> None:
-    ds = FerroIterableDataset(uri, batch_size=4, seed=1, rank=0, world_size=2, **OPTS)
-    state = ds.state_dict(2)  # 2 batches of 4 on 2 ranks: the first 16 items used
+    ref = make_loader(uri, batch_size=4, seed=1, rank=0, world_size=2, **OPTS)
+    it = iter(ref)
+    next(it), next(it)  # 2 batches of 4 on 2 ranks: the first 16 items used
+    state = ref.state_dict()
+    ref.close()
     seen = {s for b in _reference(uri, batch_size=16, seed=1)[:1] for s in b["sample_id"]}
     rest = []
     for rank in range(4):  # the 8 items left, 2 per rank
@@ -331,6 +339,7 @@ def test_iterable_pickles_without_its_state(uri: str) -> None:
     copy = pickle.loads(blob)
     assert copy._state is None and copy._sampler._cache is None
     assert copy.epoch == 2 and len(copy) == len(want)
+    copy.set_epoch(2)  # its last pass finished epoch 2: replay it
     _assert_same_batches(_batches(copy, 0), want)
 
 

@@ -296,7 +296,7 @@ def build_fields(
         if kwargs["size"] is None:
             raise ValueError(
                 f"image field {name!r} needs an output size: pass resize=(h, w) (batches hold "
-                "one shape), or images={name!r: {'size': (h, w)}}"
+                f"one shape), or images={{{name!r}: {{'size': (h, w)}}}}"
             )
         size = kwargs.pop("size")
         fields.append(ImageField(name, ImageDecoder(size, threads=pool.threads, **kwargs)))

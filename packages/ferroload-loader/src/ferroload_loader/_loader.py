@@ -57,9 +57,13 @@ class LoaderStats:
 class FerroLoader:
     """Deterministic, resumable batches of decoded samples; see `make_loader`.
 
-    Iterating runs the rest of the current epoch (all of it, unless resumed mid-epoch);
-    `set_epoch` moves to the next order. `state_dict()` / `load_state_dict()` capture the
-    position after the batches delivered so far.
+    Each `iter()` is a pass over the current epoch from its start, as with a torch
+    `DataLoader`: a pass cut short (`break`) is replayed whole by the next one; a pass
+    that ran to the end moves the next one to the next epoch's order by itself;
+    `set_epoch(e)` chooses the epoch explicitly and wins. After `load_state_dict()` the
+    next pass delivers exactly the rest of the saved epoch. `len()` is the whole epoch
+    (batches on this rank), `remaining()` what is left of it; `state_dict()` captures
+    the position after the batches delivered so far.
     """
 
     def __init__(
@@ -114,20 +118,16 @@ class FerroLoader:
     batch_sampler = None
 
     def __len__(self) -> int:
-        """Batches of the whole epoch on this rank, also after a mid-epoch resume (what
-        torch and Lightning expect of a length; `remaining()` counts what is left)."""
-        s = self.sampler
-        per_rank = s.num_items // s.world_size if s.drop_last else -(-s.num_items // s.world_size)
-        if self.drop_last:
-            return per_rank // self.batch_size
-        return -(-per_rank // self.batch_size)
+        """Batches of a whole epoch on this rank, also mid-epoch and after a resume (what
+        torch and Lightning expect of a length); `remaining()` counts what is left."""
+        return self._batches(len(self.sampler))
 
     def remaining(self) -> int:
         """Batches this rank still delivers in the current epoch."""
-        n = len(self.sampler)
-        if self.drop_last:
-            return n // self.batch_size
-        return -(-n // self.batch_size)
+        return self._batches(self.sampler.remaining())
+
+    def _batches(self, items: int) -> int:
+        return items // self.batch_size if self.drop_last else -(-items // self.batch_size)
 
     @property
     def epoch(self) -> int:
@@ -135,7 +135,8 @@ class FerroLoader:
         return self.sampler.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of `epoch` (a no-op for the current epoch, so resumes keep their place)."""
+        """Use the order of `epoch` from its start for the next pass (the current epoch
+        again keeps a position restored by `load_state_dict`); see `Sampler.set_epoch`."""
         self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
@@ -143,22 +144,37 @@ class FerroLoader:
         return {"sampler": self.sampler.state_dict(), "batch_size": self.batch_size}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after a `state_dict()`: the rest of its epoch, then the usual order.
+        """Continue after a `state_dict()`: the next pass delivers the rest of its epoch,
+        later passes the usual order.
 
         The batch size and the world size may differ from the run that saved it.
+
+        Raises:
+            ValueError: for a state of another dataset or order, or the state of one
+                `DataLoader` worker (restore that one through `StatefulDataLoader`).
         """
+        if "sampler" not in state:
+            raise ValueError(
+                f"not a loader state (keys: {sorted(state)}); pass what state_dict() returned"
+            )
+        if int(state.get("num_workers", 1)) > 1:
+            raise ValueError(
+                f"this state is worker {state.get('worker')} of {state['num_workers']} "
+                "DataLoader workers' position; restore it with StatefulDataLoader.load_state_dict"
+            )
         self.sampler.load_state_dict(dict(state["sampler"]))
 
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """The rest of the current epoch, batch by batch.
+        """A pass: the current epoch from its start, batch by batch (see `Sampler` for
+        the rules: the restored position after `load_state_dict`, the next epoch after a
+        finished pass, `set_epoch` wins).
 
-        The batches are chosen at the first `next()`, not at `iter()`: Lightning creates a
+        The pass starts at the first `next()`, not at `iter()`: Lightning creates a
         resumed run's iterator before it calls `set_epoch`.
         """
-        if self.sampler.exhausted:
-            self.sampler.consumed = 0  # iterating a finished epoch again replays it
+        self._begin_pass()
         items = self._rank_items()
         batches = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
         self.close()
@@ -177,8 +193,12 @@ class FerroLoader:
                     self.stats.skipped += len(errors)
                     self.stats.skipped_ids.extend(e.sample_id for e in errors if e.sample_id)
                 yield batch
+            self.sampler.end_pass()
         finally:
             worker.stop()
+
+    def _begin_pass(self) -> None:
+        self.sampler.begin_pass()
 
     def close(self) -> None:
         """Stop the prefetch thread of an unfinished iteration."""

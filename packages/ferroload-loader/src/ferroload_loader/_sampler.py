@@ -33,6 +33,15 @@ class Sampler:
     It is a valid `torch.utils.data.DataLoader` sampler (an iterable of item ids with a
     length), and Lightning calls its `set_epoch`.
 
+    **Passes** follow torch's conventions. Each `iter(sampler)` (or loader pass) starts
+    at the beginning of the current epoch, unless `load_state_dict` was called since the
+    last pass began: then it starts at the restored position. A pass that ran to the end
+    of its epoch moves the next pass to the next epoch by itself (as torch's
+    `RandomSampler` draws a new order per pass); `set_epoch(e)` is the explicit control
+    and wins over both. Iterating advances the position item by item, so `state_dict()`
+    taken by torchdata's `StatefulDataLoader` after a batch resumes after that batch.
+    `len(sampler)` is the whole epoch of this rank; `remaining()` what is left of it.
+
     Args:
         num_items: items per epoch (the dataset's length).
         shuffle: shuffle each epoch (else dataset order).
@@ -53,6 +62,9 @@ class Sampler:
         >>> s = Sampler(10, seed=1, rank=0, world_size=2)
         >>> len(s), sorted(list(s) + list(Sampler(10, seed=1, rank=1, world_size=2)))
         (5, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+        >>> first, second = list(s), list(s)      # a finished pass moves to the next epoch
+        >>> s.epoch, sorted(first) == sorted(second), first != second
+        (2, True, True)
     """
 
     def __init__(
@@ -91,6 +103,10 @@ class Sampler:
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.epoch = 0
         self.consumed = 0
+        # load_state_dict since the last pass began: the next pass starts where it says
+        self._resume = False
+        # the last pass ran to the end of its epoch (and set_epoch was not called since)
+        self._finished = False
         self._cache: tuple[tuple[int, int], Order] | None = None
 
     # ------------------------------------------------------------------ the order
@@ -133,30 +149,79 @@ class Sampler:
         return self._remaining()[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.indices().tolist())
+        """A pass: this rank's item ids (see the pass rules above); each item drawn
+        advances the position."""
+        self.begin_pass()
+        return self._drain(self.indices().tolist())
+
+    def _drain(self, items: list[int]) -> Iterator[int]:
+        epoch = self.epoch
+        for item in items:
+            if self.epoch != epoch:  # set_epoch / load_state_dict during the pass
+                return
+            self.advance(1)
+            yield item
+        if self.epoch == epoch:
+            self.end_pass()
 
     def __len__(self) -> int:
+        """Items of a whole epoch on this rank (torch's convention); see `remaining()`."""
+        n, w = self.num_items, self.world_size
+        return n // w if self.drop_last else -(-n // w)
+
+    def remaining(self) -> int:
+        """Items this rank still has in the current epoch."""
         return len(self._remaining()) // self.world_size
 
     # ------------------------------------------------------------------ progress
 
     def set_epoch(self, epoch: int) -> None:
-        """Move to `epoch` (a new order); setting the current epoch again changes nothing,
-        so that a resumed run keeps its position."""
-        if not isinstance(epoch, int) or epoch < 0:
+        """Use the order of `epoch` from its start, for the next pass.
+
+        Setting the current epoch again keeps a position restored by `load_state_dict`
+        (Lightning calls `set_epoch` after restoring a checkpoint), and it cancels the
+        move to the next epoch that a finished pass would otherwise make.
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self._finished = False
         if epoch != self.epoch:
-            self.epoch = epoch
+            self._move(epoch, 0)
+            self._resume = False
+
+    def begin_pass(self) -> None:
+        """Start a pass: at the restored position after `load_state_dict`, else at the
+        start of the next epoch after a finished pass, else at the start of this epoch.
+
+        A restored position at the very end of its epoch starts the next epoch.
+        """
+        if self._resume and self.remaining() == 0 and self.num_items:
+            self._move(self.epoch + 1, 0)
+        elif self._resume:
+            pass
+        elif self._finished:
+            self._move(self.epoch + 1, 0)
+        else:
             self.consumed = 0
+        self._resume = self._finished = False
+
+    def end_pass(self) -> None:
+        """Record that a pass delivered the rest of its epoch: the next one moves on."""
+        self._finished = True
 
     def advance(self, items_per_rank: int) -> None:
         """Record that every rank used `items_per_rank` more items of its share."""
         self.consumed = min(self.num_items, self.consumed + items_per_rank * self.world_size)
 
+    def _move(self, epoch: int, consumed: int) -> None:
+        """Every change of epoch goes through here (subclasses hear of it)."""
+        self.epoch = epoch
+        self.consumed = consumed
+
     @property
     def exhausted(self) -> bool:
         """True when this epoch has no item left for this rank."""
-        return len(self) == 0
+        return self.remaining() == 0
 
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch stands: seed, epoch and items of the global order consumed."""
@@ -170,7 +235,8 @@ class Sampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a `state_dict()`, also under another world size or batch size.
+        """Continue from a `state_dict()`, also under another world size or batch size:
+        the next pass starts at its position.
 
         Raises:
             ValueError: when the state belongs to another dataset (item count) or order.
@@ -183,9 +249,9 @@ class Sampler:
                 f"this sampler has {self.num_items} items in {self.mode!r} order"
             )
         self.seed = int(state["seed"])
-        self.epoch = int(state["epoch"])
-        self.consumed = int(state["consumed"])
         self._cache = None
+        self._move(int(state["epoch"]), int(state["consumed"]))
+        self._resume, self._finished = True, False
 
     def __repr__(self) -> str:
         return (

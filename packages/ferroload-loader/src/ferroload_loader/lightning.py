@@ -14,7 +14,7 @@ Importing this module imports Lightning and torch; importing `ferroload_loader` 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -73,14 +73,41 @@ class LightningLoader(FerroLoader):
         )  # fmt: skip
         self.evaluation = evaluation
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        if self.evaluation:
+    def _begin_pass(self) -> None:
+        super()._begin_pass()
+        if self.evaluation:  # the whole split, also after a restored training position
             self.sampler.consumed = 0
-        yield from super().__iter__()
 
     def __repr__(self) -> str:
         kind = "evaluation" if self.evaluation else "training"
         return f"LightningLoader({kind}, {super().__repr__()})"
+
+
+class _SplitHook:
+    """A `*_dataloader` hook that exists only for the splits the module has.
+
+    Lightning decides whether a module defines a loader by asking whether the hook
+    overrides `LightningDataModule`'s; a module without `val` data must answer no, or
+    Lightning warns that a `val_dataloader` has no `validation_step`. For such a split,
+    the attribute is Lightning's own (not overridden) hook, which raises if called.
+    """
+
+    def __init__(self, split: str, fn: Callable[..., Any]) -> None:
+        self.split = split
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: object | None, cls: type[Any] | None = None) -> Any:
+        if obj is None:
+            return self.fn
+        sources = getattr(obj, "sources", None)
+        if sources is not None and sources.get(self.split) is None:
+            return getattr(LightningDataModule, self.fn.__name__).__get__(obj, cls)
+        return self.fn.__get__(obj, cls)
+
+
+def _split_hook(split: str) -> Callable[[Callable[..., Any]], Any]:
+    return lambda fn: _SplitHook(split, fn)
 
 
 class FerroDataModule(LightningDataModule):
@@ -96,7 +123,8 @@ class FerroDataModule(LightningDataModule):
     change, resume from a checkpoint taken at the end of an epoch.)
     Validation, test and predict loaders keep dataset
     order and run their whole split every time; under DDP they pad the last batches by
-    wrapping around, as `DistributedSampler` does.
+    wrapping around, as `DistributedSampler` does. A split without a source has no
+    loader hook of its own, so Lightning skips it without a warning.
 
     `images`, `audio`, `video`, `meta`, `resize` and `crop` (what a batch holds) and
     `threads`, `prefetch_bytes`, `streaming` (training only), `shuffle_buffer`,
@@ -204,14 +232,12 @@ class FerroDataModule(LightningDataModule):
             )
         return source
 
-    def _evaluation_loader(self, split: str) -> LightningLoader | list[LightningLoader]:
-        source = self.sources[split]
-        if source is None:
-            return []  # Lightning skips a split whose loader list is empty
+    def _evaluation_loader(self, split: str) -> LightningLoader:
         rank, world_size = self._rank()
         base = make_loader(
-            source, batch_size=self.val_batch_size, shuffle=False, seed=self.seed,
-            drop_last=False, rank=rank, world_size=world_size, out="torch", **self._options,
+            self._source(split), batch_size=self.val_batch_size, shuffle=False,
+            seed=self.seed, drop_last=False, rank=rank, world_size=world_size, out="torch",
+            **self._options,
         )  # fmt: skip
         loader = LightningLoader(base, evaluation=True)
         self._loaders.append(loader)
@@ -234,16 +260,23 @@ class FerroDataModule(LightningDataModule):
         self._loaders.append(loader)
         return loader
 
-    def val_dataloader(self) -> LightningLoader | list[LightningLoader]:
-        """The validation loader in dataset order (an empty list when there is no `val`)."""
+    @_split_hook("val")
+    def val_dataloader(self) -> LightningLoader:
+        """The validation loader in dataset order.
+
+        Without a `val` source this is Lightning's own hook, so Lightning sees no
+        validation data (and skips the loop without a warning).
+        """
         return self._evaluation_loader("val")
 
-    def test_dataloader(self) -> LightningLoader | list[LightningLoader]:
-        """The test loader in dataset order (an empty list when there is no `test`)."""
+    @_split_hook("test")
+    def test_dataloader(self) -> LightningLoader:
+        """The test loader in dataset order (Lightning's own hook without `test`)."""
         return self._evaluation_loader("test")
 
-    def predict_dataloader(self) -> LightningLoader | list[LightningLoader]:
-        """The predict loader in dataset order (an empty list when there is no `predict`)."""
+    @_split_hook("predict")
+    def predict_dataloader(self) -> LightningLoader:
+        """The predict loader in dataset order (Lightning's own hook without `predict`)."""
         return self._evaluation_loader("predict")
 
     def teardown(self, stage: str) -> None:
@@ -258,3 +291,6 @@ class FerroDataModule(LightningDataModule):
             f"FerroDataModule(splits={splits}, batch_size={self.batch_size}, "
             f"val_batch_size={self.val_batch_size}, seed={self.seed}, shuffle={self.shuffle})"
         )
+
+    #: Lightning's `__str__` builds and iterates every loader; ours only describes them.
+    __str__ = __repr__

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ferroload_format import Manifest
     from ferroload_store import Store
 
-__all__ = ["FerroIterableDataset", "FerroTorchDataset"]
+__all__ = ["FerroBatch", "FerroIterableDataset", "FerroTorchDataset"]
 
 _INT64 = (-(1 << 63), 1 << 63)
 
@@ -108,16 +108,92 @@ class _SharedInts:
         self._t = t.share_memory_()  # type: ignore[no-untyped-call]
 
     def set(self, *values: int) -> None:
-        self._t.copy_(torch.tensor(values, dtype=torch.int64))
+        self._t[: len(values)] = torch.tensor(values, dtype=torch.int64)
 
     def get(self) -> list[int]:
         return [int(v) for v in self._t.tolist()]
+
+
+#: DataLoader workers an iterable dataset keeps pass records for.
+MAX_WORKERS = 256
+
+
+class _Passes:
+    """Where the passes of a `FerroIterableDataset` start, shared by all its processes.
+
+    The main process writes the head (seed, epoch, position, resume token) in
+    `set_epoch` and `load_state_dict`, between passes. Each DataLoader worker `w` (the
+    main process is worker 0 of 1) writes only its own two slots: the resume token it
+    has used, and the epoch of the last pass it began with whether it finished it
+    (`2·epoch + 1`, `+1` when finished; 0 for none since the head was last set). So a
+    pass's start is a pure function of this table, and every worker of a pass finds
+    the same one without locks.
+    """
+
+    SEED, EPOCH, CONSUMED, TOKEN, HEAD = 0, 1, 2, 3, 4
+
+    def __init__(self, seed: int) -> None:
+        self._t = torch.zeros(self.HEAD + 2 * MAX_WORKERS, dtype=torch.int64)
+        self._t[self.SEED] = seed
+        self._t.share_memory_()  # type: ignore[no-untyped-call]
+
+    def head(self) -> tuple[int, int, int, int]:
+        seed, epoch, consumed, token = self._t[: self.HEAD].tolist()
+        return int(seed), int(epoch), int(consumed), int(token)
+
+    def set_head(self, seed: int, epoch: int, consumed: int, *, resume: bool) -> None:
+        """A new position; `resume` makes the next pass of every worker start there."""
+        token = self.head()[3]
+        self._t[: self.HEAD] = torch.tensor([seed, epoch, consumed, token + resume])
+        if not resume:  # a pending resume is cancelled too
+            self._t[self.HEAD : self.HEAD + MAX_WORKERS] = token
+        self.clear_records()
+
+    def clear_records(self) -> None:
+        """Forget the workers' passes: the next pass starts the head's epoch."""
+        self._t[self.HEAD + MAX_WORKERS :] = 0
+
+    def seen(self, worker: int) -> int:
+        return int(self._t[self.HEAD + worker])
+
+    def see(self, worker: int, token: int) -> None:
+        self._t[self.HEAD + worker] = token
+
+    def record(self, worker: int, epoch: int, *, finished: bool) -> None:
+        self._t[self.HEAD + MAX_WORKERS + worker] = 2 * epoch + 1 + finished
+
+    def passes(self, workers: int) -> list[tuple[int, bool]]:
+        """(epoch, finished) of the last pass of each worker that began one."""
+        slots = self._t[self.HEAD + MAX_WORKERS : self.HEAD + MAX_WORKERS + workers].tolist()
+        return [((v - 1) // 2, (v - 1) % 2 == 1) for v in slots if v > 0]
 
 
 def _check_seed(seed: int) -> int:
     if not isinstance(seed, int) or not _INT64[0] <= seed < _INT64[1]:
         raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
     return seed
+
+
+class FerroBatch(dict[str, Any]):
+    """A whole batch from `FerroIterableDataset` (a dict of column -> tensor or list).
+
+    `default_collate` refuses it: a `DataLoader` with its default `batch_size=1` (or any
+    batch size) would wrap every batch in another one.
+    """
+
+
+def _refuse_collate(batch: Any, *, collate_fn_map: Any = None) -> Any:
+    first = batch[0]
+    n = len(first.get("sample_id", ()))
+    raise TypeError(
+        f"FerroIterableDataset yields whole batches (of {n} samples here), and DataLoader "
+        f"was asked to batch {len(batch)} of them again: pass batch_size=None, as in "
+        "DataLoader(ds, batch_size=None, num_workers=...); the dataset's own batch_size "
+        "sets the batch"
+    )
+
+
+torch.utils.data._utils.collate.default_collate_fn_map[FerroBatch] = _refuse_collate
 
 
 def _check_on_error(on_error: str) -> None:
@@ -221,8 +297,11 @@ class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
     `make_loader` would use for the same options (any `Sampler(len(ds), ...)` works too
     for a single dataset), so `DataLoader(ds, batch_size=B, sampler=ds.sampler())` with
     `seed=s` yields the same batches as `make_loader(..., batch_size=B, seed=s)`, whatever
-    `num_workers`. Call the sampler's `set_epoch` every epoch; the sampler from
-    `ds.sampler()` also passes the epoch on to the dataset (see `set_epoch`).
+    `num_workers`. The sampler follows torch's pass conventions (each `iter` starts the
+    current epoch; a finished pass moves to the next epoch; `set_epoch` wins) and passes
+    every epoch on to the dataset (see `set_epoch`). It advances as DataLoader draws
+    from it, so torchdata's `StatefulDataLoader` resumes exactly after the last batch
+    delivered, with or without workers.
 
     Decode threads per DataLoader worker default to the CPUs divided by `num_workers`.
 
@@ -386,17 +465,17 @@ class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
 
 
 class _LinkedSampler(Sampler):
-    """A `Sampler` whose `set_epoch` also sets its dataset's epoch (random choices)."""
+    """A `Sampler` that passes every change of epoch (`set_epoch`, a finished pass,
+    `load_state_dict`) on to its dataset (per-sample random choices)."""
 
     def __init__(self, base: Sampler, seed_epoch: _SharedInts) -> None:
         # adopts the state of a configured sampler (no second validation of its options)
         self.__dict__.update(base.__dict__)
         self._dataset_epoch = seed_epoch
 
-    def set_epoch(self, epoch: int) -> None:
-        super().set_epoch(epoch)
-        seed = self._dataset_epoch.get()[0]
-        self._dataset_epoch.set(seed, epoch)
+    def _move(self, epoch: int, consumed: int) -> None:
+        super()._move(epoch, consumed)
+        self._dataset_epoch.set(self.seed, epoch)
 
 
 # ---------------------------------------------------------------------- iterable
@@ -408,19 +487,23 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
     It yields the batches `make_loader(..., out="torch")` yields, in the same order,
     whatever `k`: worker `w` of `k` builds only batches `w, w+k, w+2k, …` of this rank's
     epoch, and DataLoader takes them from the workers round-robin. Use `batch_size=None`
-    in the DataLoader: the dataset batches. DataLoader's own `pin_memory` and
+    in the DataLoader: the dataset batches (a batch is a `FerroBatch`, which
+    `default_collate` refuses, so a DataLoader left at its default `batch_size=1` fails
+    loudly instead of nesting batches). DataLoader's own `pin_memory` and
     `prefetch_factor` replace `make_loader`'s `pin_memory` and `prefetch_bytes`.
 
-    **Epochs.** Call `ds.set_epoch(epoch)` before iterating each epoch. The position
-    (seed, epoch, resume point) lives in shared memory, so it reaches the workers also
-    with `persistent_workers=True`.
+    **Passes and epochs** follow torch's conventions, as for `make_loader`: every
+    `iter(dataloader)` starts at the beginning of the current epoch; a pass that ran to
+    the end moves the next one to the next epoch by itself; `ds.set_epoch(epoch)` wins
+    (call it in the main process; the position lives in shared memory, so it reaches the
+    workers, persistent ones too). `len(ds)` is a whole epoch's batches on this rank.
 
-    **Resume.** The workers build batches ahead of the training loop, so only the loop
-    knows how many it has received: pass that count to `state_dict(batches)`. The state
-    is `make_loader`'s (either can load the other's): `load_state_dict` continues after
-    those batches, also under another batch size, world size or worker count. Every
-    iteration of an epoch starts at the position set by `set_epoch` (the epoch's start)
-    or `load_state_dict`, and `batches` counts from there.
+    **Resume.** With torchdata's `StatefulDataLoader`, `dl.state_dict()` after any batch
+    and `load_state_dict` on a new loader continue exactly after that batch, for any
+    `num_workers` (the same count on resume): each worker reports its own position.
+    Without workers, `ds.state_dict()` is `make_loader`'s state (either can load the
+    other's) and `ds.load_state_dict(state)` makes the next pass continue after it, also
+    under another batch size or world size.
 
     The options `images`, `audio`, `video`, `meta`, `resize`, `crop`, `where`,
     `streaming`, `shuffle_buffer`, `on_error` and `storage_options` are those of
@@ -453,12 +536,11 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         >>> ds = FerroIterableDataset("memory://docs/torch-iterable", batch_size=4,
         ...                           meta=["label"], seed=0)
         >>> dl = DataLoader(ds, batch_size=None)
-        >>> ds.set_epoch(0)
         >>> it = iter(dl)
         >>> first = next(it)
         >>> len(ds), first["label"].shape
         (3, torch.Size([4]))
-        >>> state = ds.state_dict(1)            # the loop received one batch
+        >>> state = ds.state_dict()             # after the one batch received
         >>> resumed = FerroIterableDataset("memory://docs/torch-iterable", batch_size=4,
         ...                                meta=["label"], seed=0)
         >>> resumed.load_state_dict(state)
@@ -506,28 +588,76 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
             shuffle_buffer=shuffle_buffer, drop_last=drop_last, rank=rank,
             world_size=world_size,
         )  # fmt: skip
-        self._position = _SharedInts(seed, 0, 0)
+        self._passes = _Passes(seed)
+        # a position restored inside a DataLoader worker (torchdata restores every
+        # worker's own): (seed, epoch, consumed, batches to skip, worker, workers)
+        self._local: tuple[int, int, int, int, int, int] | None = None
+        # this process's pass: (seed, epoch, consumed at its start, batches yielded)
+        self._pass: list[int] | None = None
 
     # ------------------------------------------------------------------ position
 
-    def _publish(self) -> None:
+    def _order(self, seed: int, epoch: int, consumed: int) -> npt.NDArray[np.int64]:
+        """This rank's items of `epoch` from position `consumed` (whole batches only
+        with `drop_last`)."""
         s = self._sampler
-        self._position.set(_check_seed(s.seed), s.epoch, s.consumed)
+        if s.seed != seed:
+            s.seed, s._cache = seed, None
+        s.epoch, s.consumed = epoch, consumed
+        items = s.indices()
+        if self.drop_last:
+            items = items[: len(items) // self.batch_size * self.batch_size]
+        return items
 
-    def _synced(self) -> Sampler:
-        """This process's sampler at the published position (workers hold copies)."""
-        s = self._sampler
-        seed, epoch, consumed = self._position.get()
-        if (seed, epoch, consumed) != (s.seed, s.epoch, s.consumed):
-            state = s.state_dict()
-            state.update(seed=seed, epoch=epoch, consumed=consumed)
-            s.load_state_dict(state)
-        return s
+    def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int]:
+        """`(seed, epoch, consumed, batches to skip)` where this worker's next pass
+        starts (see `Sampler` for the rules); with `begin`, start it."""
+        if self._local is not None:
+            seed, epoch, consumed, skip, w, k = self._local
+            if k > 1 and (w, k) != (worker, workers):
+                raise ValueError(
+                    f"this state is DataLoader worker {w} of {k}'s position; it cannot "
+                    f"resume worker {worker} of {workers}"
+                )
+            if begin:
+                self._local = None
+                self._passes.record(worker, epoch, finished=False)
+            return seed, epoch, consumed, skip
+        p = self._passes
+        seed, epoch, consumed, token = p.head()
+        if p.seen(worker) != token:  # the first pass after load_state_dict
+            if consumed >= self._sampler.num_items and self._sampler.num_items:
+                epoch, consumed = epoch + 1, 0  # restored at the very end: the next epoch
+        else:
+            consumed = 0
+            passes = p.passes(workers)
+            if passes:
+                epoch = max(e for e, _ in passes)
+                if len(passes) == workers and all(f and e == epoch for e, f in passes):
+                    epoch += 1
+        if begin:
+            p.see(worker, token)
+            p.record(worker, epoch, finished=False)
+        return seed, epoch, consumed, 0
+
+    @staticmethod
+    def _worker() -> tuple[int, int]:
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.num_workers > MAX_WORKERS:
+            raise ValueError(
+                f"FerroIterableDataset supports at most {MAX_WORKERS} DataLoader workers, "
+                f"got {info.num_workers}"
+            )
+        return (info.id, info.num_workers) if info is not None else (0, 1)
 
     @property
     def epoch(self) -> int:
-        """The current epoch."""
-        return self._sampler.epoch
+        """The epoch of the current (or last) pass; a finished pass moves on only when the
+        next one begins."""
+        if self._pass is not None:
+            return self._pass[1]
+        passes = self._passes.passes(MAX_WORKERS)
+        return max(e for e, _ in passes) if passes else self._passes.head()[1]
 
     @property
     def rank(self) -> int:
@@ -540,75 +670,107 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         return self._sampler.world_size
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of `epoch` from its start (a no-op for the current epoch, so that
-        a resumed run keeps its place). Call it before iterating."""
-        self._sampler.set_epoch(epoch)
-        self._publish()
-
-    def _rank_items(self) -> npt.NDArray[np.int64]:
-        items = self._synced().indices()
-        if self.drop_last:
-            items = items[: len(items) // self.batch_size * self.batch_size]
-        return items
+        """Use the order of `epoch` from its start for the next pass (the current epoch
+        again keeps a position restored by `load_state_dict`). Call it in the main
+        process, between passes; it reaches the workers, persistent ones too."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        p = self._passes
+        seed, current, _, token = p.head()
+        if epoch == current and p.seen(0) != token:  # keep a restored position
+            p.clear_records()
+        else:
+            p.set_head(seed, epoch, 0, resume=False)
 
     def __len__(self) -> int:
-        """Batches this rank yields from the current position to the end of the epoch."""
-        n = len(self._synced())
+        """Batches of a whole epoch on this rank (torch's convention; what DataLoader
+        reports with `batch_size=None`)."""
+        n = len(self._sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def state_dict(self, batches: int) -> dict[str, Any]:
-        """The position after the first `batches` batches of the current iteration.
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the batches this process has yielded in its current pass.
 
-        Args:
-            batches: how many batches the training loop has received since the position
-                was set (by `set_epoch` or `load_state_dict`); `len(ds)` at the end.
-
-        Returns:
-            The state `make_loader`'s `state_dict()` returns for the same position.
-
-        Raises:
-            ValueError: for a count outside `[0, len(ds)]`.
+        In the main process (no DataLoader workers) it is `make_loader`'s state (either
+        can load the other's). Inside a DataLoader worker it is that worker's own
+        position, which torchdata's `StatefulDataLoader` gathers from every worker after
+        every batch and hands back to the same worker on resume: use
+        `StatefulDataLoader` to checkpoint a `DataLoader` with workers.
         """
-        total = len(self)
-        if not isinstance(batches, int) or not 0 <= batches <= total:
-            raise ValueError(f"batches must be an int in [0, {total}], got {batches!r}")
-        s = copy.copy(self._synced())
-        s.advance(min(batches * self.batch_size, len(self._rank_items())))
-        return {"sampler": s.state_dict(), "batch_size": self.batch_size}
+        worker, workers = self._worker()
+        if self._pass is not None:
+            seed, epoch, consumed, batches = self._pass
+        else:
+            seed, epoch, consumed, batches = self._plan(worker, workers, begin=False)
+        sampler = copy.copy(self._sampler)
+        sampler.seed, sampler.epoch, sampler.consumed = seed, epoch, consumed
+        if workers == 1:
+            items = len(self._order(seed, epoch, consumed))
+            sampler.advance(min(batches * self.batch_size, items))
+            return {"sampler": sampler.state_dict(), "batch_size": self.batch_size}
+        return {
+            "sampler": sampler.state_dict(), "batch_size": self.batch_size,
+            "worker": worker, "num_workers": workers, "batches": batches,
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after a `state_dict()` (of this class or of `make_loader`).
+        """Continue after a `state_dict()` (of this class or of `make_loader`): the next
+        pass starts there.
 
-        The batch size and world size may differ from the run that saved it.
+        In the main process the batch size and world size may differ from the run that
+        saved it. Inside a DataLoader worker (torchdata's `StatefulDataLoader` restores
+        each worker's own state) the worker count must be the same.
 
         Raises:
-            ValueError: when the state belongs to another dataset or order.
+            ValueError: when the state belongs to another dataset or order, or is one
+                worker's state loaded outside a DataLoader worker.
         """
-        self._sampler.load_state_dict(dict(state["sampler"]))
-        self._publish()
+        if "sampler" not in state:
+            raise ValueError(
+                f"not a loader state (keys: {sorted(state)}); pass what state_dict() returned"
+            )
+        check = copy.copy(self._sampler)
+        check.load_state_dict(dict(state["sampler"]))  # validates: same items and order
+        seed, epoch, consumed = _check_seed(check.seed), check.epoch, check.consumed
+        workers = int(state.get("num_workers", 1))
+        if torch.utils.data.get_worker_info() is not None:
+            batches = int(state.get("batches", 0)) if workers > 1 else 0
+            self._local = (seed, epoch, consumed, batches, int(state.get("worker", 0)), workers)
+            return
+        if workers > 1:
+            raise ValueError(
+                f"this state is DataLoader worker {state.get('worker')} of {workers}'s "
+                "position; restore it with StatefulDataLoader.load_state_dict, which hands "
+                "every worker its own"
+            )
+        self._passes.set_head(seed, epoch, consumed, resume=True)
 
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        """A pass: this worker's batches of the epoch, from the position the pass rules
+        give (see `Sampler`)."""
+        worker, workers = self._worker()
         source, fields = self._runtime()
-        sampler = self._synced()
-        seed, epoch = sampler.seed, sampler.epoch
-        items = self._rank_items()
+        seed, epoch, consumed, skip = self._plan(worker, workers, begin=True)
+        items = self._order(seed, epoch, consumed)
+        self._pass = [seed, epoch, consumed, skip]
         b = self.batch_size
-        for start in range(worker * b, len(items), workers * b):
+        for start in range((worker + skip * workers) * b, len(items), workers * b):
             batch, _ = build_batch(
                 source, fields, items[start : start + b], seed=seed, epoch=epoch,
                 on_error=self.on_error,
             )  # fmt: skip
-            yield to_torch(batch, pin=False)
+            self._pass[3] += 1
+            yield FerroBatch(to_torch(batch, pin=False))
+        self._passes.record(worker, epoch, finished=True)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         sampler = copy.copy(self._sampler)
         sampler._cache = None  # the epoch's order: cheaper to recompute than to send
         state["_sampler"] = sampler
+        state["_local"] = state["_pass"] = None  # a worker starts its own passes
         return state
 
     def __repr__(self) -> str:
