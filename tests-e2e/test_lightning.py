@@ -144,10 +144,51 @@ def test_loader_types(data: tuple[str, str]) -> None:
     assert isinstance(val, LightningLoader) and val.evaluation and not val.sampler.shuffle
     assert train.sampler.shuffle and (train.sampler.rank, train.sampler.world_size) == (0, 1)
     assert len(train) == STEPS_PER_EPOCH and len(val) == -(-N_VAL // BATCH)
-    assert dm.test_dataloader() == []
     with pytest.raises(ValueError, match="no 'train' source"):
         FerroDataModule(val=data[1], batch_size=BATCH).train_dataloader()
     dm.teardown("fit")
+
+
+def test_a_missing_split_has_no_hook_and_the_module_prints(data: tuple[str, str]) -> None:
+    """Lightning sees loaders only for the splits given (no `val_dataloader` warning for
+    a module without validation data), and `print(dm)` describes without loading."""
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    with_val = FerroDataModule(data[0], val=data[1], batch_size=BATCH, meta=["label"])
+    train_only = FerroDataModule(data[0], batch_size=BATCH, meta=["label"])
+    assert is_overridden("val_dataloader", with_val)
+    assert not is_overridden("val_dataloader", train_only)
+    assert not is_overridden("test_dataloader", with_val)
+    assert is_overridden("train_dataloader", train_only)
+    for dm in (with_val, train_only):
+        text = str(dm)
+        assert text == repr(dm) and "batch_size=8" in text and "'train'" in text
+        print(dm)
+        assert dm._loaders == []  # describing built no loader
+    assert "'val'" in str(with_val) and "'val'" not in str(train_only)
+
+
+class NoValidation(Net):
+    """A module without `validation_step`, as many training scripts are."""
+
+    validation_step = None  # type: ignore[assignment]
+
+
+def test_no_validation_data_gives_no_warning(data: tuple[str, str], tmp_path: Path) -> None:
+    dm = FerroDataModule(
+        data[0], batch_size=BATCH, images=["image"], resize=(16, 16), meta=["label"], threads=2
+    )
+    trainer = L.Trainer(
+        max_epochs=1, limit_train_batches=2, accelerator="cpu", devices=1, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(NoValidation(), datamodule=dm)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "val" in m.lower()], messages
+    assert trainer.global_step == 2
 
 
 @pytest.mark.slow

@@ -1,0 +1,213 @@
+"""The loader driven with the habits of torch, torchdata and Lightning users: passes,
+epochs, lengths, `StatefulDataLoader` resume and misuse that must fail loudly."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch adapters need the torch extra")
+stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+from torch.utils.data import DataLoader  # noqa: E402
+
+from ferroload_loader import FerroLoader, Sampler, make_loader  # noqa: E402
+from ferroload_loader.torch import FerroIterableDataset, FerroTorchDataset  # noqa: E402
+
+StatefulDataLoader = stateful.StatefulDataLoader
+pytestmark = pytest.mark.filterwarnings("ignore:.set_vital. is deprecated")
+N, B = 40, 8
+OPTS: dict[str, Any] = {"images": ["image"], "meta": ["label"], "resize": (12, 16)}
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from ferroload_format import Writer
+
+    from .conftest import index_png
+
+    root = str(tmp_path_factory.mktemp("conventions") / "ds")
+    with Writer(root, "conventions", shard_size=1 << 12) as w:
+        w.declare("image", "png", "tensor", "image")
+        for i in range(N):
+            w.add(f"s{i:05d}", {"image": index_png(i)}, {"label": i})
+    return root
+
+
+def flat(batches: Any) -> list[str]:
+    return [s for b in batches for s in b["sample_id"]]
+
+
+def epoch_order(uri: str, epoch: int, **kw: Any) -> list[str]:
+    dl = make_loader(uri, batch_size=B, seed=3, out="numpy", **OPTS, **kw)
+    dl.set_epoch(epoch)
+    return flat(dl)
+
+
+# ---------------------------------------------------------------------- passes (make_loader)
+
+
+def test_every_iter_starts_a_pass_at_the_start_of_the_epoch(uri: str) -> None:
+    dl = make_loader(uri, batch_size=B, seed=3, out="numpy", **OPTS)
+    assert len(dl) == N // B
+    head = next(iter(dl))["sample_id"]  # a peek, as people do
+    dl.close()
+    first = flat(dl)  # then the loop: the whole epoch, not the 32 after the peek
+    assert len(first) == N and first[:B] == list(head)
+    assert first == epoch_order(uri, 0)
+
+    for b in itertools.islice(dl, 3):  # a pass cut short by `break`
+        assert len(b["sample_id"]) == B
+    dl.close()
+    assert len(dl) == N // B and dl.remaining() == N // B - 3
+    again = flat(dl)  # replays its epoch whole (it did not finish)
+    assert again == epoch_order(uri, 1)  # ...of epoch 1: `first` had finished epoch 0
+
+
+def test_a_finished_pass_moves_on_and_set_epoch_wins(uri: str) -> None:
+    dl = make_loader(uri, batch_size=B, seed=3, out="numpy", **OPTS)
+    passes = [flat(dl) for _ in range(3)]
+    assert passes == [epoch_order(uri, e) for e in range(3)]
+    assert len(set(map(tuple, passes))) == 3 and all(sorted(p) == sorted(passes[0]) for p in passes)
+    dl.set_epoch(1)  # explicit: replays epoch 1
+    assert flat(dl) == passes[1]
+    dl.set_epoch(7)
+    assert flat(dl) == epoch_order(uri, 7)
+    assert dl.epoch == 7
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_the_automatic_epochs_are_the_same_for_every_world_size(uri: str, world: int) -> None:
+    loaders = [
+        make_loader(uri, batch_size=5, seed=3, rank=r, world_size=world, out="numpy", **OPTS)
+        for r in range(world)
+    ]
+    for epoch in range(2):
+        per_rank = [flat(dl) for dl in loaders]
+        interleaved = [per_rank[i % world][i // world] for i in range(N)]
+        assert interleaved == epoch_order(uri, epoch)
+        assert all(dl.epoch == epoch for dl in loaders)
+
+
+def test_sampler_passes_and_lengths() -> None:
+    s = Sampler(10, seed=1, rank=1, world_size=4)
+    assert len(s) == 3 and s.remaining() == 3
+    it = iter(s)
+    next(it)
+    assert (len(s), s.remaining(), s.consumed) == (3, 2, 4)
+    again = list(s)  # a new pass: the whole epoch again
+    assert len(again) == 3 and s.epoch == 0
+    assert list(s) != again and s.epoch == 1  # the finished pass moved on
+    assert len(Sampler(10, rank=1, world_size=4, drop_last=True)) == 2
+
+
+# ---------------------------------------------------------------------- torch DataLoader
+
+
+def test_map_style_dataloader_passes_follow_the_sampler(uri: str) -> None:
+    ds = FerroTorchDataset(uri, seed=3, **OPTS)
+    sampler = ds.sampler()
+    dl = DataLoader(ds, batch_size=B, sampler=sampler)
+    assert len(dl) == N // B
+    first, second = flat(dl), flat(dl)
+    assert first == epoch_order(uri, 0) and second == epoch_order(uri, 1)
+    assert ds.epoch == 1  # the dataset's per-sample random choices follow
+    for _ in dl:
+        break
+    assert flat(dl) == epoch_order(uri, 2)  # the cut pass was epoch 2: replayed whole
+
+
+def test_iterable_dataloader_passes(uri: str) -> None:
+    ds = FerroIterableDataset(uri, batch_size=B, seed=3, **OPTS)
+    dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    assert len(dl) == N // B
+    assert flat(dl) == epoch_order(uri, 0)
+    assert flat(dl) == epoch_order(uri, 1)  # workers moved to the next epoch together
+    for _ in itertools.islice(dl, 2):
+        pass
+    assert flat(dl) == epoch_order(uri, 2)  # a cut pass replays its epoch
+    ds.set_epoch(0)
+    assert flat(dl) == epoch_order(uri, 0)
+
+
+def test_dataloader_batching_an_iterable_dataset_again_fails_loudly(uri: str) -> None:
+    ds = FerroIterableDataset(uri, batch_size=B, **OPTS)
+    for kw in ({}, {"batch_size": B}):  # DataLoader's default batch_size is 1
+        with pytest.raises(TypeError, match="batch_size=None"):
+            next(iter(DataLoader(ds, **kw)))
+    batch = next(iter(DataLoader(ds, batch_size=None)))
+    assert batch["image"].shape == (B, 12, 16, 3)
+
+
+# ---------------------------------------------------------------------- torchdata
+
+
+def _resume_run(make: Any, stop: int) -> tuple[list[str], list[str], list[str]]:
+    """Take `stop` batches, save, resume in a new loader: (before, after, next epoch)."""
+    dl = make()
+    it = iter(dl)
+    before = flat(next(it) for _ in range(stop))
+    state = dl.state_dict()
+    del it, dl
+    resumed = make()
+    resumed.load_state_dict(state)
+    after = flat(resumed)
+    return before, after, flat(resumed)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("stop", [1, 3])
+def test_stateful_dataloader_map_style_resumes_exactly(uri: str, workers: int, stop: int) -> None:
+    def make() -> Any:
+        ds = FerroTorchDataset(uri, seed=3, **OPTS)
+        sampler = ds.sampler()
+        sampler.set_epoch(1)
+        extra = {"multiprocessing_context": "fork"} if workers else {}
+        return StatefulDataLoader(ds, batch_size=B, sampler=sampler, num_workers=workers, **extra)
+
+    before, after, following = _resume_run(make, stop)
+    assert before + after == epoch_order(uri, 1)  # no duplicate, none missing
+    assert len(before) == stop * B
+    assert following == epoch_order(uri, 2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("stop", [1, 3])
+def test_stateful_dataloader_iterable_resumes_exactly(uri: str, workers: int, stop: int) -> None:
+    def make() -> Any:
+        ds = FerroIterableDataset(uri, batch_size=B, seed=3, **OPTS)
+        ds.set_epoch(1)
+        extra = {"multiprocessing_context": "fork"} if workers else {}
+        return StatefulDataLoader(ds, batch_size=None, num_workers=workers, **extra)
+
+    before, after, following = _resume_run(make, stop)
+    assert before + after == epoch_order(uri, 1)
+    assert not [s for s, c in Counter(before + after).items() if c > 1]
+    assert following == epoch_order(uri, 2)
+
+
+def test_a_worker_state_cannot_be_loaded_by_hand(uri: str) -> None:
+    ds = FerroIterableDataset(uri, batch_size=B, **OPTS)
+    worker_state = {**ds.state_dict(), "worker": 1, "num_workers": 2, "batches": 1}
+    with pytest.raises(ValueError, match="StatefulDataLoader"):
+        ds.load_state_dict(worker_state)
+    dl: FerroLoader = make_loader(uri, batch_size=B, out="numpy", **OPTS)
+    with pytest.raises(ValueError, match="StatefulDataLoader"):
+        dl.load_state_dict(worker_state)
+    with pytest.raises(ValueError, match="not a loader state"):
+        dl.load_state_dict({"epoch": 1})
+
+
+def test_lengths_follow_torch(uri: str) -> None:
+    dl = make_loader(uri, batch_size=B, out="numpy", rank=1, world_size=3, **OPTS)
+    per_rank = -(-N // 3)
+    assert len(dl.sampler) == per_rank and len(dl) == -(-per_rank // B)
+    it = iter(dl)
+    next(it)
+    assert len(dl) == -(-per_rank // B) and dl.remaining() == len(dl) - 1
+    dl.close()
+    ds = FerroIterableDataset(uri, batch_size=B, rank=1, world_size=3, **OPTS)
+    assert len(ds) == len(dl)
