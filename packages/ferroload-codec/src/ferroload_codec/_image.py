@@ -1,4 +1,4 @@
-"""Image decoding into uint8 HWC arrays, one at a time or a batch on a thread pool."""
+"""Image decoding into HWC (or CHW) arrays, one at a time or a batch on a thread pool."""
 
 from __future__ import annotations
 
@@ -12,6 +12,17 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ferroload_codec._augment import (
+    FLIP_DRAW,
+    Layout,
+    OutputFormat,
+    check_crop,
+    check_hflip,
+    check_seeds,
+    crop_box,
+    draws,
+    flip_inplace,
+)
 from ferroload_codec._backends import imagecodecs, turbojpeg, warn_slow_path
 from ferroload_codec._errors import DecodeError, ImageTooLargeError, UnsupportedFormatError
 from ferroload_codec._pool import DecodePool
@@ -47,6 +58,9 @@ logger = logging.getLogger(__name__)
 #: Pillow's own decompression-bomb limit: about a quarter gigabyte of RGB pixels.
 DEFAULT_MAX_PIXELS = 89_478_485
 ImageMode = Literal["RGB", "L", "RGBA"]
+#: The resize modes of images: those of `geometry`, and a seeded random resized crop.
+ImageResize = Literal["exact", "shorter", "longer", "random"]
+IMAGE_RESIZE_MODES = (*RESIZE_MODES, "random")
 CHANNELS = {"RGB": 3, "L": 1, "RGBA": 4}
 OnError = Literal["raise", "skip", "warn"]
 # A PNG's signature and the length and type of its first chunk, the header
@@ -67,12 +81,13 @@ class DecodedBatch(NamedTuple):
     """The result of `ImageDecoder.decode_batch`.
 
     Attributes:
-        images: uint8 NHWC array; images that failed (with `on_error` "skip"/"warn") are 0.
+        images: NHWC (or NCHW) array of the decoder's dtype; images that failed (with
+            `on_error` "skip"/"warn") are 0.
         ok: bool per image, False where decoding failed.
         errors: the `DecodeError` of each failed image, in index order.
     """
 
-    images: npt.NDArray[np.uint8]
+    images: npt.NDArray[Any]
     ok: npt.NDArray[np.bool_]
     errors: tuple[DecodeError, ...]
 
@@ -136,16 +151,18 @@ def _pil_open(buf: Buffer, sample_id: str | None, fmt: str | None = None) -> Any
 _scratch_local = threading.local()
 
 
-def _scratch(shape: tuple[int, int, int]) -> npt.NDArray[np.uint8]:
-    """A per-thread scratch array (reused, grown as needed) for a decode before resizing.
+def _scratch(shape: tuple[int, int, int], slot: str = "decode") -> npt.NDArray[np.uint8]:
+    """A per-thread scratch array (reused, grown as needed) for a decode before resizing
+    (`slot="decode"`) or a uint8 image before its conversion (`slot="convert"`).
 
     A fresh array per image would be a `mmap`/`munmap` pair above glibc's threshold (128
     KiB: a 256x256 RGB image) plus page faults, and those serialise the decode threads.
     """
     need = shape[0] * shape[1] * shape[2]
-    buf: npt.NDArray[np.uint8] | None = getattr(_scratch_local, "buf", None)
+    buf: npt.NDArray[np.uint8] | None = getattr(_scratch_local, slot, None)
     if buf is None or buf.size < need:
-        buf = _scratch_local.buf = np.empty(max(need, 1 << 20), dtype=np.uint8)
+        buf = np.empty(max(need, 1 << 20), dtype=np.uint8)
+        setattr(_scratch_local, slot, buf)
     return buf[:need].reshape(shape)
 
 
@@ -190,19 +207,44 @@ def _opaque(arr: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
 
 
 class ImageDecoder:
-    """Decodes images to uint8 HWC arrays of one shape, singly or in batches.
+    """Decodes images to arrays of one shape, singly or in batches, optionally with a
+    seeded random resized crop and flip and a conversion to normalised floats.
+
+    Everything happens in the decode threads, straight into the output: decode (with
+    JPEG DCT-domain downscaling), crop, resize, flip, then the dtype/layout conversion.
+    The random choices come from one seed per image (`decode(seed=)`,
+    `decode_batch(seeds=)`): the same seeds give the same pixels, bit for bit, whatever
+    the number of threads.
 
     Args:
         size: output `(height, width)`, or an int for a square; None keeps each image's size
             (batches then need images of one size).
         mode: `RGB` (default), `L` (grey, one channel) or `RGBA`.
-        resize: `exact` (stretch), `shorter` (scale the shorter side, crop the centre) or
-            `longer` (scale the longer side, pad around).
+        resize: `exact` (stretch), `shorter` (scale the shorter side, crop the centre),
+            `longer` (scale the longer side, pad around) or `random` (torchvision's
+            `RandomResizedCrop`: a box of a random area fraction in `crop_scale` and aspect
+            ratio in `crop_ratio`, resized to `size`; needs seeds and a `size`).
         interpolation: `bilinear`, `bicubic`, `area` or `nearest`.
         exif: apply the EXIF orientation first.
         max_pixels: refuse images whose header declares more pixels (decompression bombs).
         pad_value: fill value of the padding with `resize="longer"`.
         threads: decode threads for batches (default: the CPUs available).
+        crop_scale: with `resize="random"`, the range of the box's area as a fraction of
+            the image's (default `(0.08, 1.0)`).
+        crop_ratio: with `resize="random"`, the range of the box's aspect ratio, width /
+            height, drawn log-uniformly (default `(3/4, 4/3)`).
+        hflip: probability of a horizontal flip (drawn from the seed; default 0: never).
+        layout: `HWC` (default) or `CHW`.
+        dtype: `uint8` (default), `float32` or `float16` (names or numpy dtypes); floats
+            are scaled to [0, 1].
+        mean: per-channel means on the [0, 1] scale, subtracted (float dtypes only).
+        std: per-channel standard deviations on the [0, 1] scale, divided by: the output is
+            `(x / 255 - mean) / std`, exactly as torchvision's `ToDtype(scale=True)` then
+            `Normalize` compute it in float32.
+
+    Raises:
+        ValueError: for an option out of range, or options that do not go together
+            (`crop_scale` without `resize="random"`, `mean` with uint8, …).
 
     Examples:
         >>> import io
@@ -214,6 +256,11 @@ class ImageDecoder:
         (32, 32, 3)
         >>> dec.decode_batch([buf.getvalue()] * 4).images.shape
         (4, 32, 32, 3)
+        >>> aug = ImageDecoder(24, resize="random", hflip=0.5, layout="CHW", dtype="float32",
+        ...                    mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+        >>> batch = aug.decode_batch([buf.getvalue()] * 4, seeds=[0, 1, 2, 3]).images
+        >>> batch.shape, batch.dtype.name
+        ((4, 3, 24, 24), 'float32')
     """
 
     def __init__(
@@ -221,12 +268,19 @@ class ImageDecoder:
         size: int | tuple[int, int] | None = None,
         *,
         mode: ImageMode = "RGB",
-        resize: ResizeMode = "exact",
+        resize: ImageResize = "exact",
         interpolation: Interpolation = "bilinear",
         exif: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
         pad_value: int = 0,
         threads: int | None = None,
+        crop_scale: tuple[float, float] | None = None,
+        crop_ratio: tuple[float, float] | None = None,
+        hflip: float = 0.0,
+        layout: Layout = "HWC",
+        dtype: Any = "uint8",
+        mean: float | Sequence[float] | None = None,
+        std: float | Sequence[float] | None = None,
     ) -> None:
         dims = (size, size) if isinstance(size, int) and not isinstance(size, bool) else size
         if dims is not None and (
@@ -239,8 +293,14 @@ class ImageDecoder:
             )
         if mode not in CHANNELS:
             raise ValueError(f"mode must be one of {', '.join(CHANNELS)}, got {mode!r}")
-        if resize not in RESIZE_MODES:
-            raise ValueError(f"resize must be one of {', '.join(RESIZE_MODES)}, got {resize!r}")
+        if resize not in IMAGE_RESIZE_MODES:
+            raise ValueError(
+                f"resize must be one of {', '.join(IMAGE_RESIZE_MODES)}, got {resize!r}"
+            )
+        if resize == "random" and dims is None:
+            raise ValueError("resize='random' needs an output size (size=...)")
+        if resize != "random" and (crop_scale is not None or crop_ratio is not None):
+            raise ValueError("crop_scale and crop_ratio apply to resize='random' only")
         if interpolation not in INTERPOLATIONS:
             raise ValueError(
                 f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {interpolation!r}"
@@ -249,10 +309,14 @@ class ImageDecoder:
             raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
         if not 0 <= pad_value <= 255:
             raise ValueError(f"pad_value must be in 0..255, got {pad_value!r}")
+        self.crop_scale, self.crop_ratio = check_crop(crop_scale, crop_ratio)
+        self.hflip = check_hflip(hflip)
+        #: The output conversion (dtype, layout, normalisation).
+        self.format = OutputFormat(CHANNELS[mode], dtype=dtype, layout=layout, mean=mean, std=std)
         self.size: tuple[int, int] | None = None if dims is None else (int(dims[0]), int(dims[1]))
         self.mode: ImageMode = mode
         self.channels = CHANNELS[mode]
-        self.resize: ResizeMode = resize
+        self.resize: ImageResize = resize
         self.interpolation: Interpolation = interpolation
         self.exif = exif
         self.max_pixels = max_pixels
@@ -261,13 +325,38 @@ class ImageDecoder:
 
     @property
     def output_shape(self) -> tuple[int, int, int] | None:
-        """`(height, width, channels)` of every output, or None without a fixed size."""
-        return None if self.size is None else (*self.size, self.channels)
+        """`(height, width, channels)` of every output (`(channels, height, width)` with
+        `layout="CHW"`), or None without a fixed size."""
+        return None if self.size is None else self.format.shape(*self.size)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The dtype of every output."""
+        return self.format.dtype
+
+    @property
+    def layout(self) -> Layout:
+        """`HWC` or `CHW`."""
+        return self.format.layout
+
+    @property
+    def needs_seeds(self) -> bool:
+        """True when decoding draws random choices (`resize="random"` or `hflip` > 0)."""
+        return self.resize == "random" or self.hflip > 0
 
     def __repr__(self) -> str:
+        extra = ""
+        if self.resize == "random":
+            extra += f", crop_scale={self.crop_scale}, crop_ratio={self.crop_ratio}"
+        if self.hflip:
+            extra += f", hflip={self.hflip}"
+        if self.format.converts:
+            extra += f", layout={self.layout!r}, dtype={self.dtype.name!r}"
+        if self.format.mean is not None or self.format.std is not None:
+            extra += f", mean={self.format.mean}, std={self.format.std}"
         return (
             f"ImageDecoder(size={self.size}, mode={self.mode!r}, resize={self.resize!r}, "
-            f"interpolation={self.interpolation!r}, threads={self.pool.threads})"
+            f"interpolation={self.interpolation!r}{extra}, threads={self.pool.threads})"
         )
 
     # ------------------------------------------------------------------ one image
@@ -276,20 +365,25 @@ class ImageDecoder:
         self,
         data: Buffer,
         *,
-        out: npt.NDArray[np.uint8] | None = None,
+        out: npt.NDArray[Any] | None = None,
         sample_id: str | None = None,
-    ) -> npt.NDArray[np.uint8]:
+        seed: int | None = None,
+    ) -> npt.NDArray[Any]:
         """Decode one image.
 
         Args:
             data: the encoded bytes (JPEG, PNG, WebP, GIF, BMP, TIFF, …).
-            out: write the result here (shape `output_shape`, uint8, any strides).
+            out: write the result here (shape `output_shape`, the decoder's dtype, any
+                strides).
             sample_id: named in errors.
+            seed: the image's random choices (crop box, flip); required when
+                `needs_seeds`. The same seed gives the same output as in `decode_batch`.
 
         Returns:
-            The HWC uint8 image (`out` itself when given).
+            The image, HWC (or CHW), of the decoder's dtype (`out` itself when given).
 
         Raises:
+            ValueError: for an `out` of the wrong shape or dtype, or a missing seed.
             DecodeError: corrupt, truncated or empty input.
             UnsupportedFormatError: bytes of no known image format.
             ImageTooLargeError: more pixels than `max_pixels`.
@@ -298,30 +392,71 @@ class ImageDecoder:
             want = self.output_shape
             if want is None:
                 raise ValueError("out= needs a decoder with a fixed size")
-            if out.shape != want or out.dtype != np.uint8:
-                raise ValueError(f"out must be uint8 of shape {want}, got {out.dtype} {out.shape}")
-        return self._decode(as_buffer(data, sample_id), out, sample_id)
+            if out.shape != want or out.dtype != self.dtype:
+                raise ValueError(
+                    f"out must be {self.dtype} of shape {want}, got {out.dtype} {out.shape}"
+                )
+        u = None
+        if self.needs_seeds:
+            if seed is None:
+                raise ValueError(self._seeds_needed("seed=", "decode"))
+            u = draws(check_seeds([seed], 1))[0]
+        return self._decode_one(as_buffer(data, sample_id), out, sample_id, u)
+
+    def _seeds_needed(self, arg: str, method: str) -> str:
+        what = " and ".join(
+            w for w, on in (("resize='random'", self.resize == "random"),
+                            (f"hflip={self.hflip}", self.hflip > 0)) if on
+        )  # fmt: skip
+        return (
+            f"{what} draws random choices from a seed per image: pass {arg} to {method}() "
+            "(the same seeds give the same output)"
+        )
+
+    def _decode_one(
+        self,
+        buf: Buffer,
+        out: npt.NDArray[Any] | None,
+        sid: str | None,
+        u: list[float] | None,
+    ) -> npt.NDArray[Any]:
+        """Decode, crop, resize, flip and convert one image (into `out` when given)."""
+        fmt = self.format
+        if not fmt.converts:
+            img = self._decode(buf, out, sid, u)
+            if u is not None and u[FLIP_DRAW] < self.hflip:
+                flip_inplace(img)
+            return img
+        # decoded into a per-thread uint8 array, then converted into the output
+        tmp = None if self.size is None else _scratch((*self.size, self.channels), "convert")
+        img = self._decode(buf, tmp, sid, u)
+        if u is not None and u[FLIP_DRAW] < self.hflip:
+            flip_inplace(img)
+        dst = out if out is not None else np.empty(fmt.shape(*img.shape[:2]), dtype=fmt.dtype)
+        fmt.write(img, dst)
+        return dst
 
     def _decode(
         self,
         buf: Buffer,
         out: npt.NDArray[np.uint8] | None,
         sid: str | None,
+        u: list[float] | None = None,
     ) -> npt.NDArray[np.uint8]:
         fmt = sniff(buf)
         if fmt == "jpeg":
             tj = turbojpeg()
             if tj is not None:
-                return self._jpeg(tj, buf, out, sid)
+                return self._jpeg(tj, buf, out, sid, u)
             warn_slow_path("JPEG decoding", "libjpeg-turbo (PyTurboJPEG + libturbojpeg)")
         elif fmt == "png" and not self.exif:
             hdr = png_header(buf)
             if hdr is not None and hdr[2] == 8 and hdr[3] in _SPNG_CHANNELS:
                 ic = imagecodecs()
                 if ic is not None:
-                    return self._png(ic, buf, hdr, out, sid)
+                    return self._png(ic, buf, hdr, out, sid, u)
                 warn_slow_path("PNG decoding", "imagecodecs (libspng)")
-        return self._pillow(buf, fmt, out, sid)
+        return self._pillow(buf, fmt, out, sid, u)
 
     def _check_pixels(self, w: int, h: int, sid: str | None, fmt: str | None) -> None:
         if w <= 0 or h <= 0:
@@ -340,6 +475,15 @@ class ImageDecoder:
 
     def _target(self, h: int, w: int) -> tuple[int, int]:
         return self.size if self.size is not None else (h, w)
+
+    def _geometry(self, h: int, w: int, th: int, tw: int, u: list[float] | None) -> Geometry:
+        """Where an `h` x `w` source goes in the `th` x `tw` output (a random box for
+        `resize="random"`, drawn from `u`)."""
+        if self.resize == "random":
+            assert u is not None  # decode and decode_batch insist on seeds
+            y0, y1, x0, x1 = crop_box(h, w, u, self.crop_scale, self.crop_ratio)
+            return Geometry(y0, y1, x0, x1, th, tw, 0, 0)
+        return geometry(h, w, th, tw, self.resize)
 
     def _output(self, out: npt.NDArray[np.uint8] | None, th: int, tw: int) -> npt.NDArray[np.uint8]:
         if out is None:
@@ -370,16 +514,17 @@ class ImageDecoder:
         buf: Buffer,
         out: npt.NDArray[np.uint8] | None,
         sid: str | None,
+        u: list[float] | None = None,
     ) -> npt.NDArray[np.uint8]:
         data = buf if isinstance(buf, bytes) else bytes(buf)
         w, h, colorspace = _jpeg_header(tj, data, sid)
         self._check_pixels(w, h, sid, "jpeg")
         if colorspace in (COLORSPACE_CMYK, COLORSPACE_YCCK):
-            return self._pillow(buf, "jpeg", out, sid)  # Pillow knows Adobe's inverted CMYK
+            return self._pillow(buf, "jpeg", out, sid, u)  # Pillow knows Adobe's inverted CMYK
         orientation = jpeg_orientation(data) if self.exif else 1
         oh, ow = (w, h) if orientation >= 5 else (h, w)
         th, tw = self._target(oh, ow)
-        geo = geometry(oh, ow, th, tw, self.resize)
+        geo = self._geometry(oh, ow, th, tw, u)
         num, den = dct_scale(*geo.box_shape, geo.height, geo.width)
         sh, sw = -(-h * num // den), -(-w * num // den)  # libjpeg's scaled size
         result = self._output(out, th, tw)
@@ -411,11 +556,12 @@ class ImageDecoder:
         hdr: tuple[int, int, int, int],
         out: npt.NDArray[np.uint8] | None,
         sid: str | None,
+        u: list[float] | None = None,
     ) -> npt.NDArray[np.uint8]:
         w, h, _depth, color = hdr
         self._check_pixels(w, h, sid, "png")
         th, tw = self._target(h, w)
-        geo = geometry(h, w, th, tw, self.resize)
+        geo = self._geometry(h, w, th, tw, u)
         result = self._output(out, th, tw)
         src_channels = _SPNG_CHANNELS[color]
         try:
@@ -444,6 +590,7 @@ class ImageDecoder:
         fmt: str | None,
         out: npt.NDArray[np.uint8] | None,
         sid: str | None,
+        u: list[float] | None = None,
     ) -> npt.NDArray[np.uint8]:
         from PIL import ImageOps
 
@@ -456,7 +603,7 @@ class ImageDecoder:
                 im = ImageOps.exif_transpose(im)
             oh, ow = im.size[1], im.size[0]
             th, tw = self._target(oh, ow)
-            geo = geometry(oh, ow, th, tw, self.resize)
+            geo = self._geometry(oh, ow, th, tw, u)
             if (
                 fmt == "jpeg"
                 and (num_den := dct_scale(*geo.box_shape, geo.height, geo.width))[1] > 1
@@ -499,24 +646,30 @@ class ImageDecoder:
         self,
         items: Sequence[Buffer],
         *,
-        out: npt.NDArray[np.uint8] | None = None,
+        out: npt.NDArray[Any] | None = None,
         sample_ids: Sequence[str] | None = None,
         on_error: OnError = "raise",
         meanwhile: Callable[[], None] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> DecodedBatch:
-        """Decode many images into one NHWC array on the thread pool.
+        """Decode many images into one NHWC (or NCHW) array on the thread pool.
 
         Args:
             items: encoded images.
-            out: an NHWC uint8 array of shape `(len(items), *output_shape)` to fill.
+            out: an array of the decoder's dtype and shape `(len(items), *output_shape)`
+                to fill.
             sample_ids: names for errors, one per item.
             on_error: `raise` the first error (by index), or `skip` (zero-fill, report in
                 the result) or `warn` (skip and log a warning per failed image).
             meanwhile: work for the calling thread to do while the pool's other threads
                 start decoding (a loader reads its next batch there); it runs once.
+            seeds: one int per item for its random choices (crop box, flip); required
+                when `needs_seeds`. Item i's output depends on its bytes and `seeds[i]`
+                only: the same whatever the batch, its order or the number of threads.
 
         Raises:
-            ValueError: without a fixed `size`, or for an `out` of the wrong shape.
+            ValueError: without a fixed `size`, for an `out` of the wrong shape or dtype,
+                or without `seeds` when they are needed.
             DecodeError: with `on_error="raise"`, the error of the first failed image.
         """
         shape = self.output_shape
@@ -527,15 +680,23 @@ class ImageDecoder:
         n = len(items)
         if sample_ids is not None and len(sample_ids) != n:
             raise ValueError(f"{len(sample_ids)} sample_ids for {n} items")
+        uniforms: list[list[float]] | None = None
+        if self.needs_seeds:
+            if seeds is None:
+                raise ValueError(self._seeds_needed("seeds=", "decode_batch"))
+            uniforms = draws(check_seeds(seeds, n))
+        elif seeds is not None and len(seeds) != n:
+            raise ValueError(f"{len(seeds)} seeds for {n} items")
         if out is None:
-            out = np.empty((n, *shape), dtype=np.uint8)
-        elif out.shape != (n, *shape) or out.dtype != np.uint8:
+            out = np.empty((n, *shape), dtype=self.dtype)
+        elif out.shape != (n, *shape) or out.dtype != self.dtype:
             raise ValueError(
-                f"out must be uint8 of shape {(n, *shape)}, got {out.dtype} {out.shape}"
+                f"out must be {self.dtype} of shape {(n, *shape)}, got {out.dtype} {out.shape}"
             )
         errors: list[DecodeError | None] = [None] * n
-        decode = self._decode
-        fast = self._same_size_png()
+        plain = uniforms is None and not self.format.converts
+        decode = self._decode if plain else self._decode_one
+        fast = self._same_size_png() if plain else None
         grey = self.channels == 1
 
         def one(i: int) -> None:
@@ -544,7 +705,7 @@ class ImageDecoder:
                 return
             sid = sample_ids[i] if sample_ids is not None else None
             try:
-                decode(as_buffer(item, sid), out[i], sid)
+                decode(as_buffer(item, sid), out[i], sid, None if uniforms is None else uniforms[i])
             except DecodeError as exc:
                 errors[i] = exc
                 out[i] = 0
@@ -567,7 +728,7 @@ class ImageDecoder:
         about 7 µs more, all of it holding the GIL, which keeps two threads from scaling.
         This path checks the header with one `struct` call and decodes straight into the
         batch; anything else (or any failure) takes the general path, which also reports
-        the errors.
+        the errors. Decoders that augment or convert their output do not take it.
         """
         ic = imagecodecs()
         if ic is None or self.size is None or self.exif:
