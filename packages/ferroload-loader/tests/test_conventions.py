@@ -120,9 +120,13 @@ def test_map_style_dataloader_passes_follow_the_sampler(uri: str) -> None:
     assert flat(dl) == epoch_order(uri, 2)  # the cut pass was epoch 2: replayed whole
 
 
-def test_iterable_dataloader_passes(uri: str) -> None:
+@pytest.mark.parametrize("persistent", [False, True])
+def test_iterable_dataloader_passes(uri: str, persistent: bool) -> None:
     ds = FerroIterableDataset(uri, batch_size=B, seed=3, **OPTS)
-    dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    dl = DataLoader(
+        ds, batch_size=None, num_workers=2, multiprocessing_context="fork",
+        persistent_workers=persistent,
+    )  # fmt: skip
     assert len(dl) == N // B
     assert flat(dl) == epoch_order(uri, 0)
     assert flat(dl) == epoch_order(uri, 1)  # workers moved to the next epoch together
