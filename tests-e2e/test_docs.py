@@ -157,6 +157,10 @@ DOCTEST_PACKAGES = (
     "ferroload_convert",
     "ferroload_catalog",
     "ferroload",
+    "ferroload.codec",
+    "ferroload.loader",
+    "ferroload.loader.torch",
+    "ferroload.loader.lightning",
 )
 
 # Runs in a child interpreter: python -c RUNNER <package>. Collects the examples of the

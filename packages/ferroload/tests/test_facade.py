@@ -212,3 +212,41 @@ def test_demo_images_are_deterministic(seed: int) -> None:
         "square",
         "triangle",
     }
+
+
+def _python(code: str) -> str:
+    """Run `code` in a fresh interpreter (a plain `import ferroload`, nothing imported
+    before it) and return what it prints."""
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_codec_and_loader_are_lazy_attributes_of_a_plain_import() -> None:
+    code = (
+        "import sys, ferroload\n"
+        "print(sorted(m for m in ('ferroload.codec', 'ferroload.loader', 'torch', 'lightning')"
+        " if m in sys.modules))\n"
+        "print('codec' in dir(ferroload), 'loader' in dir(ferroload))\n"
+        "print(ferroload.codec.decode_image is ferroload.codec.ferroload_codec.decode_image)\n"
+        "print(ferroload.loader.make_loader is ferroload.make_loader)\n"
+        "print(sys.modules['ferroload.loader'] is ferroload.loader, "
+        "sys.modules['ferroload.codec'] is ferroload.codec)\n"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+    )
+    assert _python(code).splitlines() == [
+        "[]",  # nothing lazy is imported by `import ferroload`
+        "True True",
+        "True",
+        "True",
+        "True True",
+        "[]",  # `ferroload.loader` does not import torch either
+    ]
+
+
+def test_unknown_attribute_of_the_facade_raises_attribute_error() -> None:
+    with pytest.raises(AttributeError, match=r"module 'ferroload' has no attribute 'lodaer'"):
+        ferroload.lodaer  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(ferroload, "torch")

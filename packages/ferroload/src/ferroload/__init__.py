@@ -1,9 +1,12 @@
 """ferroload: a fast, cloud-native dataset format and runtime for ML training.
 
-The user-facing facade: it re-exports the public API of the ferroload packages;
-`ferroload.codec` is the codec package (`ferroload.codec.decode_image`, …) and
-`ferroload.loader` the loader's, with its torch and Lightning adapters
-(`ferroload.loader.FerroTorchDataset`, imported only when used).
+The user-facing facade: it re-exports the public API of the ferroload packages.
+Two submodules are attributes of `ferroload`, imported on first use (so that
+`import ferroload` stays light): `ferroload.codec`, the codec package
+(`ferroload.codec.decode_image`, …), and `ferroload.loader`, the loader's, with its
+torch and Lightning adapters (`ferroload.loader.FerroTorchDataset`, and the submodules
+`ferroload.loader.torch` and `ferroload.loader.lightning`); importing `ferroload` never
+imports torch.
 
     >>> import ferroload
     >>> w = ferroload.Writer("memory://docs/facade", "demo")
@@ -16,7 +19,10 @@ The user-facing facade: it re-exports the public API of the ferroload packages;
     [0]
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ferroload_codec import (
     CodecUnavailableError,
@@ -105,6 +111,10 @@ from ferroload_store import (
     UnsupportedOperationError,
     open_store,
 )
+
+if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
+    from ferroload import codec as codec
+    from ferroload import loader as loader
 
 try:
     __version__ = version("ferroload")
@@ -195,3 +205,22 @@ __all__ = [
     "mix",
     "open_store",
 ]
+
+#: Submodules that are attributes of `ferroload`, imported on first access.
+_SUBMODULES = ("codec", "loader")
+
+
+def _lazy_submodule(name: str) -> ModuleType:
+    """The module-level `__getattr__` (PEP 562): `ferroload.codec` and `ferroload.loader`,
+    imported on first access."""
+    if name not in _SUBMODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SUBMODULES})
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above: a typo stays an error for them
+    __getattr__ = _lazy_submodule

@@ -1,8 +1,12 @@
 """`ferroload.loader`: the loader package, with its torch and Lightning adapters.
 
-`make_loader`, `Sampler`, `mix` and the rest of `ferroload_loader` are here; the adapters
-that need torch or Lightning (`FerroTorchDataset`, `FerroIterableDataset`,
-`FerroDataModule`, `LightningLoader`) are imported on first use, so that importing
+`make_loader`, `Sampler`, `mix` and the rest of `ferroload_loader` are here. The adapters
+that need torch or Lightning are the submodules `ferroload.loader.torch`
+(`FerroTorchDataset`, `FerroIterableDataset`; the `ferroload_loader.torch` module) and
+`ferroload.loader.lightning` (`FerroDataModule`, `LightningLoader`; the
+`ferroload_loader.lightning` module). They are imported on first use, whether imported
+(`from ferroload.loader.lightning import FerroDataModule`) or reached as attributes
+(`ferroload.loader.FerroTorchDataset`, `ferroload.loader.torch`), so that importing
 `ferroload` never imports torch.
 
     >>> import ferroload.loader
@@ -13,11 +17,22 @@ that need torch or Lightning (`FerroTorchDataset`, `FerroIterableDataset`,
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ferroload_loader
 from ferroload_loader import *  # noqa: F403  (the whole public API, by design)
 
+if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
+    from ferroload.loader import lightning as lightning
+    from ferroload.loader import torch as torch
+    from ferroload_loader.lightning import FerroDataModule as FerroDataModule
+    from ferroload_loader.lightning import LightningLoader as LightningLoader
+    from ferroload_loader.torch import FerroIterableDataset as FerroIterableDataset
+    from ferroload_loader.torch import FerroTorchDataset as FerroTorchDataset
+
+#: Submodules imported on first access (they import torch or Lightning).
+_SUBMODULES = ("lightning", "torch")
+#: Adapter classes imported on first access, and the module each comes from.
 _LAZY = {
     "FerroTorchDataset": "ferroload_loader.torch",
     "FerroIterableDataset": "ferroload_loader.torch",
@@ -28,8 +43,20 @@ _LAZY = {
 __all__ = [*ferroload_loader.__all__, *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
+def _lazy_attribute(name: str) -> object:
+    """The module-level `__getattr__` (PEP 562): an adapter submodule or class, imported
+    on first access."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'ferroload.loader' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above: a typo stays an error for them
+    __getattr__ = _lazy_attribute

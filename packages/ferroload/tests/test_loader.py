@@ -1,0 +1,84 @@
+"""`ferroload.loader`: the loader package, its adapters imported only on first use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import ferroload.loader
+import ferroload_loader
+
+
+def _python(code: str) -> list[str]:
+    """The lines `code` prints in a fresh interpreter."""
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().splitlines()
+
+
+def test_loader_reexports_the_loader_package() -> None:
+    for name in ferroload_loader.__all__:
+        assert getattr(ferroload.loader, name) is getattr(ferroload_loader, name)
+    listed = dir(ferroload.loader)
+    for name in ("make_loader", "FerroTorchDataset", "FerroDataModule", "torch", "lightning"):
+        assert name in listed
+    with pytest.raises(AttributeError, match=r"module 'ferroload.loader' has no attribute 'nope'"):
+        ferroload.loader.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_import_loader_imports_no_adapter() -> None:
+    code = (
+        "import sys, ferroload.loader\n"
+        "print(sorted(m for m in sys.modules if m in {'torch', 'lightning'} "
+        "or m.startswith(('ferroload.loader.', 'ferroload_loader.'))"
+        " and not m.startswith('ferroload_loader._')))\n"
+    )
+    assert _python(code) == ["[]"]
+
+
+def test_torch_submodule() -> None:
+    pytest.importorskip("torch", reason="ferroload.loader.torch needs the torch extra")
+    import ferroload.loader.torch
+    import ferroload_loader.torch
+    from ferroload.loader.torch import FerroIterableDataset, FerroTorchDataset
+
+    assert FerroTorchDataset is ferroload_loader.torch.FerroTorchDataset
+    assert FerroIterableDataset is ferroload_loader.torch.FerroIterableDataset
+    assert ferroload.loader.torch.__all__ == ferroload_loader.torch.__all__
+    for name in ferroload_loader.torch.__all__:
+        assert getattr(ferroload.loader.torch, name) is getattr(ferroload_loader.torch, name)
+    assert ferroload.loader.FerroTorchDataset is FerroTorchDataset
+    # reached as an attribute, without importing it first
+    code = (
+        "import sys, ferroload\n"
+        "print('torch' in sys.modules)\n"
+        "print(ferroload.loader.torch.__name__, ferroload.loader.torch.FerroTorchDataset.__module__)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    assert _python(code) == ["False", "ferroload.loader.torch ferroload_loader.torch", "True"]
+
+
+def test_lightning_submodule() -> None:
+    pytest.importorskip("lightning", reason="ferroload.loader.lightning needs the lightning extra")
+    import ferroload.loader.lightning
+    import ferroload_loader.lightning
+    from ferroload.loader.lightning import FerroDataModule, LightningLoader
+
+    assert FerroDataModule is ferroload_loader.lightning.FerroDataModule
+    assert LightningLoader is ferroload_loader.lightning.LightningLoader
+    assert ferroload.loader.lightning.__all__ == ferroload_loader.lightning.__all__
+    for name in ferroload_loader.lightning.__all__:
+        assert getattr(ferroload.loader.lightning, name) is getattr(
+            ferroload_loader.lightning, name
+        )
+    assert ferroload.loader.FerroDataModule is FerroDataModule
+    code = (
+        "import ferroload.loader.lightning as m\n"
+        "from ferroload.loader.lightning import FerroDataModule\n"
+        "print(m.__name__, FerroDataModule.__module__)\n"
+    )
+    assert _python(code) == ["ferroload.loader.lightning ferroload_loader.lightning"]
