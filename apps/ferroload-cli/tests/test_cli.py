@@ -197,6 +197,26 @@ def test_sql_refuses(dataset: str, query: str, words: str) -> None:
     assert words in one_error_line(run("sql", dataset, query))
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sql", "SELECT sample_id FROM samples WHERE lable = 1"),
+        ("subset", "OUT", "--where", "lable = 1"),
+    ],
+    ids=["sql", "subset"],
+)
+def test_a_typo_in_a_column_lists_the_datasets_columns(
+    dataset: str, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    command, *rest = (str(tmp_path / "out") if a == "OUT" else a for a in args)
+    line = one_error_line(run(command, dataset, *rest))
+    assert 'Referenced column "lable" not found' in line
+    assert "Did you mean 'label'?" in line
+    assert "The dataset's columns are sample_id, shard, image, label, caption, double." in line
+    assert "_ferroload" not in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_verify(dataset: str, tmp_path: Path) -> None:
     report = ok_json("verify", dataset)
     assert report["ok"] is True and report["problems"] == []

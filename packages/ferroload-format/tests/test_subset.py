@@ -166,3 +166,76 @@ def test_sql_refuses(local_uri: str, write: WriteFn, query: str, error: type, wo
     ds = write(local_uri, 3)
     with pytest.raises(error, match=words):
         ds.sql(query)
+
+
+def _with_layer(uri: str, write: WriteFn) -> Dataset:
+    """`write`'s dataset (label, caption, score) with a layer column `brightness`."""
+    import pyarrow as pa
+
+    from ferroload_format import LayerWriter
+
+    ds = write(uri, 6)
+    lw = LayerWriter(ds, "stats", identity="v1", columns={"brightness": pa.float64()})
+    lw.write_partition(0, np.arange(6), {"brightness": [0.5] * 6}, {})
+    return lw.commit(1)
+
+
+#: A typo in a column name, through each door that runs a clause or a query.
+TYPOS = {
+    "subset": lambda ds: ds.subset("lable = 1"),
+    "subset of a view": lambda ds: ds.subset("label < 3").subset("score > 0 AND lable = 1"),
+    "indices": lambda ds: ds.subset("lable = 1", return_indices=True),
+    "sql": lambda ds: ds.sql("SELECT sample_id FROM samples WHERE lable = 1"),
+}
+
+
+@pytest.mark.parametrize("door", sorted(TYPOS))
+def test_unknown_column_lists_the_datasets_own_columns(
+    local_uri: str, write: WriteFn, door: str
+) -> None:
+    ds = _with_layer(local_uri, write)
+    with pytest.raises(QueryError) as info:
+        TYPOS[door](ds)
+    message = str(info.value)
+    first = message.splitlines()[0]  # what the CLI prints
+    assert 'Referenced column "lable" not found' in first
+    assert "Did you mean 'label'?" in first
+    assert (
+        "The dataset's columns are sample_id, shard, image, label, caption, score, brightness."
+        in first
+    )
+    assert "_ferroload" not in message  # no internal column, as a candidate or in context
+    assert "Candidate bindings" not in message  # DuckDB's: only the columns it was given
+    assert info.value.uri == ds.uri
+
+
+def test_where_errors_point_into_the_clause(local_uri: str, write: WriteFn) -> None:
+    ds = write(local_uri, 3)
+    with pytest.raises(QueryError) as info:
+        ds.subset("label = 1 AND\nscroe > 0")
+    message = str(info.value)
+    # the clause's own second line, with DuckDB's caret under the unknown name
+    assert message.endswith("\n\nLINE 2: scroe > 0\n        ^^^^^")
+    assert "Did you mean 'score'?" in message
+    # an unfinished clause: DuckDB's pointer would show the query wrapped around it
+    with pytest.raises(QueryError) as info:
+        ds.subset("label =")
+    assert str(info.value) == (
+        "invalid WHERE clause 'label =': Parser Error: syntax error at the end of the clause"
+    )
+
+
+def test_a_column_named_like_the_internal_positions_cannot_shadow_them(
+    local_uri: str,
+) -> None:
+    with Writer(local_uri, "t") as w:
+        for i in range(4):
+            w.add(f"s{i}", None, {"label": i, "__ferroload_position": 7})
+    ds = Dataset.open(local_uri)
+    assert ds.subset("label >= 2", return_indices=True).tolist() == [2, 3]
+    assert ds.subset("__ferroload_position = 7 AND label = 1", return_indices=True).tolist() == [1]
+    # writers refuse `_ferroload…` names; an index written elsewhere may still hold one
+    from ferroload_format._query import _position_column
+
+    assert _position_column(["label", "__ferroload_position"]) == "_ferroload_position"
+    assert _position_column(["label", "_FERROLOAD_Position"]) == "__ferroload_position"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import re
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import duckdb
@@ -15,7 +17,18 @@ from ferroload_format._index import IndexColumns, arrow_array
 
 TABLE = "samples"
 T = TypeVar("T")
-_POS = "__ferroload_position"
+#: The column of row positions a WHERE clause selects: it starts with the reserved prefix
+#: (`_names.RESERVED_PREFIX`), and `_position_column` steps aside from any index column
+#: that takes it all the same (a dataset written elsewhere), so none can shadow it.
+_POS = "_ferroload_position"
+#: At most this many of the dataset's columns are listed in an error.
+_MAX_LISTED_COLUMNS = 50
+#: DuckDB's pointer into the query: `LINE n: <text>` and a caret line under it.
+_CONTEXT = re.compile(r"\n+LINE (\d+): ([^\n]*)\n( *)(\^+)\s*\Z")
+#: DuckDB's own list of columns, made from the table it was given: ours is the dataset's.
+_CANDIDATES = re.compile(r"\n?Candidate bindings: [^\n]*")
+_MISSING_COLUMN = re.compile(r'(?:Referenced column|does not have a column named) "((?:[^"]|"")*)"')
+_SYNTAX_ERROR_NEAR = re.compile(r'syntax error at or near "(?:[^"]|"")*"')
 
 
 def sandboxed_connection() -> duckdb.DuckDBPyConnection:
@@ -73,20 +86,25 @@ def where_positions(
             "second statement",
             uri=uri,
         )
-    query = f"SELECT {_POS} FROM {TABLE} WHERE (\n{where}\n) ORDER BY {_POS}"
+    columns = index.column_names
+    pos = _position_column(columns)
+    query = f"SELECT {pos} FROM {TABLE} WHERE (\n{where}\n) ORDER BY {pos}"
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
-        raise QueryError(f"invalid WHERE clause {where!r}: {exc}", uri=uri) from exc
+        raise QueryError(
+            f"invalid WHERE clause {where!r}: {describe_error(exc, columns, where=where)}",
+            uri=uri,
+        ) from exc
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         raise UnsafeQueryError(
             f"the WHERE clause {where!r} must be a single condition; it makes "
             f"{len(statements)} statements",
             uri=uri,
         )
-    table = _index_table(index, rows, referenced_columns(tokens, index.column_names))
-    result = _run(table, lambda con: con.execute(query).fetchnumpy()[_POS], uri=uri,
-                  what=f"the WHERE clause {where!r}")  # fmt: skip
+    table = _index_table(index, rows, referenced_columns(tokens, columns), positions=pos)
+    result = _run(table, lambda con: con.execute(query).fetchnumpy()[pos], uri=uri,
+                  what=f"the WHERE clause {where!r}", columns=columns, where=where)  # fmt: skip
     return np.asarray(result, dtype=np.int64)
 
 
@@ -102,10 +120,11 @@ def select(
     """
     if not isinstance(query, str) or not query.strip():
         raise QueryError(f"the query must be a non-empty string, got {query!r}", uri=uri)
+    columns = index.column_names
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
-        raise QueryError(f"invalid query: {exc}", uri=uri) from exc
+        raise QueryError(f"invalid query: {describe_error(exc, columns)}", uri=uri) from exc
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         kind = f" of type {statements[0].type.name}" if len(statements) == 1 else ""
         raise UnsafeQueryError(
@@ -114,10 +133,60 @@ def select(
             uri=uri,
         )
     # every column: a SELECT may name them in ways a token scan cannot see (*, COLUMNS(...))
-    table = _index_table(index, rows, index.column_names, positions=False)
+    table = _index_table(index, rows, columns)
     result: pa.Table = _run(table, lambda con: con.sql(query).to_arrow_table(), uri=uri,
-                            what="the query")  # fmt: skip
+                            what="the query", columns=columns)  # fmt: skip
     return result
+
+
+def _position_column(columns: Sequence[str]) -> str:
+    """The name of the positions column: `_POS`, unless an index column takes it (DuckDB
+    compares names without case), then `_POS` with more leading underscores."""
+    taken = {c.lower() for c in columns}
+    name = _POS
+    while name in taken:
+        name = "_" + name
+    return name
+
+
+def describe_error(exc: duckdb.Error, columns: Sequence[str], *, where: str | None = None) -> str:
+    """DuckDB's message for `exc`, told in the dataset's terms.
+
+    An unknown column is followed, on the same line (the CLI shows the first line), by the
+    closest and all of the dataset's own `columns`: DuckDB's "Candidate bindings" name the
+    columns of the table it was given, which for a WHERE clause are the few it loads and
+    the internal positions column. For a WHERE clause (`where`), the `LINE n:` pointer
+    counts the clause's own lines, and is dropped where it points into the query wrapped
+    around the clause.
+    """
+    text = _CANDIDATES.sub("", str(exc))
+    context = ""
+    pointer = _CONTEXT.search(text)
+    if pointer is not None:
+        text, context = text[: pointer.start()], pointer.group(0)
+        if where is not None:
+            line, shown, indent, carets = pointer.groups()
+            own = int(line) - 1  # the clause starts on the query's second line
+            if 1 <= own <= where.count("\n") + 1:
+                width = len(f"LINE {own}: ") - len(f"LINE {line}: ")
+                context = f"\n\nLINE {own}: {shown}\n{' ' * max(0, len(indent) + width)}{carets}"
+            else:
+                context = ""
+                if own > 0:  # past the clause's end: DuckDB names the query's `)`
+                    text = _SYNTAX_ERROR_NEAR.sub("syntax error at the end of the clause", text)
+    missing = _MISSING_COLUMN.search(text)
+    if missing is not None:
+        name = missing.group(1).replace('""', '"')
+        by_lower = {c.lower(): c for c in columns}
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+        hint = f"Did you mean {by_lower[close[0]]!r}? " if close else ""
+        listed = ", ".join(columns[:_MAX_LISTED_COLUMNS])
+        if len(columns) > _MAX_LISTED_COLUMNS:
+            listed += f", … ({len(columns) - _MAX_LISTED_COLUMNS} more)"
+        end = text.find("\n", missing.end())  # the end of DuckDB's line
+        end = len(text.rstrip()) if end < 0 else end
+        text = f"{text[:end]} {hint}The dataset's columns are {listed}.{text[end:]}"
+    return text + context
 
 
 def _index_table(
@@ -125,32 +194,41 @@ def _index_table(
     rows: npt.NDArray[np.int64] | None,
     names: list[str],
     *,
-    positions: bool = True,
+    positions: str | None = None,
 ) -> pa.Table:
     """The index columns `names` of `rows` (all rows when None) as the table a query reads,
-    with a column of positions first unless `positions` is False."""
+    with a column of positions named `positions` first unless it is None."""
     n = index.manifest.num_samples if rows is None else len(rows)
     take = None if rows is None else arrow_array(rows)
     columns = {k: (v if take is None else v.take(take)) for k, v in index.columns(names).items()}
-    if positions:
-        columns = {_POS: arrow_array(np.arange(n, dtype=np.int64)), **columns}
+    if positions is not None:
+        columns = {positions: arrow_array(np.arange(n, dtype=np.int64)), **columns}
     return pa.table(columns)
 
 
 def _run(
-    table: pa.Table, fetch: Callable[[duckdb.DuckDBPyConnection], T], *, uri: str, what: str
+    table: pa.Table,
+    fetch: Callable[[duckdb.DuckDBPyConnection], T],
+    *,
+    uri: str,
+    what: str,
+    columns: Sequence[str],
+    where: str | None = None,
 ) -> T:
     """`fetch(con)` on a sandboxed connection where `table` is `samples`; DuckDB's errors
-    become ours, naming `what`."""
+    become ours, naming `what` and told in terms of the dataset's `columns` (and of the
+    WHERE clause `where`, if that is what runs: see `describe_error`)."""
     con = sandboxed_connection()
     try:
         con.register(TABLE, table)
         return fetch(con)
     except duckdb.PermissionException as exc:
+        message = describe_error(exc, columns, where=where)
         raise UnsafeQueryError(
-            f"{what} tries to reach outside the dataset's index: {exc}", uri=uri
+            f"{what} tries to reach outside the dataset's index: {message}", uri=uri
         ) from exc
     except duckdb.Error as exc:
-        raise QueryError(f"DuckDB cannot evaluate {what}: {exc}", uri=uri) from exc
+        message = describe_error(exc, columns, where=where)
+        raise QueryError(f"DuckDB cannot evaluate {what}: {message}", uri=uri) from exc
     finally:
         con.close()
