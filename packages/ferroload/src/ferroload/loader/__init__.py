@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
     from ferroload.loader import torch as torch
     from ferroload_loader.lightning import FerroDataModule as FerroDataModule
     from ferroload_loader.lightning import LightningLoader as LightningLoader
+    from ferroload_loader.torch import FerroBatch as FerroBatch
     from ferroload_loader.torch import FerroIterableDataset as FerroIterableDataset
     from ferroload_loader.torch import FerroTorchDataset as FerroTorchDataset
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
 _SUBMODULES = ("lightning", "torch")
 #: Adapter classes imported on first access, and the module each comes from.
 _LAZY = {
+    "FerroBatch": "ferroload_loader.torch",
     "FerroTorchDataset": "ferroload_loader.torch",
     "FerroIterableDataset": "ferroload_loader.torch",
     "FerroDataModule": "ferroload_loader.lightning",
