@@ -247,7 +247,7 @@ except ImportError as e:
     [
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"out": "jax"}, ValueError, "out"),
-        ({"crop": "random"}, ValueError, "crop"),
+        ({"crop": "sideways"}, ValueError, "crop"),
         ({"on_error": "ignore"}, ValueError, "on_error"),
         ({"resize": None}, ValueError, "needs an output size"),
         ({"images": ["nope"]}, ColumnNotFoundError, "no modality 'nope'"),

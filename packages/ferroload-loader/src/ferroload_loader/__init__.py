@@ -7,6 +7,9 @@
   of ranks, threads or worker processes; ranks get equal shares; exact mid-epoch resume,
   also under another world size.
 - `mix(sources, weights)`: weighted mixing of datasets, deterministic and resumable.
+- `RandomResizedCrop` (`make_loader(crop=...)`), with `hflip`, `layout`, `dtype` and
+  `normalize`: seeded augmentation and model-ready image tensors, made in the decode
+  threads.
 - `ferroload_loader.torch` (extra `torch`) and `ferroload_loader.lightning` (extra
   `lightning`) adapt it to `torch.utils.data` and Lightning; importing this package
   imports neither.
@@ -14,6 +17,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ferroload_loader._augment import RandomResizedCrop
 from ferroload_loader._loader import DEFAULT_PREFETCH_BYTES, FerroLoader, LoaderStats, make_loader
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER, SHUFFLE_RAMP_START, locality
 from ferroload_loader._sampler import Sampler
@@ -31,6 +35,7 @@ __all__ = [
     "FerroLoader",
     "LoaderStats",
     "Mixture",
+    "RandomResizedCrop",
     "Sampler",
     "__version__",
     "locality",

@@ -18,8 +18,9 @@ _MASK64 = (1 << 64) - 1
 
 
 def item_seeds(seed: int, epoch: int, items: npt.NDArray[np.int64]) -> list[int]:
-    """A seed per item for its random choices (audio crops, video clips): a pure function
-    of (seed, epoch, item), so an item gets the same crop whoever decodes it."""
+    """A seed per item for its random choices (image crops and flips, audio crops, video
+    clips, a transform's generator): a pure function of (seed, epoch, item), so an item
+    gets the same crop whoever decodes it."""
     x = (np.asarray(items, dtype=np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) & _MASK64)) ^ (
         np.uint64((epoch * 0xBF58476D1CE4E5B9) & _MASK64)
     )
@@ -83,15 +84,19 @@ def finish_batch(
     if leftover is not None:
         leftover()
     columns: dict[str, Any] = {"sample_id": batch.sample_ids, **batch.columns}
-    if batch.ok.all():
-        return columns, []
-    if on_error == "raise":
-        raise batch.errors[0]
-    keep = np.flatnonzero(batch.ok)
-    if on_error == "warn":
-        for err in batch.errors:
-            logger.warning("left a sample out of its batch: %s", err)
-    return {k: _take(v, keep) for k, v in columns.items()}, list(batch.errors)
+    errors: list[Any] = []
+    if not batch.ok.all():
+        if on_error == "raise":
+            raise batch.errors[0]
+        keep = np.flatnonzero(batch.ok)
+        if on_error == "warn":
+            for err in batch.errors:
+                logger.warning("left a sample out of its batch: %s", err)
+        columns = {k: _take(v, keep) for k, v in columns.items()}
+        errors = list(batch.errors)
+    for f in fields:
+        f.finish(columns)
+    return columns, errors
 
 
 def build_batch(

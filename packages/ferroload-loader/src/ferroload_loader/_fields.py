@@ -16,13 +16,13 @@ import pyarrow.compute as pc
 from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video
 from ferroload_codec._pool import DecodePool
 from ferroload_format import ColumnNotFoundError, Dataset, arrow_array, numpy_column
+from ferroload_loader._augment import Layout, Normalize, RandomResizedCrop, image_options
 from ferroload_loader._source import ResolvedSource
 
 logger = logging.getLogger(__name__)
 
 OnError = Literal["raise", "skip", "warn"]
-Crop = Literal["center", "pad"] | None
-_CROPS: dict[str | None, str] = {None: "exact", "center": "shorter", "pad": "longer"}
+Crop = Literal["center", "pad", "random"] | RandomResizedCrop | None
 ColumnSpec = Sequence[str] | Mapping[str, Mapping[str, Any]]
 
 
@@ -88,6 +88,11 @@ class Field(abc.ABC):
     def fill(self, batch: BatchState) -> None:
         """The decoding half: turn what `prepare` fetched into `batch.columns` entries."""
 
+    def finish(self, columns: dict[str, Any]) -> None:
+        """Last touches to the finished batch's columns (failed items already left out);
+        none by default."""
+        return
+
 
 class _DecodedField(Field):
     """A modality decoded into one fixed-shape array per item, with a presence mask."""
@@ -127,23 +132,40 @@ class _DecodedField(Field):
 
 
 class ImageField(_DecodedField):
-    """An image modality decoded to uint8 NHWC."""
+    """An image modality decoded to NHWC (or NCHW) of the decoder's dtype, with the
+    random choices of each item drawn from its seed; `torch_dtype="bfloat16"` converts
+    the finished (float32) batch to a bfloat16 tensor."""
 
-    def __init__(self, name: str, decoder: ImageDecoder) -> None:
+    def __init__(self, name: str, decoder: ImageDecoder, torch_dtype: str | None = None) -> None:
         self.name = name
         self.decoder = decoder
         assert decoder.output_shape is not None
         self.shape = decoder.output_shape
+        self.dtype = decoder.dtype
+        self.torch_dtype = torch_dtype
+
+    def item_bytes(self) -> int:
+        size = int(np.prod(self.shape))
+        return size * (2 if self.torch_dtype == "bfloat16" else int(self.dtype.itemsize))
 
     def decode(
         self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
     ) -> None:
-        ids = [batch.sample_ids[i] for i in slots.tolist()]
+        rows = slots.tolist()
+        ids = [batch.sample_ids[i] for i in rows]
+        seeds = [batch.seeds[i] for i in rows] if self.decoder.needs_seeds else None
         res = self.decoder.decode_batch(
-            payloads, out=out, sample_ids=ids, on_error="skip", meanwhile=batch.take_meanwhile()
-        )
+            payloads, out=out, sample_ids=ids, on_error="skip", meanwhile=batch.take_meanwhile(),
+            seeds=seeds,
+        )  # fmt: skip
         if res.errors:
             batch.fail(slots[~res.ok], res.errors)
+
+    def finish(self, columns: dict[str, Any]) -> None:
+        if self.torch_dtype == "bfloat16":
+            import torch
+
+            columns[self.name] = torch.from_numpy(columns[self.name]).to(torch.bfloat16)
 
 
 class AudioField(_DecodedField):
@@ -285,21 +307,33 @@ def build_fields(
     resize: int | tuple[int, int] | None,
     crop: Crop,
     threads: int | None,
+    hflip: float = 0.0,
+    layout: Layout = "NHWC",
+    dtype: Any = None,
+    normalize: Normalize | None = None,
 ) -> list[Field]:
-    """The fields a loader builds, checked against every dataset of the source."""
-    if crop not in _CROPS:
-        raise ValueError(f"crop must be None, 'center' or 'pad', got {crop!r}")
+    """The fields a loader builds, checked against every dataset of the source.
+
+    The image options (`crop`, `hflip`, `layout`, `dtype`, `normalize`; see
+    `make_loader`) apply to every image field, under the field's own `ImageDecoder`
+    options; video keeps uint8 NTHWC.
+    """
+    if not isinstance(hflip, int | float) or isinstance(hflip, bool) or not 0 <= hflip <= 1:
+        raise ValueError(f"hflip is the probability of a flip, a number in [0, 1]; got {hflip!r}")
+    image_options(crop, hflip, layout, dtype, normalize, {})  # checked even without images
     pool = DecodePool(threads)
     fields: list[Field] = []
     for name, opts in _named(images, "images"):
-        kwargs = {"size": resize, "resize": _CROPS[crop], **opts}
+        kwargs, torch_dtype = image_options(crop, hflip, layout, dtype, normalize, opts)
+        kwargs = {"size": resize, **kwargs}
         if kwargs["size"] is None:
             raise ValueError(
                 f"image field {name!r} needs an output size: pass resize=(h, w) (batches hold "
                 f"one shape), or images={{{name!r}: {{'size': (h, w)}}}}"
             )
         size = kwargs.pop("size")
-        fields.append(ImageField(name, ImageDecoder(size, threads=pool.threads, **kwargs)))
+        decoder = ImageDecoder(size, threads=pool.threads, **kwargs)
+        fields.append(ImageField(name, decoder, torch_dtype))
     for name, opts in _named(audio, "audio"):
         kwargs = dict(opts)
         if kwargs.get("length") is None:
@@ -312,7 +346,13 @@ def build_fields(
         channels = 1 if kwargs.get("mono") else int(kwargs["channels"])
         fields.append(AudioField(name, AudioDecoder(threads=pool.threads, **kwargs), channels))
     for name, opts in _named(video, "video"):
-        kwargs = {"size": resize, "resize": _CROPS[crop], **opts}
+        mode = image_options(crop, 0.0, "NHWC", None, None, {})[0]["resize"]
+        if mode == "random" and "resize" not in opts:
+            raise ValueError(
+                f"crop={crop!r} applies to images; give video field {name!r} a resize mode of "
+                f"its own, e.g. video={{{name!r}: {{'resize': 'shorter', ...}}}}"
+            )
+        kwargs = {"size": resize, "resize": mode, **opts}
         fields.append(VideoField(name, kwargs, pool))
     if isinstance(meta, str):
         raise TypeError("meta= takes a list of column names, not a str")

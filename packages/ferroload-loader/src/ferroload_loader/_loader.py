@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ferroload_codec import DecodeError
+from ferroload_loader._augment import BatchTransform, Layout, Normalize
 from ferroload_loader._batch import finish_batch, prepare_batch
 from ferroload_loader._fields import BatchState, ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
@@ -79,6 +80,7 @@ class FerroLoader:
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
         readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
         on_error: OnError = "raise",
+        transform: Callable[..., Any] | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -92,6 +94,14 @@ class FerroLoader:
             raise ValueError(f"readahead_bytes must be a non-negative int, got {readahead_bytes!r}")
         if out == "torch":
             _require_torch()
+        bf16 = [f.name for f in fields if getattr(f, "torch_dtype", None) == "bfloat16"]
+        if bf16:
+            if out != "torch":
+                raise ValueError(
+                    f"dtype bfloat16 ({', '.join(bf16)}) is a torch dtype: pass out='torch', "
+                    "or dtype='float32' / 'float16' for numpy"
+                )
+            _require_torch()
         self.source = source
         self.fields = list(fields)
         self.sampler = sampler
@@ -102,6 +112,8 @@ class FerroLoader:
         self.prefetch_bytes = prefetch_bytes
         self.readahead_bytes = readahead_bytes
         self.on_error: OnError = on_error
+        #: the per-batch transform (None for none)
+        self.transform = None if transform is None else BatchTransform(transform)
         self.stats = LoaderStats()
         self._item_bytes = sum(f.item_bytes() for f in self.fields)
         self._worker: _Prefetcher | None = None
@@ -232,6 +244,8 @@ class FerroLoader:
         )
         if self.out == "torch":
             batch = to_torch(batch, pin=self.pin_memory)
+        if self.transform is not None:
+            batch = self.transform(batch, state.seeds)
         self.stats.build_seconds += time.perf_counter() - t0
         return batch, errors
 
@@ -358,7 +372,8 @@ def _require_torch() -> None:
 
 
 def to_torch(batch: dict[str, Any], *, pin: bool) -> dict[str, Any]:
-    """The batch with numpy arrays as (optionally page-locked) torch tensors."""
+    """The batch with numpy arrays as (optionally page-locked) torch tensors (tensors
+    already, such as bfloat16 images, are page-locked too)."""
     import torch
 
     pin = pin and torch.cuda.is_available()
@@ -367,6 +382,8 @@ def to_torch(batch: dict[str, Any], *, pin: bool) -> dict[str, Any]:
         if isinstance(v, np.ndarray):
             t = torch.from_numpy(v)
             out[k] = t.pin_memory() if pin else t
+        elif pin and isinstance(v, torch.Tensor):
+            out[k] = v.pin_memory()
         else:
             out[k] = v
     return out
@@ -382,6 +399,11 @@ def make_loader(
     meta: Sequence[str] = (),
     resize: int | tuple[int, int] | None = None,
     crop: Crop = None,
+    hflip: float = 0.0,
+    layout: Layout = "NHWC",
+    dtype: Any = None,
+    normalize: Normalize | None = None,
+    transform: Callable[..., Any] | None = None,
     out: Out = "torch",
     shuffle: bool = True,
     seed: int = 0,
@@ -401,6 +423,11 @@ def make_loader(
 ) -> FerroLoader:
     """A loader of decoded batches: deterministic, elastic, resumable, no worker processes.
 
+    Images can be augmented and made model-ready in the decode threads (`crop="random"`,
+    `hflip`, `layout`, `dtype`, `normalize`): every random choice (crop box, flip) is
+    drawn from the sample's seed, a function of `seed`, the epoch and the sample, so
+    batches are the same whatever `threads`, worker processes, ranks or a resume.
+
     Args:
         source: a dataset URI, a `Dataset` (or a subset view), or `mix(...)`.
         batch_size: samples per batch on this rank.
@@ -410,7 +437,23 @@ def make_loader(
         meta: metadata columns: numbers as arrays/tensors, the rest as lists.
         resize: output `(height, width)` (or an int) of images and video frames.
         crop: `None` stretches to `resize`; `"center"` scales the shorter side and crops
-            the centre; `"pad"` scales the longer side and pads.
+            the centre; `"pad"` scales the longer side and pads; `"random"` (or a
+            `RandomResizedCrop(scale=, ratio=)`) cuts a box of random area and aspect
+            ratio out of each image and resizes it, as torchvision's `RandomResizedCrop`
+            (images only).
+        hflip: probability of flipping each image left-right (default 0: never).
+        layout: of image batches: `"NHWC"` (default) or `"NCHW"`.
+        dtype: of image batches: `uint8` (default), `float32`, `float16` or `bfloat16`
+            (needs `out="torch"`), as a name, a numpy or a torch dtype; floats are scaled
+            to [0, 1].
+        normalize: `(mean, std)`, per channel on the [0, 1] scale: images become
+            `(x / 255 - mean) / std`, as torchvision's `Normalize` computes it (float32
+            unless `dtype` says otherwise; refused with uint8).
+        transform: `fn(batch) -> batch`, run on each finished batch in the prefetch
+            thread (after the conversion to tensors with `out="torch"`); given a
+            parameter named `rng`, it gets a `numpy.random.Generator` seeded from the
+            seed, the epoch and the batch's items. It must return the batch (a dict that
+            keeps `sample_id`); its exceptions reach the loop with a note naming it.
         out: `"torch"` (tensors; needs the torch extra) or `"numpy"`.
         shuffle: a new permutation every epoch (else dataset order).
         seed: with the epoch, fixes the order.
@@ -444,11 +487,16 @@ def make_loader(
         ...                  out="numpy", seed=0)
         >>> [len(b["sample_id"]) for b in dl]
         [4, 4, 2]
+
+    Raises:
+        ValueError: for invalid options (a `dtype`, `layout`, `crop` or `normalize` the
+            loader does not know, `normalize` with uint8, bfloat16 with numpy output, …).
+        ColumnNotFoundError: for a field the dataset lacks.
     """
     resolved = resolve_source(source, where=where, storage_options=storage_options, cache=cache)
     fields = build_fields(
         resolved, images=images, audio=audio, video=video, meta=meta, resize=resize, crop=crop,
-        threads=threads,
+        threads=threads, hflip=hflip, layout=layout, dtype=dtype, normalize=normalize,
     )  # fmt: skip
     for ds in resolved.datasets:  # every index column the batches read, in one go
         names = {m.name for m in ds.modalities} | set(ds.metadata_columns)
@@ -460,7 +508,7 @@ def make_loader(
     return FerroLoader(
         resolved, fields, sampler, batch_size=batch_size, drop_last=drop_last, out=out,
         pin_memory=pin_memory, prefetch_bytes=prefetch_bytes,
-        readahead_bytes=readahead_bytes, on_error=on_error,
+        readahead_bytes=readahead_bytes, on_error=on_error, transform=transform,
     )  # fmt: skip
 
 

@@ -85,7 +85,7 @@ from ferroload_format import (
     WriterClosedError,
     gc,
 )
-from ferroload_loader import FerroLoader, Mixture, Sampler, make_loader, mix
+from ferroload_loader import FerroLoader, Mixture, RandomResizedCrop, Sampler, make_loader, mix
 from ferroload_map import (
     ExecutorUnavailableError,
     LocalExecutor,
@@ -171,6 +171,7 @@ __all__ = [
     "ObjectTruncatedError",
     "OutputExistsError",
     "QueryError",
+    "RandomResizedCrop",
     "RayExecutor",
     "SampleIndexError",
     "Sampler",
