@@ -157,16 +157,9 @@ def flip_inplace(img: npt.NDArray[Any]) -> None:
     cv2 = opencv()
     if cv2 is not None and img.flags.c_contiguous:
         src = img[..., 0] if img.shape[2] == 1 else img
-        got = cv2.flip(src, 1, dst=src)
-        if _same_data(got, src):
+        if cv2.flip(src, 1, dst=src) is src:  # OpenCV hands back `dst` when it wrote there
             return
     img[...] = img[:, ::-1].copy()
-
-
-def _same_data(a: Any, b: npt.NDArray[Any]) -> bool:
-    return isinstance(a, np.ndarray) and (
-        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-    )
 
 
 def check_dtype(dtype: Any) -> np.dtype[Any]:
@@ -282,16 +275,19 @@ class OutputFormat:
         c = self.channels
         cv2 = opencv()
         if cv2 is not None and dst.flags.c_contiguous and src.flags.c_contiguous:
+            # OpenCV hands back `dst` itself when it wrote there (else a new array)
             d = dst if self._cv_view is None else dst.view(self._cv_view)
             if self.layout == "HWC":
                 s2, d2 = (src[..., 0], d[..., 0]) if c == 1 else (src, d)
                 lut = self._lut if c > 1 else self._lut_planes[0]
-                if _same_data(cv2.LUT(s2, lut, dst=d2), d2):
+                if cv2.LUT(s2, lut, dst=d2) is d2:
                     return
             else:
                 planes = [src[..., 0]] if c == 1 else cv2.split(src, _planes(src.shape[:2], c))
-                luts = self._lut_planes
-                if all(_same_data(cv2.LUT(planes[k], luts[k], dst=d[k]), d[k]) for k in range(c)):
+                ok = True
+                for plane, lut, dk in zip(planes, self._lut_planes, d, strict=True):
+                    ok = cv2.LUT(plane, lut, dst=dk) is dk and ok
+                if ok:
                     return
         # numpy: a fancy-indexed lookup per channel
         for k in range(c):

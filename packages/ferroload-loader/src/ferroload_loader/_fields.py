@@ -17,6 +17,7 @@ from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_vide
 from ferroload_codec._pool import DecodePool
 from ferroload_format import ColumnNotFoundError, Dataset, arrow_array, numpy_column
 from ferroload_loader._augment import Layout, Normalize, RandomResizedCrop, image_options
+from ferroload_loader._buffers import BatchBuffers
 from ferroload_loader._source import ResolvedSource
 
 logger = logging.getLogger(__name__)
@@ -100,9 +101,17 @@ class _DecodedField(Field):
     shape: tuple[int, ...]
     dtype: Any = np.uint8
     with_mask: bool = False
+    _buffers: BatchBuffers | None = None
 
     def item_bytes(self) -> int:
         return int(np.prod(self.shape)) * int(np.dtype(self.dtype).itemsize)
+
+    @property
+    def buffers(self) -> BatchBuffers:
+        """The batch arrays this field reuses once the consumer lets go of them."""
+        if self._buffers is None:
+            self._buffers = BatchBuffers()
+        return self._buffers
 
     def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
         batch.payloads[self.name] = _payloads(source, self.name, batch.items)
@@ -110,7 +119,7 @@ class _DecodedField(Field):
     def fill(self, batch: BatchState) -> None:
         payloads = batch.payloads.pop(self.name)
         n = len(payloads)
-        out = np.empty((n, *self.shape), dtype=self.dtype)
+        out = self.buffers.empty((n, *self.shape), self.dtype)
         present = np.fromiter((p is not None for p in payloads), dtype=np.bool_, count=n)
         idx = np.flatnonzero(present)
         if len(idx) == n:
