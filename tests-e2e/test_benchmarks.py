@@ -52,6 +52,19 @@ def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_bench_augment_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    data, stdout = quick_run("bench_augment.py", tmp_path)
+    assert set(data) >= {"meta", "systems", "ratios", "check", "goals"}
+    assert set(data["systems"]) == {"ferroload_plain", "ferroload_augment", "torchvision"}
+    assert all(s["ok"] and s["samples_per_s"] > 0 for s in data["systems"].values())
+    assert len(data["goals"]) == 3
+    assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
+    # whatever the timings: every sample, in the promised shapes, with torchvision's statistics
+    assert data["check"]["ok"], data["check"]["problems"]
+    assert "GOALS" in stdout
+
+
+@pytest.mark.slow
 @pytest.mark.s3
 def test_bench_store_quick_run_measures_every_figure(tmp_path: Path) -> None:
     data, _ = quick_run("bench_store.py", tmp_path)
