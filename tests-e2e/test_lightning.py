@@ -125,8 +125,7 @@ def _assert_clean(run: Run, *, val: bool = True) -> None:
     bad = [
         w
         for w in run.warnings
-        if any(k in w.lower() for k in ("resumable", "shuffl", "loader"))
-        and (val or w != expected)
+        if any(k in w.lower() for k in ("resumable", "shuffl", "loader")) and (val or w != expected)
     ]
     assert not bad, bad
 
@@ -318,3 +317,31 @@ def test_ddp_ranks_share_one_global_order(
         single = _flat(baseline.model.train_batches, epoch)
         for r, got in enumerate(ranks):
             assert [sid for e, ids in got["batches"] if e == epoch for sid in ids] == single[r::2]
+
+
+def test_augmentation_is_for_training_and_model_ready_output_for_all(
+    data: tuple[str, str],
+) -> None:
+    """Random crops, flips and the transform shape training batches; validation crops
+    the centre; layout, dtype and normalisation hold for every split."""
+    calls: list[int] = []
+
+    def count(batch: dict[str, Any]) -> dict[str, Any]:
+        calls.append(len(batch["sample_id"]))
+        return batch
+
+    dm = FerroDataModule(
+        data[0], val=data[1], batch_size=BATCH, images=["image"], resize=(16, 16),
+        meta=["label"], crop="random", hflip=0.5, layout="NCHW", dtype=torch.float32,
+        normalize=((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)), transform=count,
+    )  # fmt: skip
+    train, val = dm.train_dataloader(), dm.val_dataloader()
+    vb = next(iter(val))
+    assert calls == []  # the transform is for training batches only
+    tb = next(iter(train))
+    assert calls and calls[0] == BATCH
+    for b in (tb, vb):
+        assert b["image"].shape[1:] == (3, 16, 16) and b["image"].dtype == torch.float32
+    assert train.fields[0].decoder.resize == "random" and train.fields[0].decoder.hflip == 0.5
+    assert val.fields[0].decoder.resize == "shorter" and val.fields[0].decoder.hflip == 0.0
+    dm.teardown("fit")

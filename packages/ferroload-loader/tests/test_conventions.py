@@ -215,3 +215,73 @@ def test_lengths_follow_torch(uri: str) -> None:
     dl.close()
     ds = FerroIterableDataset(uri, batch_size=B, rank=1, world_size=3, **OPTS)
     assert len(ds) == len(dl)
+
+
+# ---------------------------------------------------------------------- augmentation
+
+
+AUG: dict[str, Any] = {
+    "crop": "random", "hflip": 0.5, "layout": "NCHW", "dtype": torch.float32,
+    "normalize": ((0.5, 0.4, 0.3), (0.2, 0.25, 0.3)),
+}  # fmt: skip
+
+
+def by_id(batches: Any) -> dict[str, Any]:
+    return {s: b["image"][i] for b in batches for i, s in enumerate(b["sample_id"])}
+
+
+def assert_same_images(got: dict[str, Any], want: dict[str, Any]) -> None:
+    assert got.keys() == want.keys()
+    for s, image in want.items():
+        assert torch.equal(got[s], image), s
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_augmented_batches_are_bit_identical_in_dataloader_workers(uri: str, workers: int) -> None:
+    ref = make_loader(uri, batch_size=B, seed=3, **OPTS, **AUG)
+    ref.set_epoch(2)
+    want = list(ref)
+    assert want[0]["image"].shape == (B, 3, 12, 16) and want[0]["image"].dtype == torch.float32
+
+    def add_one(batch: dict[str, Any], rng: Any) -> dict[str, Any]:
+        batch["noise"] = torch.from_numpy(rng.random(len(batch["sample_id"])))
+        return batch
+
+    ds = FerroIterableDataset(uri, batch_size=B, seed=3, transform=add_one, **OPTS, **AUG)
+    ds.set_epoch(2)
+    extra = {"multiprocessing_context": "fork"} if workers else {}
+    got = list(DataLoader(ds, batch_size=None, num_workers=workers, **extra))
+    assert flat(got) == flat(want)
+    assert_same_images(by_id(got), by_id(want))
+    assert got[0]["noise"].shape == (B,)  # the transform ran in the worker, seeded:
+    ds.set_epoch(2)
+    again = list(DataLoader(ds, batch_size=None))
+    assert all(torch.equal(a["noise"], b["noise"]) for a, b in zip(again, got, strict=True))
+
+    mds = FerroTorchDataset(uri, seed=3, **OPTS, **AUG)
+    sampler = mds.sampler()
+    sampler.set_epoch(2)
+    per_sample = list(DataLoader(mds, batch_size=5, sampler=sampler, num_workers=workers, **extra))
+    assert_same_images(by_id(per_sample), by_id(want))  # other batch size, same samples
+
+
+def test_augmented_resume_with_stateful_dataloader(uri: str) -> None:
+    ref = make_loader(uri, batch_size=B, seed=3, **OPTS, **AUG)
+    ref.set_epoch(1)
+    want = by_id(ref)
+
+    def make() -> Any:
+        ds = FerroIterableDataset(uri, batch_size=B, seed=3, **OPTS, **AUG)
+        ds.set_epoch(1)
+        return StatefulDataLoader(
+            ds, batch_size=None, num_workers=2, multiprocessing_context="fork"
+        )
+
+    dl = make()
+    it = iter(dl)
+    head = [next(it) for _ in range(2)]
+    state = dl.state_dict()
+    del it, dl
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert_same_images({**by_id(head), **by_id(resumed)}, want)

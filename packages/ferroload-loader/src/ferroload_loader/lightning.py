@@ -15,7 +15,7 @@ Importing this module imports Lightning and torch; importing `ferroload_loader` 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 try:
     from lightning.pytorch import LightningDataModule
@@ -24,6 +24,7 @@ except ImportError as exc:  # pragma: no cover  (exercised only without the extr
         "ferroload_loader.lightning needs Lightning: pip install 'ferroload-loader[lightning]'"
     ) from exc
 
+from ferroload_loader._augment import Layout, Normalize, RandomResizedCrop
 from ferroload_loader._fields import ColumnSpec, Crop, OnError
 from ferroload_loader._loader import DEFAULT_PREFETCH_BYTES, FerroLoader, make_loader
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
@@ -66,11 +67,9 @@ class LightningLoader(FerroLoader):
     """
 
     def __init__(self, loader: FerroLoader, *, evaluation: bool = False) -> None:
-        super().__init__(
-            loader.source, loader.fields, loader.sampler, batch_size=loader.batch_size,
-            drop_last=loader.drop_last, out=loader.out, pin_memory=loader.pin_memory,
-            prefetch_bytes=loader.prefetch_bytes, on_error=loader.on_error,
-        )  # fmt: skip
+        # every option of the configured loader (read-ahead, transform, ...), checked once
+        self.__dict__.update(loader.__dict__)
+        self._worker = None
         self.evaluation = evaluation
 
     def _begin_pass(self) -> None:
@@ -126,9 +125,12 @@ class FerroDataModule(LightningDataModule):
     wrapping around, as `DistributedSampler` does. A split without a source has no
     loader hook of its own, so Lightning skips it without a warning.
 
-    `images`, `audio`, `video`, `meta`, `resize` and `crop` (what a batch holds) and
-    `threads`, `prefetch_bytes`, `streaming` (training only), `shuffle_buffer`,
-    `pin_memory`, `on_error` and `storage_options` are the options of `make_loader`.
+    `images`, `audio`, `video`, `meta`, `resize`, `layout`, `dtype` and `normalize`
+    (what a batch holds, for every split), `crop`, `hflip` and `transform`
+    (augmentation: training only) and `threads`, `prefetch_bytes`, `streaming`
+    (training only), `shuffle_buffer`, `pin_memory`, `on_error` and `storage_options`
+    are the options of `make_loader`. The other splits crop with `val_crop`: by default
+    `"center"` when training crops at random, else the training `crop`.
 
     Args:
         train: the training data: a dataset URI, a `Dataset` (or a subset view), or
@@ -143,6 +145,8 @@ class FerroDataModule(LightningDataModule):
         drop_last: drop the last, incomplete training batch.
         where: a SQL WHERE clause over the index, applied to every split (pass subset
             views for per-split filters).
+        val_crop: how validation, test and predict images are cropped (default: see
+            above).
 
     Raises:
         ValueError: when no source is given for a split that Lightning asks for, or an
@@ -178,6 +182,12 @@ class FerroDataModule(LightningDataModule):
         meta: Sequence[str] = (),
         resize: int | tuple[int, int] | None = None,
         crop: Crop = None,
+        hflip: float = 0.0,
+        layout: Layout = "NHWC",
+        dtype: Any = None,
+        normalize: Normalize | None = None,
+        transform: Callable[..., Any] | None = None,
+        val_crop: Crop | Literal["auto"] = "auto",
         seed: int = 0,
         shuffle: bool = True,
         drop_last: bool = False,
@@ -209,9 +219,14 @@ class FerroDataModule(LightningDataModule):
         self.shuffle_buffer = shuffle_buffer
         self._options: dict[str, Any] = {
             "images": images, "audio": audio, "video": video, "meta": meta, "resize": resize,
-            "crop": crop, "where": where, "threads": threads, "prefetch_bytes": prefetch_bytes,
-            "pin_memory": pin_memory, "on_error": on_error, "storage_options": storage_options,
+            "layout": layout, "dtype": dtype, "normalize": normalize, "where": where,
+            "threads": threads, "prefetch_bytes": prefetch_bytes, "pin_memory": pin_memory,
+            "on_error": on_error, "storage_options": storage_options,
         }  # fmt: skip
+        self._augment: dict[str, Any] = {"crop": crop, "hflip": hflip, "transform": transform}
+        if val_crop == "auto":
+            val_crop = "center" if crop == "random" or isinstance(crop, RandomResizedCrop) else crop
+        self._evaluation: dict[str, Any] = {"crop": val_crop}
         self._loaders: list[FerroLoader] = []
 
     # ------------------------------------------------------------------ loaders
@@ -237,7 +252,7 @@ class FerroDataModule(LightningDataModule):
         base = make_loader(
             self._source(split), batch_size=self.val_batch_size, shuffle=False,
             seed=self.seed, drop_last=False, rank=rank, world_size=world_size, out="torch",
-            **self._options,
+            **self._options, **self._evaluation,
         )  # fmt: skip
         loader = LightningLoader(base, evaluation=True)
         self._loaders.append(loader)
@@ -254,7 +269,7 @@ class FerroDataModule(LightningDataModule):
             self._source("train"), batch_size=self.batch_size, shuffle=self.shuffle,
             seed=self.seed, drop_last=self.drop_last, streaming=self.streaming,
             shuffle_buffer=self.shuffle_buffer, rank=rank, world_size=world_size, out="torch",
-            **self._options,
+            **self._options, **self._augment,
         )  # fmt: skip
         loader = LightningLoader(base)
         self._loaders.append(loader)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import operator
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,8 @@ import torch.utils.data
 
 from ferroload_core import available_cpus
 from ferroload_format import Dataset
-from ferroload_loader._batch import build_batch
+from ferroload_loader._augment import BatchTransform, Layout, Normalize
+from ferroload_loader._batch import build_batch, item_seeds
 from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._loader import make_sampler, to_torch
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
@@ -208,8 +209,13 @@ def _spec(
     meta: Sequence[str],
     resize: int | tuple[int, int] | None,
     crop: Crop,
+    image_output: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The field options of `build_fields`, as plain (picklable) containers."""
+    """The field options of `build_fields`, as plain (picklable) containers.
+
+    `image_output` holds the augmentation and output options of images (`hflip`,
+    `layout`, `dtype`, `normalize`), which `build_fields` checks.
+    """
 
     def plain(spec: ColumnSpec) -> ColumnSpec:
         if isinstance(spec, str):  # build_fields says why not
@@ -221,6 +227,7 @@ def _spec(
     return {
         "images": plain(images), "audio": plain(audio), "video": plain(video),
         "meta": meta if isinstance(meta, str) else tuple(meta), "resize": resize, "crop": crop,
+        **image_output,
     }  # fmt: skip
 
 
@@ -312,15 +319,23 @@ class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         video: video modalities (name -> `decode_video` options; `num_frames`, `size`).
         meta: metadata columns.
         resize: output `(height, width)` (or an int) of images and video frames.
-        crop: `None` stretches, `"center"` crops, `"pad"` pads (see `make_loader`).
+        crop: `None` stretches, `"center"` crops, `"pad"` pads, `"random"` or a
+            `RandomResizedCrop` crops at random (see `make_loader`).
+        hflip: the probability of a horizontal flip of each image.
+        layout: `"NHWC"` (default) or `"NCHW"` (a sample's image is then CHW).
+        dtype: images as uint8 (default), float32, float16 or bfloat16 (floats in
+            [0, 1], or normalised).
+        normalize: `(mean, std)` per channel on the [0, 1] scale.
         where: a SQL WHERE clause over the index (see `Dataset.subset`).
         threads: decode threads per process (default: the CPUs, shared out among the
             DataLoader workers).
         on_error: `raise`, or leave failed samples out of their batch (`skip`, `warn`:
             also logged, from the worker that decoded them). `ds[i]` of a failed sample
             raises whatever `on_error` is: it has nothing to return.
-        seed: seeds per-sample random choices (audio crops, video clips) with the epoch,
-            as `make_loader(seed=...)` does; `ds.sampler()` uses it for the order too.
+        seed: seeds per-sample random choices (image crops and flips, audio crops, video
+            clips) with the epoch, as `make_loader(seed=...)` does; `ds.sampler()` uses
+            it for the order too. A per-batch `transform` belongs in DataLoader's
+            `collate_fn` here (or use `FerroIterableDataset(transform=...)`).
         storage_options: for URIs, as in `Dataset.open`.
 
     Raises:
@@ -353,6 +368,10 @@ class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         meta: Sequence[str] = (),
         resize: int | tuple[int, int] | None = None,
         crop: Crop = None,
+        hflip: float = 0.0,
+        layout: Layout = "NHWC",
+        dtype: Any = None,
+        normalize: Normalize | None = None,
         where: str | None = None,
         threads: int | None = None,
         on_error: OnError = "raise",
@@ -360,7 +379,8 @@ class FerroTorchDataset(_PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         _check_on_error(on_error)
-        spec = _spec(images, audio, video, meta, resize, crop)
+        output = {"hflip": hflip, "layout": layout, "dtype": dtype, "normalize": normalize}
+        spec = _spec(images, audio, video, meta, resize, crop, output)
         resolved = self._init_source(
             source, where=where, storage_options=storage_options, threads=threads, spec=spec
         )
@@ -505,9 +525,10 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
     other's) and `ds.load_state_dict(state)` makes the next pass continue after it, also
     under another batch size or world size.
 
-    The options `images`, `audio`, `video`, `meta`, `resize`, `crop`, `where`,
-    `streaming`, `shuffle_buffer`, `on_error` and `storage_options` are those of
-    `make_loader`. Decode threads per DataLoader worker default to the CPUs divided by
+    The options `images`, `audio`, `video`, `meta`, `resize`, `crop`, `hflip`,
+    `layout`, `dtype`, `normalize`, `transform` (run in the worker that built the
+    batch), `where`, `streaming`, `shuffle_buffer`, `on_error` and `storage_options` are
+    those of `make_loader`. Decode threads per DataLoader worker default to the CPUs divided by
     `k`. Per-sample
     failures follow `on_error` as in `make_loader` (with `warn`, logged by the worker).
 
@@ -560,6 +581,11 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         meta: Sequence[str] = (),
         resize: int | tuple[int, int] | None = None,
         crop: Crop = None,
+        hflip: float = 0.0,
+        layout: Layout = "NHWC",
+        dtype: Any = None,
+        normalize: Normalize | None = None,
+        transform: Callable[..., Any] | None = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -576,7 +602,9 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         _check_on_error(on_error)
         _check_seed(seed)
-        spec = _spec(images, audio, video, meta, resize, crop)
+        output = {"hflip": hflip, "layout": layout, "dtype": dtype, "normalize": normalize}
+        spec = _spec(images, audio, video, meta, resize, crop, output)
+        self.transform = None if transform is None else BatchTransform(transform)
         resolved = self._init_source(
             source, where=where, storage_options=storage_options, threads=threads, spec=spec
         )
@@ -761,8 +789,11 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
                 source, fields, items[start : start + b], seed=seed, epoch=epoch,
                 on_error=self.on_error,
             )  # fmt: skip
+            out = to_torch(batch, pin=False)
+            if self.transform is not None:
+                out = self.transform(out, item_seeds(seed, epoch, items[start : start + b]))
             self._pass[3] += 1
-            yield FerroBatch(to_torch(batch, pin=False))
+            yield FerroBatch(out)
         self._passes.record(worker, epoch, finished=True)
 
     def __getstate__(self) -> dict[str, Any]:
