@@ -70,7 +70,7 @@ class Sizes(NamedTuple):
     rounds: int  # timed epochs per system (best of)
 
 
-FULL = Sizes(jpeg=5_000, rounds=3)
+FULL = Sizes(jpeg=5_000, rounds=5)
 QUICK = Sizes(jpeg=256, rounds=1)
 
 
