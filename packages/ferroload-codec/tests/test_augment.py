@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from ferroload_codec import ImageDecoder
-from ferroload_codec._augment import FLIP_DRAW, crop_box, draws
+from ferroload_codec._augment import FLIP_DRAW, bfloat16_bits, crop_box, draws
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
@@ -211,6 +211,25 @@ def test_converted_output_equals_the_reference_from_uint8(
     if dtype == "uint8" and layout == "CHW":
         want = np.moveaxis(u8, -1, -3)
     assert np.array_equal(got, want)  # bit for bit: the table holds torchvision's values
+
+
+@pytest.mark.parametrize("layout", ["HWC", "CHW"])
+def test_bfloat16_is_written_as_its_bit_patterns(layout: str) -> None:
+    """numpy has no bfloat16: the decoder writes its bit patterns (uint16), rounded to
+    nearest even from the float32 value, which torch then views (no conversion pass)."""
+    stats = {"mean": IMAGENET[0], "std": IMAGENET[1]}
+    f32 = augmenting(layout=layout, dtype="float32", **stats).decode_batch(ITEMS, seeds=SEEDS)
+    dec = augmenting(layout=layout, dtype="bfloat16", **stats)
+    assert dec.dtype == np.uint16 and dec.dtype_name == "bfloat16"
+    got = dec.decode_batch(ITEMS, seeds=SEEDS).images
+    assert got.dtype == np.uint16 and np.array_equal(got, bfloat16_bits(f32.images))
+    # bf16 keeps float32's exponent: the patterns, widened, are within half a bf16 step
+    widened = (got.astype(np.uint32) << 16).view(np.float32)
+    assert np.allclose(widened, f32.images, rtol=2**-8, atol=0)
+    torch = pytest.importorskip("torch")
+    as_torch = torch.from_numpy(got).view(torch.bfloat16)
+    assert torch.equal(as_torch, torch.from_numpy(f32.images).to(torch.bfloat16))
+    assert "dtype='bfloat16'" in repr(dec)
 
 
 @pytest.mark.parametrize("mode", ["L", "RGBA"])

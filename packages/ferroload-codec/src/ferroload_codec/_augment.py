@@ -32,7 +32,9 @@ from ferroload_codec._backends import opencv
 Layout = Literal["HWC", "CHW"]
 LAYOUTS = ("HWC", "CHW")
 #: The output dtypes `ImageDecoder` writes.
-DTYPES = ("uint8", "float32", "float16")
+DTYPES = ("uint8", "float32", "float16", "bfloat16")
+#: numpy has no bfloat16: such images are uint16 arrays of bfloat16 bit patterns
+BFLOAT16_STORAGE = np.dtype(np.uint16)
 #: torchvision's `RandomResizedCrop` defaults: area fraction and aspect ratio ranges.
 DEFAULT_CROP_SCALE = (0.08, 1.0)
 DEFAULT_CROP_RATIO = (3 / 4, 4 / 3)
@@ -162,19 +164,30 @@ def flip_inplace(img: npt.NDArray[Any]) -> None:
     img[...] = img[:, ::-1].copy()
 
 
-def check_dtype(dtype: Any) -> np.dtype[Any]:
-    """`dtype` (a name or a numpy dtype) as one of `DTYPES`.
+def check_dtype(dtype: Any) -> str:
+    """The name of `dtype` (a name, a numpy dtype, or any object whose name ends in
+    `bfloat16`, such as `torch.bfloat16`), one of `DTYPES`.
 
     Raises:
         ValueError: any other dtype.
     """
-    try:
-        dt: np.dtype[Any] | None = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt.name not in DTYPES:
+    name = str(dtype).rsplit(".", 1)[-1] if not isinstance(dtype, np.dtype) else dtype.name
+    if name != "bfloat16":
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = ""
+    if name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    return dt
+    return name
+
+
+def bfloat16_bits(values: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
+    """The bfloat16 bit patterns of float32 `values`, rounded to nearest even (as
+    `torch.Tensor.to(torch.bfloat16)` rounds finite values)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)
+    return ((bits + rounding) >> np.uint32(16)).astype(np.uint16)
 
 
 def _per_channel(value: Any, channels: int, what: str) -> tuple[float, ...]:
@@ -222,7 +235,8 @@ class OutputFormat:
     """
 
     def __init__(self, channels: int, *, dtype: Any, layout: Any, mean: Any, std: Any) -> None:
-        dt = check_dtype(dtype)
+        name = check_dtype(dtype)
+        dt = BFLOAT16_STORAGE if name == "bfloat16" else np.dtype(name)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         if (mean is not None or std is not None) and dt == np.uint8:
@@ -245,17 +259,20 @@ class OutputFormat:
                 y = y - np.asarray(m, dtype=np.float32)
             if s is not None:
                 y = y / np.asarray(s, dtype=np.float32)
-            table = y.astype(dt)
+            table = bfloat16_bits(y) if name == "bfloat16" else y.astype(dt)
         self.channels = channels
+        #: `uint8`, `float32`, `float16` or `bfloat16`
+        self.name = name
+        #: the arrays' dtype (uint16 for bfloat16's bit patterns)
         self.dtype: np.dtype[Any] = dt
         self.layout: Layout = layout
         self.mean = m
         self.std = s
         #: `(256, channels)`: the output value of each 8-bit input value
         self.table: npt.NDArray[Any] = np.ascontiguousarray(table)
-        # OpenCV's lookup tables: float16 as its 16-bit pattern (any OpenCV copies those)
-        self._cv_view: Any = np.int16 if dt == np.float16 else None
-        lut = table.view(np.int16) if dt == np.float16 else table
+        # OpenCV's lookup tables: 16-bit floats as their bit patterns (OpenCV copies those)
+        self._cv_view: Any = np.int16 if dt.itemsize == 2 else None
+        lut = table.view(np.int16) if dt.itemsize == 2 else table
         self._lut = np.ascontiguousarray(lut).reshape(1, 256, channels)
         self._lut_planes = [
             np.ascontiguousarray(lut[:, k]).reshape(1, 256) for k in range(channels)

@@ -235,8 +235,11 @@ class ImageDecoder:
             height, drawn log-uniformly (default `(3/4, 4/3)`).
         hflip: probability of a horizontal flip (drawn from the seed; default 0: never).
         layout: `HWC` (default) or `CHW`.
-        dtype: `uint8` (default), `float32` or `float16` (names or numpy dtypes); floats
-            are scaled to [0, 1].
+        dtype: `uint8` (default), `float32`, `float16` or `bfloat16` (names or numpy
+            dtypes; `torch.bfloat16` too); floats are scaled to [0, 1]. numpy has no
+            bfloat16: those images are uint16 arrays of bfloat16 bit patterns (view them
+            with `torch.from_numpy(a).view(torch.bfloat16)`), rounded to nearest even
+            from the float32 value, as torch rounds.
         mean: per-channel means on the [0, 1] scale, subtracted (float dtypes only).
         std: per-channel standard deviations on the [0, 1] scale, divided by: the output is
             `(x / 255 - mean) / std`, exactly as torchvision's `ToDtype(scale=True)` then
@@ -331,8 +334,13 @@ class ImageDecoder:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        """The dtype of every output."""
+        """The dtype of every output array (uint16 for bfloat16's bit patterns)."""
         return self.format.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        """`uint8`, `float32`, `float16` or `bfloat16`."""
+        return self.format.name
 
     @property
     def layout(self) -> Layout:
@@ -351,7 +359,7 @@ class ImageDecoder:
         if self.hflip:
             extra += f", hflip={self.hflip}"
         if self.format.converts:
-            extra += f", layout={self.layout!r}, dtype={self.dtype.name!r}"
+            extra += f", layout={self.layout!r}, dtype={self.dtype_name!r}"
         if self.format.mean is not None or self.format.std is not None:
             extra += f", mean={self.format.mean}, std={self.format.std}"
         return (

@@ -19,7 +19,7 @@ from ferroload_codec._augment import DEFAULT_CROP_RATIO, DEFAULT_CROP_SCALE, che
 
 Layout = Literal["NHWC", "NCHW"]
 LAYOUTS = {"NHWC": "HWC", "NCHW": "CHW"}
-#: The image dtypes a loader delivers (bfloat16 needs torch: it is made from float32).
+#: The image dtypes a loader delivers (bfloat16 needs torch: numpy has no such dtype).
 DTYPES = ("uint8", "float32", "float16", "bfloat16")
 Normalize = tuple[Sequence[float], Sequence[float]]
 
@@ -107,7 +107,8 @@ def dtype_name(dtype: Any) -> str | None:
 
 def output_options(layout: Any, dtype: Any, normalize: Any) -> tuple[dict[str, Any], str | None]:
     """The `ImageDecoder` options of `layout=`, `dtype=` and `normalize=`, and the torch
-    dtype the batch is converted to afterwards (`bfloat16`; None for none).
+    dtype the batch is viewed as afterwards (`bfloat16`, decoded as its bit patterns;
+    None for none).
 
     Raises:
         ValueError: an unknown layout or dtype, a `normalize` that is not `(mean, std)`,
@@ -127,12 +128,8 @@ def output_options(layout: Any, dtype: Any, normalize: Any) -> tuple[dict[str, A
             raise ValueError("normalize gives float images: pass dtype='float32' (or none)")
         opts["mean"], opts["std"] = normalize
         name = name or "float32"
-    return {**opts, **field_dtype(name or "uint8")}, None if name != "bfloat16" else name
-
-
-def field_dtype(name: str) -> dict[str, Any]:
-    """The decoder's `dtype` option for a loader dtype (bfloat16 decodes to float32)."""
-    return {"dtype": "float32" if name == "bfloat16" else name}
+    name = name or "uint8"
+    return {**opts, "dtype": name}, None if name != "bfloat16" else name
 
 
 def image_options(
@@ -151,7 +148,7 @@ def image_options(
     if "dtype" in own:
         name = dtype_name(own.pop("dtype")) or "uint8"
         torch_dtype = name if name == "bfloat16" else None
-        own.update(field_dtype(name))
+        own["dtype"] = name
     opts.update(own)
     return opts, torch_dtype
 

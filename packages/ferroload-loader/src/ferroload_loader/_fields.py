@@ -142,8 +142,9 @@ class _DecodedField(Field):
 
 class ImageField(_DecodedField):
     """An image modality decoded to NHWC (or NCHW) of the decoder's dtype, with the
-    random choices of each item drawn from its seed; `torch_dtype="bfloat16"` converts
-    the finished (float32) batch to a bfloat16 tensor."""
+    random choices of each item drawn from its seed; with `torch_dtype="bfloat16"` the
+    decoder writes bfloat16 bit patterns (uint16), which the finished batch views as a
+    bfloat16 tensor."""
 
     def __init__(self, name: str, decoder: ImageDecoder, torch_dtype: str | None = None) -> None:
         self.name = name
@@ -154,8 +155,7 @@ class ImageField(_DecodedField):
         self.torch_dtype = torch_dtype
 
     def item_bytes(self) -> int:
-        size = int(np.prod(self.shape))
-        return size * (2 if self.torch_dtype == "bfloat16" else int(self.dtype.itemsize))
+        return int(np.prod(self.shape)) * int(self.dtype.itemsize)
 
     def decode(
         self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
@@ -174,7 +174,7 @@ class ImageField(_DecodedField):
         if self.torch_dtype == "bfloat16":
             import torch
 
-            columns[self.name] = torch.from_numpy(columns[self.name]).to(torch.bfloat16)
+            columns[self.name] = torch.from_numpy(columns[self.name]).view(torch.bfloat16)
 
 
 class AudioField(_DecodedField):
