@@ -7,6 +7,10 @@ set), batches of 64 with int labels:
 a. ferroload `make_loader(resize=(224, 224))`: the plain uint8 NHWC batch (the baseline);
 b. ferroload `make_loader(crop="random", hflip=0.5, layout="NCHW", dtype=torch.float32,
    normalize=IMAGENET)`: RandomResizedCrop + flip + float + Normalize in the decode threads;
+d. the same as (b) with `dtype=torch.bfloat16` (what mixed-precision training feeds a
+   model): half the bytes of (b), written as bfloat16 bit patterns by the same lookup;
+e. the same crop and flip with NCHW uint8 output (for a model that normalises on its
+   device): the augmentation alone, without the float conversion;
 c. torchvision: a map-style torch `Dataset` over the same bytes in memory that decodes each
    with `torchvision.io.decode_jpeg` and applies `v2.RandomResizedCrop(224)`,
    `v2.RandomHorizontalFlip()`, `v2.ToDtype(torch.float32, scale=True)`, `v2.Normalize`,
@@ -113,10 +117,13 @@ def _consume(batches: Any, check: bool) -> dict[str, Any]:
                 "image_shape": list(images.shape),
                 "label_dtype": str(lab.dtype).removeprefix("torch."),
             }
-        if images.dtype == torch.uint8:  # NHWC
-            sums += images.double().sum(dim=(0, 1, 2)) / 255 / (images.shape[1] * images.shape[2])
+        x = images.double()
+        if images.dtype == torch.uint8:
+            x = x / 255
+        if x.shape[-1] == 3:  # NHWC
+            sums += x.mean(dim=(1, 2)).sum(dim=0)
         else:  # NCHW
-            sums += images.double().mean(dim=(2, 3)).sum(dim=0)
+            sums += x.mean(dim=(2, 3)).sum(dim=0)
         n += len(images)
         labels += int(lab.sum())
     return {
@@ -135,10 +142,12 @@ def _build_ferroload(spec: dict[str, Any]) -> _Epoch:
 
     extra: dict[str, Any] = {}
     if spec["augment"]:
-        extra = {
-            "crop": "random", "hflip": 0.5, "layout": "NCHW", "dtype": torch.float32,
-            "normalize": IMAGENET,
-        }  # fmt: skip
+        dtype = {"bfloat16": torch.bfloat16, "uint8": torch.uint8}.get(
+            spec["augment"], torch.float32
+        )
+        extra = {"crop": "random", "hflip": 0.5, "layout": "NCHW", "dtype": dtype}
+        if dtype != torch.uint8:
+            extra["normalize"] = IMAGENET
     dl = ferroload.make_loader(
         spec["path"], batch_size=BATCH, images=["image"], meta=["label"], resize=(OUT, OUT),
         out="torch", seed=0, **extra,
@@ -333,6 +342,16 @@ def _systems(path: str, payloads: str) -> list[System]:
             f"c. torchvision decode_jpeg + v2 transforms, DataLoader(num_workers={WORKERS})",
             {"system": "torchvision", "payloads": payloads},
         ),
+        System(
+            "ferroload_augment_bf16",
+            "d. as (b), NCHW bfloat16",
+            {"system": "ferroload", "path": path, "augment": "bfloat16"},
+        ),
+        System(
+            "ferroload_augment_uint8",
+            "e. as (b), NCHW uint8, not normalised",
+            {"system": "ferroload", "path": path, "augment": "uint8"},
+        ),
     ]
 
 
@@ -343,6 +362,8 @@ def _check(n: int, label_sum: int, checks: dict[str, dict[str, Any]]) -> dict[st
         "ferroload_plain": ("uint8", [BATCH, OUT, OUT, 3]),
         "ferroload_augment": ("float32", [BATCH, 3, OUT, OUT]),
         "torchvision": ("float32", [BATCH, 3, OUT, OUT]),
+        "ferroload_augment_bf16": ("bfloat16", [BATCH, 3, OUT, OUT]),
+        "ferroload_augment_uint8": ("uint8", [BATCH, 3, OUT, OUT]),
     }
     problems = []
     for key, c in checks.items():
@@ -450,6 +471,13 @@ def bench(
             "augment_over_plain": ratio(sps, "ferroload_augment", "ferroload_plain"),
             "augment_over_plain_medians": ratio(med, "ferroload_augment", "ferroload_plain"),
             "augment_over_plain_paired_median": float(np.median(pairs)) if pairs else None,
+            "bf16_over_plain": ratio(sps, "ferroload_augment_bf16", "ferroload_plain"),
+            "bf16_over_plain_medians": ratio(med, "ferroload_augment_bf16", "ferroload_plain"),
+            "bf16_over_torchvision": ratio(sps, "ferroload_augment_bf16", "torchvision"),
+            "uint8_augment_over_plain": ratio(sps, "ferroload_augment_uint8", "ferroload_plain"),
+            "uint8_augment_over_plain_medians": ratio(
+                med, "ferroload_augment_uint8", "ferroload_plain"
+            ),
         },
         "reference_scaling_1_to_2": min(ref[1]) / min(ref[2]) if ref[1] else None,
         "reference_times_s": ref,
@@ -541,7 +569,11 @@ def render(res: dict[str, Any]) -> str:
         f"(b) / (c) = {fmt(r['augment_over_torchvision'])} (medians "
         f"{fmt(r['augment_over_torchvision_medians'])}); (b) / (a) = "
         f"{fmt(r['augment_over_plain'])} (medians {fmt(r['augment_over_plain_medians'])}, "
-        f"neighbouring epochs {fmt(r['augment_over_plain_paired_median'])})"
+        f"neighbouring epochs {fmt(r['augment_over_plain_paired_median'])}); "
+        f"(d) bfloat16 / (a) = {fmt(r.get('bf16_over_plain'))} (medians "
+        f"{fmt(r.get('bf16_over_plain_medians'))}), / (c) = {fmt(r.get('bf16_over_torchvision'))}; "
+        f"(e) uint8 NCHW / (a) = {fmt(r.get('uint8_augment_over_plain'))} (medians "
+        f"{fmt(r.get('uint8_augment_over_plain_medians'))})"
     )
     chk = res["check"]
     means = "; ".join(

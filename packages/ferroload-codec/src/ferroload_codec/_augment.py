@@ -279,6 +279,11 @@ class OutputFormat:
         ]
 
     @property
+    def identity(self) -> bool:
+        """True when the values are the decoded uint8 ones (only the layout may change)."""
+        return self.dtype == np.uint8
+
+    @property
     def converts(self) -> bool:
         """False when the decoded uint8 HWC image is the output as it is."""
         return self.dtype != np.uint8 or self.layout == "CHW"
@@ -298,6 +303,10 @@ class OutputFormat:
                 s2, d2 = (src[..., 0], d[..., 0]) if c == 1 else (src, d)
                 lut = self._lut if c > 1 else self._lut_planes[0]
                 if cv2.LUT(s2, lut, dst=d2) is d2:
+                    return
+            elif self.identity and c > 1:  # uint8 CHW: a split straight into the planes
+                planes = list(d)
+                if all(a is b for a, b in zip(cv2.split(src, planes), planes, strict=True)):
                     return
             else:
                 planes = [src[..., 0]] if c == 1 else cv2.split(src, _planes(src.shape[:2], c))
