@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,3 +44,11 @@ def loadavg() -> list[float] | None:
         return [round(v, 2) for v in os.getloadavg()]
     except OSError:
         return None
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` as indented JSON to `path`, atomically (a reader never sees half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)

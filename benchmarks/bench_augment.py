@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from _meta import git_commit, loadavg, pkg_version
+from _meta import git_commit, loadavg, pkg_version, write_json
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "bench_augment.json"
@@ -624,13 +624,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the table, write the JSON, and return the results."""
     args = _parse(argv)
@@ -711,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     res["meta"]["total_s"] = time.perf_counter() - t_start
     print(render(res))
     print(f"\ntotal {res['meta']['total_s']:.0f} s; results written to {json_path}")
-    _write_json(json_path, res)
+    write_json(json_path, res)
     return res
 
 

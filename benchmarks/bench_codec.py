@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from _meta import git_commit, loadavg, pkg_version
+from _meta import git_commit, loadavg, pkg_version, write_json
 from PIL import Image, ImageOps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -668,13 +668,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 CASES = (
     Case(
         "jpeg256_exact",
@@ -827,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     shutil.rmtree(run_dir, ignore_errors=True)
     print(render(res))
     print(f"\ntotal {res['meta']['total_s']:.0f} s; results written to {json_path}")
-    _write_json(json_path, res)
+    write_json(json_path, res)
     return res
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import os
 import platform
 import shutil
@@ -35,7 +34,7 @@ import datasets
 import numpy as np
 import numpy.typing as npt
 import webdataset as wds
-from _meta import git_commit, pkg_version
+from _meta import git_commit, pkg_version, write_json
 
 import ferroload
 
@@ -577,13 +576,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run every benchmark, print the table, write the JSON, and return the results."""
     args = _parse(argv)
@@ -679,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(run_dir, ignore_errors=True)
     print(render(res))
     print(f"\ntotal {res['meta']['total_s']:.0f} s; results written to {json_path}")
-    _write_json(json_path, res)
+    write_json(json_path, res)
     return res
 
 
