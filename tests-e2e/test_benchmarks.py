@@ -55,7 +55,10 @@ def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
 def test_bench_augment_quick_run_measures_every_figure(tmp_path: Path) -> None:
     data, stdout = quick_run("bench_augment.py", tmp_path)
     assert set(data) >= {"meta", "systems", "ratios", "check", "goals"}
-    assert set(data["systems"]) == {"ferroload_plain", "ferroload_augment", "torchvision"}
+    assert set(data["systems"]) == {
+        "ferroload_plain", "ferroload_augment", "torchvision", "ferroload_augment_bf16",
+        "ferroload_augment_uint8",
+    }  # fmt: skip
     assert all(s["ok"] and s["samples_per_s"] > 0 for s in data["systems"].values())
     assert len(data["goals"]) == 3
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
