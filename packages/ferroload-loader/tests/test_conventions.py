@@ -193,6 +193,22 @@ def test_stateful_dataloader_iterable_resumes_exactly(uri: str, workers: int, st
     assert following == epoch_order(uri, 2)
 
 
+def test_the_main_process_does_not_guess_where_workers_are(uri: str) -> None:
+    ds = FerroIterableDataset(uri, batch_size=B, seed=3, **OPTS)
+    start = ds.state_dict()  # nothing ran: the start of epoch 0
+    assert (start["sampler"]["epoch"], start["sampler"]["consumed"]) == (0, 0)
+    dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    for _ in itertools.islice(dl, 2):
+        pass
+    with pytest.raises(RuntimeError, match="StatefulDataLoader"):
+        ds.state_dict()  # part-way through a pass that only the workers know
+    assert len(flat(dl)) == N  # a whole pass (the cut one is replayed)
+    end = ds.state_dict()  # the workers finished it: the end of that epoch
+    assert (end["sampler"]["epoch"], end["sampler"]["consumed"]) == (0, N)
+    ds.set_epoch(4)
+    assert ds.state_dict()["sampler"]["epoch"] == 4
+
+
 def test_a_worker_state_cannot_be_loaded_by_hand(uri: str) -> None:
     ds = FerroIterableDataset(uri, batch_size=B, **OPTS)
     worker_state = {**ds.state_dict(), "worker": 1, "num_workers": 2, "batches": 1}

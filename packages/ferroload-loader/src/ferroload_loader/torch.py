@@ -128,10 +128,11 @@ class _Passes:
     has used, and the epoch of the last pass it began with whether it finished it
     (`2·epoch + 1`, `+1` when finished; 0 for none since the head was last set). So a
     pass's start is a pure function of this table, and every worker of a pass finds
-    the same one without locks.
+    the same one without locks. The process id of whoever began the last pass tells
+    the main process whether it knows the position itself.
     """
 
-    SEED, EPOCH, CONSUMED, TOKEN, HEAD = 0, 1, 2, 3, 4
+    SEED, EPOCH, CONSUMED, TOKEN, RUNNER, HEAD = 0, 1, 2, 3, 4, 5
 
     def __init__(self, seed: int) -> None:
         self._t = torch.zeros(self.HEAD + 2 * MAX_WORKERS, dtype=torch.int64)
@@ -139,13 +140,18 @@ class _Passes:
         self._t.share_memory_()  # type: ignore[no-untyped-call]
 
     def head(self) -> tuple[int, int, int, int]:
-        seed, epoch, consumed, token = self._t[: self.HEAD].tolist()
+        seed, epoch, consumed, token = self._t[: self.RUNNER].tolist()
         return int(seed), int(epoch), int(consumed), int(token)
+
+    @property
+    def runner(self) -> int:
+        """The process id that began the last pass since the head was set (0: none)."""
+        return int(self._t[self.RUNNER])
 
     def set_head(self, seed: int, epoch: int, consumed: int, *, resume: bool) -> None:
         """A new position; `resume` makes the next pass of every worker start there."""
         token = self.head()[3]
-        self._t[: self.HEAD] = torch.tensor([seed, epoch, consumed, token + resume])
+        self._t[: self.HEAD] = torch.tensor([seed, epoch, consumed, token + resume, 0])
         if not resume:  # a pending resume is cancelled too
             self._t[self.HEAD : self.HEAD + MAX_WORKERS] = token
         self.clear_records()
@@ -162,6 +168,8 @@ class _Passes:
 
     def record(self, worker: int, epoch: int, *, finished: bool) -> None:
         self._t[self.HEAD + MAX_WORKERS + worker] = 2 * epoch + 1 + finished
+        if not finished:
+            self._t[self.RUNNER] = os.getpid()
 
     def passes(self, workers: int) -> list[tuple[int, bool]]:
         """(epoch, finished) of the last pass of each worker that began one."""
@@ -724,12 +732,31 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         position, which torchdata's `StatefulDataLoader` gathers from every worker after
         every batch and hands back to the same worker on resume: use
         `StatefulDataLoader` to checkpoint a `DataLoader` with workers.
+
+        Raises:
+            RuntimeError: in the main process while DataLoader workers are part-way
+                through a pass (only the workers know how far they are).
         """
         worker, workers = self._worker()
-        if self._pass is not None:
+        # in the main process: did it run the last pass itself, or nobody since the
+        # position was set? (a worker knows its own pass)
+        mine = torch.utils.data.get_worker_info() is not None or self._passes.runner in (
+            0, os.getpid(),
+        )  # fmt: skip
+        if self._pass is not None and mine and self._passes.runner != 0:
             seed, epoch, consumed, batches = self._pass
-        else:
+        elif mine:
             seed, epoch, consumed, batches = self._plan(worker, workers, begin=False)
+        else:  # DataLoader workers ran the last pass: known only once they finished it
+            passes = self._passes.passes(MAX_WORKERS)
+            if not passes or not all(f and e == passes[0][0] for e, f in passes):
+                raise RuntimeError(
+                    "this dataset's pass runs in DataLoader workers, which alone know how "
+                    "far it got: checkpoint with torchdata's StatefulDataLoader "
+                    "(dl.state_dict() gathers every worker's position)"
+                )
+            seed, epoch, consumed, batches = self._passes.head()[0], passes[0][0], 0, 0
+            consumed = self._sampler.num_items  # the end of that epoch
         sampler = copy.copy(self._sampler)
         sampler.seed, sampler.epoch, sampler.consumed = seed, epoch, consumed
         if workers == 1:
