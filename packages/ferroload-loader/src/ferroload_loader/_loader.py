@@ -165,15 +165,7 @@ class FerroLoader:
             ValueError: for a state of another dataset or order, or the state of one
                 `DataLoader` worker (restore that one through `StatefulDataLoader`).
         """
-        if "sampler" not in state:
-            raise ValueError(
-                f"not a loader state (keys: {sorted(state)}); pass what state_dict() returned"
-            )
-        if int(state.get("num_workers", 1)) > 1:
-            raise ValueError(
-                f"this state is worker {state.get('worker')} of {state['num_workers']} "
-                "DataLoader workers' position; restore it with StatefulDataLoader.load_state_dict"
-            )
+        check_state(state, worker_states=False)
         self.sampler.load_state_dict(dict(state["sampler"]))
 
     # ------------------------------------------------------------------ iteration
@@ -360,6 +352,26 @@ class _Prefetcher:
             self._readahead.stop()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
+
+
+def check_state(state: Mapping[str, Any], *, worker_states: bool) -> int:
+    """The number of DataLoader workers whose positions `state` is one of (1: a whole
+    loader's state).
+
+    Raises:
+        ValueError: for anything but a loader's `state_dict()`, or (unless
+            `worker_states`) the state of one of several DataLoader workers.
+    """
+    if not isinstance(state, Mapping) or "sampler" not in state:
+        keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+        raise ValueError(f"not a loader state ({keys}); pass what state_dict() returned")
+    workers = int(state.get("num_workers", 1))
+    if workers > 1 and not worker_states:
+        raise ValueError(
+            f"this state is DataLoader worker {state.get('worker')} of {workers}'s position; "
+            "restore it with StatefulDataLoader.load_state_dict, which hands every worker its own"
+        )
+    return workers
 
 
 def _require_torch() -> None:

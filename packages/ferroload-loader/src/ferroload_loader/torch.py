@@ -36,7 +36,7 @@ from ferroload_format import Dataset
 from ferroload_loader._augment import BatchTransform, Layout, Normalize
 from ferroload_loader._batch import build_batch, item_seeds
 from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
-from ferroload_loader._loader import make_sampler, to_torch
+from ferroload_loader._loader import check_state, make_sampler, to_torch
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import Mixture, ResolvedSource, resolve_source
@@ -780,25 +780,16 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
             ValueError: when the state belongs to another dataset or order, or is one
                 worker's state loaded outside a DataLoader worker.
         """
-        if "sampler" not in state:
-            raise ValueError(
-                f"not a loader state (keys: {sorted(state)}); pass what state_dict() returned"
-            )
+        in_worker = torch.utils.data.get_worker_info() is not None
+        workers = check_state(state, worker_states=in_worker)
         check = copy.copy(self._sampler)
         check.load_state_dict(dict(state["sampler"]))  # validates: same items and order
         seed, epoch, consumed = _check_seed(check.seed), check.epoch, check.consumed
-        workers = int(state.get("num_workers", 1))
-        if torch.utils.data.get_worker_info() is not None:
+        if in_worker:
             batches = int(state.get("batches", 0)) if workers > 1 else 0
             self._local = (seed, epoch, consumed, batches, int(state.get("worker", 0)), workers)
-            return
-        if workers > 1:
-            raise ValueError(
-                f"this state is DataLoader worker {state.get('worker')} of {workers}'s "
-                "position; restore it with StatefulDataLoader.load_state_dict, which hands "
-                "every worker its own"
-            )
-        self._passes.set_head(seed, epoch, consumed, resume=True)
+        else:
+            self._passes.set_head(seed, epoch, consumed, resume=True)
 
     # ------------------------------------------------------------------ iteration
 
