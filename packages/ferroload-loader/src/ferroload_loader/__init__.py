@@ -5,7 +5,11 @@
   decoding on a thread pool; no worker processes.
 - `Sampler`: the order: one permutation per (seed, epoch), the same whatever the number
   of ranks, threads or worker processes; ranks get equal shares; exact mid-epoch resume,
-  also under another world size.
+  also under another world size. Passes follow torch: each `iter()` starts the current
+  epoch, a finished pass moves to the next epoch, `set_epoch` wins, `len()` is the epoch.
+- Augmentation and model-ready output in the decode threads (`crop="random"`,
+  `RandomResizedCrop`, `hflip`, `layout`, `dtype`, `normalize`), drawn from each
+  sample's seed: bit-identical across threads, workers, ranks and resumes.
 - `mix(sources, weights)`: weighted mixing of datasets, deterministic and resumable.
 - `RandomResizedCrop` (`make_loader(crop=...)`), with `hflip`, `layout`, `dtype` and
   `normalize`: seeded augmentation and model-ready image tensors, made in the decode
