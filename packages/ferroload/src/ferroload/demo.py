@@ -335,9 +335,9 @@ def _train(
 
     import ferroload
 
-    common: dict[str, Any] = {
-        "images": ["image"], "resize": IMAGE_SIZE, "meta": ["label"], "out": "torch",
-        "seed": seed, "threads": loader_threads,
+    common: dict[str, Any] = {  # model-ready: float32 NCHW in [0, 1], from the loader
+        "images": ["image"], "resize": IMAGE_SIZE, "layout": "NCHW", "dtype": "float32",
+        "meta": ["label"], "out": "torch", "seed": seed, "threads": loader_threads,
     }  # fmt: skip
     train = ferroload.make_loader(
         uri, batch_size=batch_size, shuffle=True, where="split = 'train'", **common
@@ -377,12 +377,6 @@ def _train(
     return results
 
 
-def _images(batch: dict[str, Any]) -> torch.Tensor:
-    """uint8 NHWC -> float NCHW in [0, 1]."""
-    images: torch.Tensor = batch["image"]
-    return images.permute(0, 3, 1, 2).float().div_(255)
-
-
 def _epoch(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -406,7 +400,7 @@ def _epoch(
         if batch is None:
             break
         labels = batch["label"]
-        loss = torch.nn.functional.cross_entropy(model(_images(batch)), labels)
+        loss = torch.nn.functional.cross_entropy(model(batch["image"]), labels)
         optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         optimizer.step()
@@ -418,7 +412,7 @@ def _epoch(
     correct = total = 0
     with torch.inference_mode():
         for batch in val:
-            predicted = model(_images(batch)).argmax(dim=1)
+            predicted = model(batch["image"]).argmax(dim=1)
             correct += int((predicted == batch["label"]).sum())
             total += len(batch["label"])
     return EpochStats(
