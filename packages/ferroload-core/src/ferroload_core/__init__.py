@@ -3,15 +3,24 @@
 - `FerroloadError`: the root of every error ferroload raises. Each concrete error also
   subclasses the builtin a caller would catch without knowing ferroload.
 - `available_cpus()`: the cores this process may run on (thread pool defaults).
+- `check_relative_path()`: the one rule for paths read from a dataset; it raises
+  `UnsafePathError` for a path that could leave the dataset root.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core._core import FerroloadError, available_cpus
+from ferroload_core._paths import UnsafePathError, check_relative_path
 
 try:
     __version__ = version("ferroload-core")
 except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
-__all__ = ["FerroloadError", "__version__", "available_cpus"]
+__all__ = [
+    "FerroloadError",
+    "UnsafePathError",
+    "__version__",
+    "available_cpus",
+    "check_relative_path",
+]
