@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from obstore.store import HTTPStore as _ObHTTPStore
 from obstore.store import LocalStore as _ObLocalStore
 from obstore.store import MemoryStore as _ObMemoryStore
 
+from ferroload_core import UnsafePathError, check_relative_path
 from ferroload_store._backend import (
     duration_text,
     obstore_kwargs,
@@ -200,7 +202,7 @@ class Store:
         """The filesystem path of `path`, or None when the store is not local."""
         if self._root is None:
             return None
-        return self._root / path if path else self._root
+        return self._local(path) if path else self._root
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -330,6 +332,57 @@ class Store:
     def _key(self, path: str) -> str:
         return self._parsed.prefix + path
 
+    def _real_root(self) -> str:
+        assert self._root is not None
+        return os.path.realpath(self._root)
+
+    def _local(self, path: str, *, resolve: bool = False) -> Path:
+        """The file of key `path` under the local root, refusing a key that leaves it.
+
+        The key must pass `check_relative_path`, and the file (with `resolve`) or its
+        folder must resolve inside the root: a symlink never leads a read, write or
+        delete out of it. With `resolve` the resolved path is returned (what is opened
+        is what was checked); without it, the unresolved one (a delete removes the link,
+        never its target).
+
+        Raises:
+            UnsafePathError: if the key is unsafe or resolves outside the root.
+        """
+        assert self._root is not None
+        what = f"key of store {self.uri}"
+        check_relative_path(path, what=what)
+        target = self._root / path
+        real = os.path.realpath(target if resolve else target.parent)
+        root = self._real_root()
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+            raise UnsafePathError(
+                path, what=what, reason="it resolves through a symlink to outside the root"
+            )
+        return Path(real) if resolve else target
+
+    def _confined(self, infos: list[ObjectInfo]) -> list[ObjectInfo]:
+        """The listed local objects that are regular files reached through no symlink
+        (a listing never follows a link out of the root, or anywhere)."""
+        assert self._root is not None
+        root = self._real_root()
+        dirs: dict[str, bool] = {}
+        out = []
+        for info in infos:
+            folder = info.path.rpartition("/")[0]
+            ok = dirs.get(folder)
+            if ok is None:
+                want = os.path.join(root, *folder.split("/")) if folder else root
+                ok = dirs[folder] = os.path.realpath(self._root / folder) == want
+            if not ok:
+                continue
+            try:
+                st = os.lstat(self._root / info.path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out.append(info)
+        return out
+
     def _obstore(self) -> Any:
         """The obstore store (for local roots created on first write, with the directory)."""
         if self._remote is not None:
@@ -366,7 +419,7 @@ class Store:
         with self._fd_lock:
             f = self._fds.get(path)
             if f is None:
-                f = _OpenFile(os.open(self._root / path, os.O_RDONLY))
+                f = _OpenFile(os.open(self._local(path, resolve=True), os.O_RDONLY))
                 self._fds[path] = f
                 while len(self._fds) > _FD_CACHE_SIZE:
                     _, old = self._fds.popitem(last=False)
@@ -423,7 +476,7 @@ class Store:
         else:
             with self._errors(path, "get"):
                 if self._root is not None:
-                    data = (self._root / path).read_bytes()
+                    data = self._local(path, resolve=True).read_bytes()
                 else:
                     data = obstore.get(self._obstore(), self._key(path)).bytes().to_bytes()
         self.stats.add_read(1, len(data))
@@ -624,7 +677,7 @@ class Store:
             return self._info(self._remote.call(lambda ob: obstore.head(ob, key), path, "head"))
         with self._errors(path, "head"):
             if self._root is not None:
-                st = (self._root / path).stat()
+                st = self._local(path, resolve=True).stat()
                 return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC), None)
             meta = obstore.head(self._obstore(), self._key(path))
         return self._info(meta)
@@ -674,6 +727,8 @@ class Store:
                 chunks = obstore.list(self._obstore(), list_prefix, **kwargs)
                 metas = [m for chunk in chunks for m in chunk]
         out = [self._info(m) for m in metas]
+        if self._root is not None:
+            out = self._confined(out)
         return sorted((o for o in out if o.path.startswith(prefix)), key=lambda o: o.path)
 
     # ------------------------------------------------------------------ writes
@@ -685,6 +740,8 @@ class Store:
             key = self._key(path)
             self._remote.call(lambda ob: obstore.put(ob, key, payload), path, "put")
         else:
+            if self._root is not None:
+                self._local(path)
             with self._errors(path, "put"):
                 obstore.put(self._obstore(), self._key(path), payload)
         self.stats.add(put_requests=1, bytes_written=len(data))
@@ -705,6 +762,8 @@ class Store:
         """
         payload = bytes(data)
         if self._remote is None:
+            if self._root is not None:
+                self._local(path)
             with self._errors(path, "put-if-absent"):
                 obstore.put(self._obstore(), self._key(path), payload, mode="create")
             self.stats.add(put_requests=1, bytes_written=len(payload))
@@ -748,7 +807,7 @@ class Store:
         counted in `stats.retries`.
         """
         if self._root is not None:
-            return LocalFileWriter(self._root / path, self.stats)
+            return LocalFileWriter(self._local(path), self.stats)
         if self._remote is None:
             return ObstoreWriter(self._obstore(), self._key(path), self.stats)
         check_not_forked(self.uri)
@@ -774,7 +833,7 @@ class Store:
             self.stats.add(delete_requests=1)
             if self._root is not None:
                 self._drop_fd(key)
-                target = self._root / key
+                target = self._local(key)
                 with self._errors(key, "delete"):
                     target.unlink(missing_ok=True)
                 # Object stores have no directories; do not leave empty ones behind either.

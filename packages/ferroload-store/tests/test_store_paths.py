@@ -1,0 +1,84 @@
+"""A local `Store` never reads, writes, lists or deletes outside its root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ferroload_core import UnsafePathError
+from ferroload_store import open_store
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    d = tmp_path / "outside"
+    d.mkdir()
+    (d / "secret.txt").write_bytes(b"secret bytes, not the dataset's")
+    return d
+
+
+@pytest.mark.parametrize("key", ["/etc/passwd", "../outside/secret.txt", "a/../../x", "a\x00b"])
+def test_unsafe_keys_are_refused_for_every_operation(
+    tmp_path: Path, outside: Path, key: str
+) -> None:
+    store = open_store(tmp_path / "root")
+    store.put("ok.bin", b"x")
+    for call in (
+        lambda: store.get(key),
+        lambda: store.get_range(key, 0, 4),
+        lambda: store.get_ranges(key, [0], [4]),
+        lambda: store.head(key),
+        lambda: store.put(key, b"evil"),
+        lambda: store.put_if_absent(key, b"evil"),
+        lambda: store.open_writer(key),
+        lambda: store.delete(key),
+    ):
+        with pytest.raises(UnsafePathError, match="unsafe path"):
+            call()
+    assert (outside / "secret.txt").read_bytes() == b"secret bytes, not the dataset's"
+
+
+def test_a_symlink_out_of_the_root_is_never_followed(tmp_path: Path, outside: Path) -> None:
+    root = tmp_path / "root"
+    store = open_store(root)
+    store.put("shards/ok.bin", b"ok")
+    os.symlink(outside, root / "shards" / "link")
+    os.symlink(outside / "secret.txt", root / "shards" / "file-link")
+    for key in ("shards/link/secret.txt", "shards/file-link"):
+        with pytest.raises(UnsafePathError, match="symlink"):
+            store.get(key)
+        with pytest.raises(UnsafePathError, match="symlink"):
+            store.get_range(key, 0, 4)
+    with pytest.raises(UnsafePathError, match="symlink"):
+        store.put("shards/link/new.bin", b"evil")
+    with pytest.raises(UnsafePathError, match="symlink"):
+        store.delete("shards/link/secret.txt")
+    # a listing names neither the linked folder's files nor the link itself
+    assert [o.path for o in store.list("shards/")] == ["shards/ok.bin"]
+    # deleting the file link removes the link, never its target
+    store.delete("shards/file-link")
+    assert not (root / "shards" / "file-link").is_symlink()
+    assert (outside / "secret.txt").exists()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+def test_a_symlinked_folder_is_not_listed(tmp_path: Path, outside: Path) -> None:
+    root = tmp_path / "root"
+    store = open_store(root)
+    store.put("a/ok.bin", b"ok")
+    (root / "_ferroload").mkdir()
+    os.symlink(outside, root / "_ferroload" / "staging")
+    assert store.list("_ferroload/staging/") == []
+    assert [o.path for o in store.list()] == ["a/ok.bin"]
+
+
+def test_a_root_reached_through_a_symlink_still_works(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "alias")
+    store = open_store(tmp_path / "alias")
+    store.put("shards/a.bin", b"abc")
+    assert store.get("shards/a.bin") == b"abc"
+    assert bytes(store.get_ranges("shards/a.bin", [1], [2])[0]) == b"bc"
+    assert [o.path for o in store.list()] == ["shards/a.bin"]
