@@ -600,3 +600,25 @@ def test_demo_command(tmp_path: Path) -> None:
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     assert "not a ferroload demo dataset" in one_error_line(run("demo", str(tmp_path / "mine")))
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_text_from_a_dataset_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    """A stranger's dataset name, column names and values may hold escape sequences,
+    bidi overrides or rich markup: the CLI shows them, it does not obey them."""
+    root = str(tmp_path / "evil")
+    evil_name = "evil\x1b]0;pwned\x07\u202ename"
+    with Writer(root, evil_name) as w:
+        w.add("s0", None, {"label\x1b[2J": "v\x1b[31m[bold]y[/]\x9b"})
+    for args in (("info", root), ("head", root), ("schema", root), ("sql", root,
+                 'SELECT "label\x1b[2J" FROM samples')):  # fmt: skip
+        proc = run(*args)
+        assert proc.returncode == 0, proc.stderr
+        shown = proc.stdout + proc.stderr
+        assert not any(c in shown for c in "\x1b\x07\x9b\u202e"), (args, shown)
+    assert "evil\\x1b]0;pwned\\x07\\u202ename" in run("info", root).stdout
+    assert "v\\x1b[31m[bold]y[/]\\x9b" in run("head", root).stdout  # markup shown, not applied
+    data = run("head", root, "--json").stdout
+    assert "\x1b" not in data and "\x9b" not in data
+    assert json.loads(data)[0]["label\x1b[2J"] == "v\x1b[31m[bold]y[/]\x9b"  # JSON keeps them
+    err = run("head", root, "--columns", "nope\x1b[2J")
+    assert "\x1b" not in err.stderr

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 import ferroload
+from ferroload_cli._render import printable
 
 #: The loggers `-v` / `-q` configure: every ferroload package's.
 _LOGGERS = ("ferroload", *(f"ferroload_{p}" for p in (
@@ -84,7 +85,7 @@ def split_names(text: str | None, *, option: str) -> list[str] | None:
 def first_line(exc: BaseException) -> str:
     """The first line of an error's message (its type's name when it has none)."""
     text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+    return printable(text.splitlines()[0])
 
 
 def _version(value: bool) -> None:

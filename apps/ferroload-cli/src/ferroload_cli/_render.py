@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,12 +23,36 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 #: Longest cell a human table shows (longer values are cut with `…`).
 CELL = 60
 
 #: Set to 1 to draw progress bars even when stderr is not a terminal (0: never draw them).
 PROGRESS_ENV = "FERROLOAD_PROGRESS"
+
+# What a terminal would act on rather than show: C0 controls but tab and newline (escape
+# sequences start with ESC), DEL, C1 controls, and the bidirectional overrides that can
+# reorder what a line seems to say. Text from a dataset (names, columns, values, errors
+# quoting them) is written by strangers.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069]")  # fmt: skip
+
+
+def printable(text: str) -> str:
+    """`text` safe to print: every character a terminal would act on shown as an escape
+    (`\\x1b`, `\\u202e`); tabs and newlines kept.
+
+    Examples:
+        >>> printable("evil\x1b[2Jname")
+        'evil\\x1b[2Jname'
+    """
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
 class ProgressFn(Protocol):
@@ -53,7 +78,10 @@ err = _console(stderr=True)
 
 def print_json(value: Any) -> None:
     """`value` as indented JSON on stdout (bytes shown as their length)."""
-    sys.stdout.write(json.dumps(jsonable(value), indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(jsonable(value), indent=2, ensure_ascii=False)
+    # JSON escapes C0 controls itself; C1 controls and bidi overrides only occur inside
+    # strings, where a \\u escape means the same character
+    sys.stdout.write(_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
     sys.stdout.flush()
 
 
@@ -77,19 +105,21 @@ def jsonable(value: Any) -> Any:
 
 
 def cell(value: Any) -> str:
-    """One table cell: None as empty, newlines flattened, long text cut."""
+    """One table cell: None as empty, newlines flattened, long text cut, controls escaped."""
     text = "" if value is None else str(value)
-    text = text.replace("\n", " ")
+    text = printable(text.replace("\n", " "))
     return text if len(text) <= CELL else text[: CELL - 1] + "…"
 
 
 def table(
     headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None
 ) -> None:
-    """Print a table: a header, then one line per row."""
-    t = Table(*headers, box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    """Print a table: a header, then one line per row (as text: never rich markup)."""
+    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    for h in headers:
+        t.add_column(Text(cell(h)))
     for row in rows:
-        t.add_row(*(cell(v) for v in row))
+        t.add_row(*(Text(cell(v)) for v in row))
     out.print(t)
 
 
@@ -99,13 +129,13 @@ def pairs(items: Sequence[tuple[str, Any]]) -> None:
     t.add_column(style="bold")
     t.add_column()
     for k, v in items:
-        t.add_row(k + ":", "" if v is None else str(v))
+        t.add_row(k + ":", Text("" if v is None else printable(str(v))))
     out.print(t)
 
 
 def line(text: str = "") -> None:
-    """Print one line of text on stdout (no markup)."""
-    out.print(text, markup=False)
+    """Print one line of text on stdout (no markup; controls escaped)."""
+    out.print(printable(text), markup=False)
 
 
 def size(n: int | None) -> str:
