@@ -43,6 +43,7 @@ from ferroload_codec._sniff import (
     jpeg_frame_size,
     jpeg_orientation,
     png_header,
+    png_strip_inflated,
     sniff,
 )
 from ferroload_codec._turbo import (
@@ -458,6 +459,9 @@ class ImageDecoder:
                 return self._jpeg(tj, buf, out, sid, u)
             warn_slow_path("JPEG decoding", "libjpeg-turbo (PyTurboJPEG + libturbojpeg)")
         elif fmt == "png" and not self.exif:
+            # With `exif`, Pillow reads the text chunks (an EXIF "raw profile" may sit in
+            # one) under its own limits (`PngImagePlugin.MAX_TEXT_CHUNK`, 1 MiB a chunk).
+            buf = png_strip_inflated(buf)
             hdr = png_header(buf)
             if hdr is not None and hdr[2] == 8 and hdr[3] in _SPNG_CHANNELS:
                 ic = imagecodecs()
@@ -734,7 +738,8 @@ class ImageDecoder:
 
         Tiny images (32x32) cost about 35 µs in libspng; the general path's checks add
         about 7 µs more, all of it holding the GIL, which keeps two threads from scaling.
-        This path checks the header with one `struct` call and decodes straight into the
+        This path checks the header with one `struct` call, walks the chunk headers (no
+        compressed text or ICC profile for libspng to inflate) and decodes straight into the
         batch; anything else (or any failure) takes the general path, which also reports
         the errors. Decoders that augment or convert their output do not take it.
         """
@@ -747,6 +752,7 @@ class ImageDecoder:
         color = {1: 0, 3: 2, 4: 6}[self.channels]
         spng_decode = ic.spng_decode
         unpack = struct.unpack_from
+        strip = png_strip_inflated
 
         def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
             kind = type(item)  # exact types only: this runs once per image
@@ -755,6 +761,8 @@ class ImageDecoder:
             if item[:16] != _PNG_HEAD:
                 return False
             if unpack(">IIBB", item, 16) != (tw, th, 8, color):
+                return False
+            if strip(item) is not item:  # compressed text or ICC: the general path
                 return False
             try:
                 spng_decode(item, out=target)

@@ -61,6 +61,40 @@ def png_header(data: Buffer) -> tuple[int, int, int, int] | None:
     return width, height, depth, color
 
 
+#: Compressed ancillary PNG chunks: text and the ICC profile. The pixels need none of them,
+#: and a decoder inflates them in full: a 1 MB zTXt chunk holds 1 GiB of zeros.
+_PNG_INFLATED = frozenset((b"zTXt", b"iTXt", b"iCCP"))
+
+
+def png_strip_inflated(data: Buffer) -> Buffer:
+    """The PNG without its compressed ancillary chunks (zTXt, iTXt, iCCP), so that no
+    decoder inflates them (a decompression bomb beyond `max_pixels`' reach).
+
+    A walk of the chunk headers (length and type: one `struct` call per chunk) up to IEND;
+    `data` itself comes back, uncopied, when it has no such chunk. Neither libspng nor
+    Pillow applies an ICC profile or text to the pixels: they stay identical. A damaged
+    chunk list stops the walk; the decoder then reports the damage.
+    """
+    unpack = struct.unpack_from
+    n = len(data)
+    pos = 8
+    kept: list[Buffer] = []
+    start = 0
+    while pos + 8 <= n:
+        length, kind = unpack(">I4s", data, pos)
+        end = pos + 12 + length
+        if kind in _PNG_INFLATED:
+            kept.append(data[start:pos])
+            start = min(end, n)
+        elif kind == b"IEND":
+            break
+        pos = end
+    if not kept:
+        return data
+    kept.append(data[start:])
+    return b"".join(kept)
+
+
 def _jpeg_segments(data: Buffer) -> Iterator[tuple[int, bytes]]:
     """(marker, payload) of each JPEG marker segment before the first scan."""
     buf = data if isinstance(data, bytes) else bytes(data[: 1 << 16])
