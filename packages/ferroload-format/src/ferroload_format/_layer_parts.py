@@ -23,7 +23,7 @@ from ferroload_format._errors import (
     SchemaConflictError,
 )
 from ferroload_format._index import MODALITY_TYPE, arrow_array, numpy_column
-from ferroload_format._manifest import Modality, ShardInfo, layer_staging_dir
+from ferroload_format._manifest import Modality, ShardInfo, check_shard_paths, layer_staging_dir
 from ferroload_format._names import (
     MAX_MEMBER_NAME,
     MODALITY_RE,
@@ -381,12 +381,16 @@ def check_modalities(modalities: Sequence[Modality], layer: str, uri: str) -> tu
     return tuple(out)
 
 
-def partition_shard(table: pa.Table) -> ShardInfo | None:
-    """The shard a staged partition wrote, from its Parquet metadata."""
+def partition_shard(table: pa.Table, *, where: str = "a staged partition") -> ShardInfo | None:
+    """The shard a staged partition wrote, from its Parquet metadata.
+
+    Raises:
+        UnsafePathError: if the shard's paths could leave the dataset root.
+    """
     raw = (table.schema.metadata or {}).get(PARTITION_META)
     meta = json.loads(raw) if raw else {}
     shard = meta.get("shard")
-    return ShardInfo.from_json(shard) if shard else None
+    return check_shard_paths(ShardInfo.from_json(shard), where=where) if shard else None
 
 
 def staged_partition_path(name: str, identity: str, k: int) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Self
 
 import pyarrow as pa
 
+from ferroload_core import check_relative_path
 from ferroload_format._errors import ManifestError, UnsupportedFormatVersionError
 from ferroload_format._types import type_from_json, type_to_json
 
@@ -161,6 +162,47 @@ class IndexPart(_Record):
     size: int
     version: int
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def check_shard_paths(shard: ShardInfo, *, where: str) -> ShardInfo:
+    """`shard` if its path and side index path pass `check_relative_path`, else raise.
+
+    Raises:
+        UnsafePathError: naming the path and `where` it was read.
+    """
+    check_relative_path(shard.path, what=f"shard path in {where}")
+    check_relative_path(shard.side_index, what=f"side index of shard {shard.path} in {where}")
+    return shard
+
+
+def check_part_paths(part: IndexPart, *, where: str) -> IndexPart:
+    """`part` if its published and staged paths pass `check_relative_path`, else raise.
+
+    Raises:
+        UnsafePathError: naming the path and `where` it was read.
+    """
+    check_relative_path(part.path, what=f"index part path in {where}")
+    check_relative_path(part.staged, what=f"staged path of index part {part.path} in {where}")
+    return part
+
+
+def check_manifest_paths(manifest: Manifest, *, where: str) -> None:
+    """Every path `manifest` names (shards, side indexes, index parts, staged parts, its
+    layers' too) must pass `check_relative_path` (docs/format.md, "Paths").
+
+    Raises:
+        UnsafePathError: for the first path that could leave the dataset root.
+    """
+    for shard in manifest.shards:
+        check_shard_paths(shard, where=where)
+    for part in manifest.index_parts:
+        check_part_paths(part, where=where)
+    for layer in manifest.layers:
+        at = f"layer {layer.name!r} of {where}"
+        for shard in layer.shards:
+            check_shard_paths(shard, where=at)
+        for part in layer.index_parts:
+            check_part_paths(part, where=at)
 
 
 def _fields_to_json(fields: tuple[pa.Field, ...]) -> list[dict[str, Any]]:
@@ -340,6 +382,8 @@ class Manifest:
 
         Raises:
             UnsupportedFormatVersionError: for a major format version other than 1.
+            UnsafePathError: for a path that could leave the dataset root (see
+                `check_manifest_paths`).
             ManifestError: for anything else that is malformed.
         """
         if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
@@ -358,7 +402,7 @@ class Manifest:
         try:
             schema = dict(known["schema"])
             meta_raw = schema.pop("metadata")
-            return cls(
+            manifest = cls(
                 name=str(known["name"]),
                 version=int(known["version"]),
                 parent_version=known.get("parent_version"),
@@ -379,6 +423,8 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{uri}: malformed manifest: {exc!r}", uri=uri) from exc
+        check_manifest_paths(manifest, where=f"manifest {uri}" if uri else "a manifest")
+        return manifest
 
     @classmethod
     def from_bytes(cls, data: bytes, *, uri: str = "") -> Manifest:
