@@ -179,3 +179,33 @@ def test_a_staged_partition_naming_an_unsafe_shard_is_refused() -> None:
     )
     with pytest.raises(UnsafePathError, match="elsewhere"):
         partition_shard(table, where="staged partition p")
+
+
+def test_verify_reports_a_shard_symlinked_out_of_the_root(local_uri: str, outside: Path) -> None:
+    write(local_uri)
+    shard = Dataset.open(local_uri).manifest.shards[0].path
+    (Path(local_uri) / shard).unlink()
+    os.symlink(outside / "secret.txt", Path(local_uri) / shard)
+    report = Dataset.open(local_uri).verify()
+    assert [p.kind for p in report.problems] == ["unsafe-path"]
+    assert report.problems[0].shard == shard
+    assert "symlink" in report.problems[0].message
+
+
+def test_verify_reports_a_side_index_member_that_leaves_the_root(local_uri: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write(local_uri)
+    shard = Dataset.open(local_uri).manifest.shards[0]
+    side = Path(local_uri) / shard.side_index
+    table = pq.read_table(side)
+    members = table.column("member").to_pylist()
+    members[0] = "../../etc/passwd"
+    i = table.schema.get_field_index("member")
+    pq.write_table(table.set_column(i, "member", pa.array(members, pa.string())), side)
+    report = Dataset.open(local_uri).verify()
+    unsafe = [p for p in report.problems if p.kind == "unsafe-path"]
+    assert len(unsafe) == 1
+    assert "../../etc/passwd" in unsafe[0].message
+    assert shard.side_index in unsafe[0].message

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from ferroload_core import UnsafePathError, check_relative_path
 from ferroload_format._errors import DatasetDamagedError, FormatError
 from ferroload_format._index import IndexColumns, ModalityArrays
 from ferroload_format._manifest import LayerInfo, Manifest, ShardInfo
@@ -26,8 +27,11 @@ class Problem:
     """One thing `verify` found wrong.
 
     Attributes:
-        kind: `missing-shard`, `shard-size`, `truncated`, `checksum`, `side-index`, or
-            `layer-index` (a layer's index part unreadable or not matching the rows).
+        kind: `missing-shard`, `shard-size`, `truncated`, `checksum`, `side-index`,
+            `layer-index` (a layer's index part unreadable or not matching the rows), or
+            `unsafe-path` (a shard reached through a symlink out of the root, or a side
+            index member name that could leave it when the tar is extracted; a manifest
+            path that could is refused when the dataset is opened).
         shard: the shard involved.
         sample_id: the sample involved, when one is.
         column: the modality involved, when one is.
@@ -78,6 +82,9 @@ def _check_shard_object(store: Store, shard: ShardInfo, report: VerifyReport) ->
     """Size and side index of one shard; False when the shard is missing."""
     try:
         size = store.head(shard.path).size
+    except UnsafePathError as exc:
+        report.problems.append(Problem("unsafe-path", shard.path, str(exc)))
+        return False
     except ObjectNotFoundError:
         report.problems.append(
             Problem("missing-shard", shard.path, f"shard {shard.path} is missing")
@@ -100,12 +107,20 @@ def _side_index(
     try:
         data = store.get(shard.side_index)
         table = pq.read_table(pa.BufferReader(data))
+    except UnsafePathError as exc:
+        report.problems.append(Problem("unsafe-path", shard.path, str(exc)))
+        return {}
     except (ObjectNotFoundError, StoreError, OSError, ValueError) as exc:
         report.problems.append(
             Problem("side-index", shard.path, f"side index {shard.side_index} unreadable: {exc}")
         )
         return {}
     cols = [table.column(c).to_pylist() for c in ("member", "offset", "length", "checksum")]
+    for member in cols[0]:
+        try:
+            check_relative_path(member, what=f"member of side index {shard.side_index}")
+        except UnsafePathError as exc:
+            report.problems.append(Problem("unsafe-path", shard.path, str(exc)))
     if table.num_rows != shard.num_members:
         report.problems.append(
             Problem(
