@@ -52,7 +52,8 @@ def gc(
     `grace`. Under `layers/` it does the same for layer shards and index parts, and
     deletes a layer's staging folder (a map that was never committed) once everything in
     it is older than `grace`; the shards of a staging folder it keeps are kept too.
-    Committed versions are never touched.
+    Committed versions are never touched. On a local root, nothing reached through a
+    symlink is listed, deleted or published (docs/format.md, "Paths").
 
     Args:
         uri: the dataset root.
@@ -66,6 +67,8 @@ def gc(
 
     Raises:
         DatasetNotFoundError: if `uri` holds no dataset.
+        UnsafePathError: if a manifest names a path that could leave the root (a staged
+            part outside it is never published).
     """
     store = open_store(uri, storage_options=storage_options)
     latest = read_manifest(store)
