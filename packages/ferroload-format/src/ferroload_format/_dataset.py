@@ -593,28 +593,35 @@ class Dataset:
         )  # fmt: skip
 
     @overload
-    def subset(self, where: str, *, return_indices: Literal[True]) -> npt.NDArray[np.int64]: ...
+    def subset(
+        self, where: str, *, return_indices: Literal[True], timeout: float = ...
+    ) -> npt.NDArray[np.int64]: ...
     @overload
-    def subset(self, where: str, *, return_indices: Literal[False] = ...) -> Dataset: ...
+    def subset(
+        self, where: str, *, return_indices: Literal[False] = ..., timeout: float = ...
+    ) -> Dataset: ...
 
     def subset(
-        self, where: str, *, return_indices: bool = False
+        self, where: str, *, return_indices: bool = False, timeout: float = 30.0
     ) -> Dataset | npt.NDArray[np.int64]:
         """Samples matching a SQL WHERE clause, evaluated by DuckDB over the index.
 
         The clause sees one table, `samples`, with the index columns (`sample_id`,
         `shard`, one struct per modality with `present`/`offset`/`length`/`checksum`,
         and the metadata columns), layer columns joined to their rows by position (null
-        where a layer does not cover a row). It can read nothing else: DuckDB's external
-        access is off and configuration is locked, and only a single SELECT is run.
+        where a layer does not cover a row). It can read nothing else (docs/format.md,
+        "The query sandbox"): no files, no temp directory, no settings, secrets or
+        extensions; the clause is one expression, and it runs for at most `timeout` seconds.
 
         Args:
             where: the condition, e.g. `"label = 3 AND caption LIKE '%cat%'"`.
             return_indices: return positions (int64, ascending) instead of a view.
+            timeout: seconds DuckDB may take before it is interrupted.
 
         Raises:
-            UnsafeQueryError: if the clause tries to read files, attach databases, change
-                settings or run more than one statement.
+            UnsafeQueryError: if the clause tries to read files, settings or tables other
+                than `samples`, or to be more than one condition.
+            QueryTimeoutError: if it runs longer than `timeout`.
             QueryError: if DuckDB cannot run the clause (syntax, unknown column, …).
 
         Examples:
@@ -628,7 +635,7 @@ class Dataset:
         """
         from ferroload_format._query import where_positions
 
-        positions = where_positions(self._index, self._rows, where, uri=self.uri)
+        positions = where_positions(self._index, self._rows, where, uri=self.uri, timeout=timeout)
         return positions if return_indices else self.take(positions)
 
     def copy_to(
@@ -680,18 +687,22 @@ class Dataset:
         )  # fmt: skip
         return Dataset.open(uri, storage_options=storage_options)
 
-    def sql(self, query: str) -> pa.Table:
+    def sql(self, query: str, *, timeout: float = 30.0) -> pa.Table:
         """Run one SELECT over the index and return its result as an Arrow table.
 
         The query sees one table, `samples`, as `subset` does (the index columns, layer
         columns joined by position; for a view, only its rows), in the same sandbox: no
-        files, no network, no settings, a single SELECT.
+        files, no network, no settings, no table but `samples`, a single SELECT, at most
+        `timeout` seconds.
 
         Args:
             query: e.g. `"SELECT label, count(*) AS n FROM samples GROUP BY label"`.
+            timeout: seconds DuckDB may take before it is interrupted.
 
         Raises:
-            UnsafeQueryError: not a single SELECT, or it reaches for files or settings.
+            UnsafeQueryError: not a single SELECT, or it reaches for files, settings or
+                tables other than `samples`.
+            QueryTimeoutError: it runs longer than `timeout`.
             QueryError: DuckDB cannot run the query (syntax, unknown column, …).
 
         Examples:
@@ -705,7 +716,7 @@ class Dataset:
         """
         from ferroload_format._query import select
 
-        return select(self._index, self._rows, query, uri=self.uri)
+        return select(self._index, self._rows, query, uri=self.uri, timeout=timeout)
 
     # ----------------------------------------------------------------- history and health
 

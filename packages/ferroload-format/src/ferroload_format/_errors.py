@@ -127,6 +127,10 @@ class UnsafeQueryError(QueryError, PermissionError):
     """A WHERE clause that tries to reach beyond the dataset's own index."""
 
 
+class QueryTimeoutError(QueryError, TimeoutError):
+    """A WHERE clause or SQL query that ran longer than its timeout and was interrupted."""
+
+
 class InvalidLayerError(FormatError, ValueError):
     """A layer name, identity, partition or row selection that is invalid.
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ferroload_format._errors import QueryError, UnsafeQueryError
+from ferroload_format import _sandbox
+from ferroload_format._errors import QueryError, QueryTimeoutError, UnsafeQueryError
 from ferroload_format._index import IndexColumns, arrow_array
+from ferroload_format._sandbox import DEFAULT_TIMEOUT, TABLE
 
-TABLE = "samples"
 T = TypeVar("T")
 #: The column of row positions a WHERE clause selects: it starts with the reserved prefix
 #: (`_names.RESERVED_PREFIX`), and `_position_column` steps aside from any index column
@@ -33,12 +34,7 @@ _SYNTAX_ERROR_NEAR = re.compile(r'syntax error at or near "(?:[^"]|"")*"')
 
 def sandboxed_connection() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection that cannot touch files, the network or settings."""
-    con = duckdb.connect(":memory:")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET autoload_known_extensions = false")
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET lock_configuration = true")
-    return con
+    return _sandbox.connect()
 
 
 def _tokens(where: str) -> list[tuple[str, object]]:
@@ -64,67 +60,86 @@ def where_positions(
     where: str,
     *,
     uri: str,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> npt.NDArray[np.int64]:
     """Positions (within `rows`, or the whole index) whose index row satisfies `where`.
 
     The clause runs over one in-memory table of the columns it mentions, layer columns
     included: `index` aligns them with the base rows by position (docs/format.md §10), so
-    DuckDB never opens a file.
+    DuckDB never opens a file. It is one expression: its parentheses balance, and DuckDB's
+    parse of the query around it must be that query's own WHERE and nothing more.
 
     Raises:
         UnsafeQueryError: the clause reaches for files, settings or a second statement.
+        QueryTimeoutError: it runs longer than `timeout` seconds.
         QueryError: DuckDB rejects the clause.
     """
     if not isinstance(where, str) or not where.strip():
         raise QueryError(f"the WHERE clause must be a non-empty string, got {where!r}", uri=uri)
+    seconds = _timeout(timeout, uri)
     if "\x00" in where:
         raise UnsafeQueryError("the WHERE clause contains a NUL character", uri=uri)
     tokens = _tokens(where)
-    if any(";" in text for text, kind in tokens if kind != duckdb.token_type.string_const):
-        raise UnsafeQueryError(
-            f"the WHERE clause {where!r} must be a single condition: ';' would start a "
-            "second statement",
-            uri=uri,
-        )
+    _check_one_expression(where, tokens, uri)
     columns = index.column_names
     pos = _position_column(columns)
     query = f"SELECT {pos} FROM {TABLE} WHERE (\n{where}\n) ORDER BY {pos}"
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
-        raise QueryError(
-            f"invalid WHERE clause {where!r}: {describe_error(exc, columns, where=where)}",
-            uri=uri,
-        ) from exc
+        message = describe_error(exc, columns, where=where)
+        raise QueryError(f"invalid WHERE clause {where!r}: {message}", uri=uri) from exc
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         raise UnsafeQueryError(
             f"the WHERE clause {where!r} must be a single condition; it makes "
             f"{len(statements)} statements",
             uri=uri,
         )
-    table = _index_table(index, rows, referenced_columns(tokens, columns), positions=pos)
-    result = _run(table, lambda con: con.execute(query).fetchnumpy()[pos], uri=uri,
-                  what=f"the WHERE clause {where!r}", columns=columns, where=where)  # fmt: skip
-    return np.asarray(result, dtype=np.int64)
+    names = referenced_columns(tokens, columns)
+    _check_case(names, uri)
+    table = _index_table(index, rows, names, positions=pos)
+
+    def check(node: dict[str, Any]) -> None:
+        if not _is_plain_where(node, pos):
+            raise UnsafeQueryError(
+                f"the WHERE clause {where!r} must be a single condition, not a query of its "
+                "own (a set operation, grouping or ordering after it)",
+                uri=uri,
+            )
+
+    result = _run(table, query, lambda con: con.execute(query).fetchnumpy()[pos], uri=uri,
+                  what=f"the WHERE clause {where!r}", columns=columns, where=where,
+                  check=check, timeout=seconds)  # fmt: skip
+    positions = np.asarray(result, dtype=np.int64)
+    _check_positions(positions, table.num_rows, where, uri)
+    return positions
 
 
 def select(
-    index: IndexColumns, rows: npt.NDArray[np.int64] | None, query: str, *, uri: str
+    index: IndexColumns,
+    rows: npt.NDArray[np.int64] | None,
+    query: str,
+    *,
+    uri: str,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> pa.Table:
     """The result of one SELECT over the table `samples` (the index rows `rows`, or all);
     see `Dataset.sql`.
 
     Raises:
         UnsafeQueryError: the query is not a single SELECT, or reaches for files or settings.
+        QueryTimeoutError: it runs longer than `timeout` seconds.
         QueryError: DuckDB rejects the query.
     """
     if not isinstance(query, str) or not query.strip():
         raise QueryError(f"the query must be a non-empty string, got {query!r}", uri=uri)
+    seconds = _timeout(timeout, uri)
     columns = index.column_names
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
-        raise QueryError(f"invalid query: {describe_error(exc, columns)}", uri=uri) from exc
+        message = _sandbox.scrub(describe_error(exc, columns))
+        raise QueryError(f"invalid query: {message}", uri=uri) from exc
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         kind = f" of type {statements[0].type.name}" if len(statements) == 1 else ""
         raise UnsafeQueryError(
@@ -133,10 +148,100 @@ def select(
             uri=uri,
         )
     # every column: a SELECT may name them in ways a token scan cannot see (*, COLUMNS(...))
+    _check_case(columns, uri)
     table = _index_table(index, rows, columns)
-    result: pa.Table = _run(table, lambda con: con.sql(query).to_arrow_table(), uri=uri,
-                            what="the query", columns=columns)  # fmt: skip
+    result: pa.Table = _run(table, query, lambda con: con.sql(query).to_arrow_table(),
+                            uri=uri, what="the query", columns=columns,
+                            timeout=seconds)  # fmt: skip
     return result
+
+
+def _timeout(timeout: object, uri: str) -> float:
+    try:
+        return _sandbox.check_timeout(timeout)
+    except ValueError as exc:
+        raise QueryError(str(exc), uri=uri) from exc
+
+
+def _check_one_expression(where: str, tokens: list[tuple[str, object]], uri: str) -> None:
+    """Refuse a clause with `;` or parentheses that do not balance (a `)` that would close
+    the parenthesis the clause is wrapped in, and let a query of its own follow)."""
+    depth = 0
+    for text, kind in tokens:
+        if kind in (duckdb.token_type.string_const, duckdb.token_type.comment):
+            continue
+        if kind == duckdb.token_type.identifier and text.startswith('"'):
+            continue
+        if ";" in text:
+            raise UnsafeQueryError(
+                f"the WHERE clause {where!r} must be a single condition: ';' would start a "
+                "second statement",
+                uri=uri,
+            )
+        for char in text:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth < 0:
+                raise UnsafeQueryError(
+                    f"the WHERE clause {where!r} must be a single condition: a ')' closes a "
+                    "parenthesis it did not open",
+                    uri=uri,
+                )
+    if depth != 0:
+        raise QueryError(
+            f"invalid WHERE clause {where!r}: {depth} parenthesis(es) left open", uri=uri
+        )
+
+
+def _is_plain_where(node: dict[str, Any], pos: str) -> bool:
+    """Whether DuckDB's parse of the wrapped clause is `SELECT pos FROM samples WHERE …
+    ORDER BY pos` and nothing else (no set operation, grouping, CTE, extra modifier)."""
+    source = node.get("from_table") or {}
+    modifiers = node.get("modifiers") or []
+    select_list = node.get("select_list") or []
+    return (
+        node.get("type") == "SELECT_NODE"
+        and node.get("where_clause") is not None
+        and not (node.get("cte_map") or {}).get("map")
+        and not node.get("group_expressions")
+        and not node.get("group_sets")
+        and node.get("having") is None
+        and node.get("qualify") is None
+        and node.get("sample") is None
+        and len(select_list) == 1
+        and select_list[0].get("column_names") == [pos]
+        and source.get("type") == "BASE_TABLE"
+        and source.get("table_name") == TABLE
+        and not source.get("alias")
+        and [m.get("type") for m in modifiers] == ["ORDER_MODIFIER"]
+    )
+
+
+def _check_positions(positions: npt.NDArray[np.int64], n: int, where: str, uri: str) -> None:
+    """Positions must lie in [0, n), ascending and unique, before anyone uses them."""
+    if positions.size and (
+        positions[0] < 0 or positions[-1] >= n or np.any(np.diff(positions) <= 0)
+    ):
+        raise UnsafeQueryError(
+            f"the WHERE clause {where!r} produced positions that are not rows of the "
+            f"dataset (each of 0..{n - 1} at most once, ascending)",
+            uri=uri,
+        )
+
+
+def _check_case(names: Sequence[str], uri: str) -> None:
+    """DuckDB compares names without case: columns that differ only by case (a dataset
+    written elsewhere) cannot be told apart, so a query over them gets a clear error
+    rather than one column's values under the other's name."""
+    seen: dict[str, str] = {}
+    for name in names:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise QueryError(
+                f"columns {other!r} and {name!r} differ only by case, which DuckDB cannot "
+                "tell apart; rename one of them (e.g. with a layer) to query them",
+                uri=uri,
+                column=name,
+            )
 
 
 def _position_column(columns: Sequence[str]) -> str:
@@ -208,27 +313,53 @@ def _index_table(
 
 def _run(
     table: pa.Table,
+    query: str,
     fetch: Callable[[duckdb.DuckDBPyConnection], T],
     *,
     uri: str,
     what: str,
     columns: Sequence[str],
+    timeout: float,
     where: str | None = None,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> T:
-    """`fetch(con)` on a sandboxed connection where `table` is `samples`; DuckDB's errors
-    become ours, naming `what` and told in terms of the dataset's `columns` (and of the
-    WHERE clause `where`, if that is what runs: see `describe_error`)."""
+    """`fetch(con)` on a sandboxed connection where `table` is `samples`, once DuckDB's
+    parse of `query` passed the sandbox's checks (and `check`, if given); DuckDB's errors
+    become ours, naming `what`, told in terms of the dataset's `columns` (and of the WHERE
+    clause `where`, if that is what runs: see `describe_error`), without host paths."""
     con = sandboxed_connection()
     try:
+        node = _sandbox.parse(con, query)
+        if check is not None:
+            check(node)
+        _sandbox.check_names(node)
         con.register(TABLE, table)
-        return fetch(con)
+        return _sandbox.run(con, fetch, timeout=timeout)
+    except _sandbox.RefusedError as exc:
+        raise UnsafeQueryError(
+            f"{what} tries to reach outside the dataset's index: {exc}; the query sandbox "
+            f"lets it read only the table {TABLE!r} (the index and layer columns)",
+            uri=uri,
+        ) from exc
+    except _sandbox.TimedOutError as exc:
+        raise QueryTimeoutError(
+            f"{what} ran longer than the timeout of {timeout:g} s and was interrupted; "
+            "narrow it, or pass a larger timeout=",
+            uri=uri,
+        ) from exc
+    except duckdb.OutOfMemoryException as exc:
+        raise QueryError(
+            f"{what} needs more than the query sandbox's memory limit "
+            f"({_sandbox.MEMORY_LIMIT}); narrow it",
+            uri=uri,
+        ) from exc
     except duckdb.PermissionException as exc:
-        message = describe_error(exc, columns, where=where)
+        message = _sandbox.scrub(describe_error(exc, columns, where=where))
         raise UnsafeQueryError(
             f"{what} tries to reach outside the dataset's index: {message}", uri=uri
         ) from exc
     except duckdb.Error as exc:
-        message = describe_error(exc, columns, where=where)
+        message = _sandbox.scrub(describe_error(exc, columns, where=where))
         raise QueryError(f"DuckDB cannot evaluate {what}: {message}", uri=uri) from exc
     finally:
         con.close()
