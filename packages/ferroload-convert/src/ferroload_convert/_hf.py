@@ -16,6 +16,7 @@ from ferroload_convert._errors import (
     InputNotFoundError,
     MissingDependencyError,
 )
+from ferroload_convert._files import DEFAULT_MAX_FILE_BYTES, check_max_bytes
 from ferroload_convert._ids import column_name, metadata_name
 from ferroload_convert._pipeline import Failed, ordered_map
 from ferroload_convert._report import DEFAULT_WORKERS, ImportReport, OnError, Progress, check_common
@@ -41,6 +42,7 @@ def import_hf(
     shard_size: int = DEFAULT_SHARD_SIZE,
     progress: Progress | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> ImportReport:
     """Import a Hugging Face dataset: a `save_to_disk` folder or a `datasets.Dataset`.
 
@@ -48,7 +50,8 @@ def import_hf(
 
     * `Image`, `Audio`, `Video` (and `Pdf`, `Nifti`) features: a modality of the same
       name holding the stored bytes, never decoded (a cell stored as a path is read
-      from that file); the extension is sniffed from the first value's bytes (or its
+      from that file, if it is a regular file of at most `max_file_bytes`: never a
+      FIFO or a device); the extension is sniffed from the first value's bytes (or its
       path). A non-null stored path is kept as metadata `<column>_path`.
     * `ClassLabel`: the int column, and `<column>_name` with the class name.
     * `binary` values: a modality of kind `bytes`, extension sniffed.
@@ -75,6 +78,8 @@ def import_hf(
         shard_size: target bytes per tar shard.
         progress: `progress(done, total)` in rows.
         storage_options: backend options of `dst`.
+        max_file_bytes: the largest media file read for a cell stored as a path
+            (default 2 GiB); a larger one makes the row bad.
 
     Returns:
         What was imported; `columns` maps each input column to its dataset column(s).
@@ -96,6 +101,7 @@ def import_hf(
         {'sample_id': '00000001', 'text': 'b', 'score': 1.0}
     """
     check_common(on_error, workers)
+    check_max_bytes(max_file_bytes)
     ds, split, where = _load(src, split)
     columns, modalities = _plan(ds, id_column)
     total = len(ds)
@@ -112,7 +118,9 @@ def import_hf(
     ) as session:
         for modality, ext, kind, hint in modalities:
             session.declare(modality, ext, kind, hint)
-        convert = functools.partial(convert_rows, columns=columns, id_column=id_column)
+        convert = functools.partial(
+            convert_rows, columns=columns, id_column=id_column, max_file_bytes=max_file_bytes
+        )
         id_format = f"{prefix}{{:0{width}d}}"
         batches = (Batch(where, id_format, start, table) for start, table in _batches(ds))
         for _, rows in ordered_map(batches, convert, workers=workers, window=workers + 2):

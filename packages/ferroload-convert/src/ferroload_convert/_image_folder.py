@@ -3,6 +3,7 @@ to a dataset, and back."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import Counter
@@ -17,6 +18,12 @@ from ferroload_convert._export import (
     read_chunks,
     safe_part,
     safe_relative,
+)
+from ferroload_convert._files import (
+    DEFAULT_MAX_FILE_BYTES,
+    check_max_bytes,
+    inside,
+    read_regular,
 )
 from ferroload_convert._pipeline import Failed, ordered_map
 from ferroload_convert._report import (
@@ -43,6 +50,7 @@ def import_image_folder(
     shard_size: int = DEFAULT_SHARD_SIZE,
     progress: Progress | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> ImportReport:
     """Import an image folder: one class per subfolder of `src`, images at any depth below.
 
@@ -58,6 +66,10 @@ def import_image_folder(
     Each image is checked without decoding (its header parses, it is not cut short);
     `workers` threads read and check while the calling thread writes in sorted path order.
 
+    Reads are bounded: only regular files are read (a FIFO, device or socket with an
+    image name is a bad input, never opened), none larger than `max_file_bytes`, and
+    symlinks (to files or folders) that lead out of `src` are bad inputs, not followed.
+
     Args:
         src: the root folder.
         dst: the dataset URI (a new dataset, or an existing one with the same modality
@@ -69,14 +81,18 @@ def import_image_folder(
         shard_size: target bytes per tar shard.
         progress: `progress(done, total)` in files, called from the calling thread.
         storage_options: backend options of `dst`.
+        max_file_bytes: the largest image file read (default 2 GiB); a larger one is a
+            bad input.
 
     Returns:
         What was imported, skipped and ignored.
 
     Raises:
         InputNotFoundError: if `src` is not a folder, or holds no class folder with images.
-        BadInputError: for an unreadable or damaged image (with `on_error="raise"`).
-        ConvertOptionError: for a bad `on_error` or `workers`.
+        BadInputError: for an unreadable or damaged image, a file that is not a regular
+            file, one over `max_file_bytes`, or a symlink out of `src` (with
+            `on_error="raise"`).
+        ConvertOptionError: for a bad `on_error`, `workers` or `max_file_bytes`.
 
     Examples:
         >>> import tempfile, pathlib
@@ -94,6 +110,7 @@ def import_image_folder(
         {'label': 1, 'class_name': 'dog', 'path': 'dog/001.png'}
     """
     check_common(on_error, workers)
+    check_max_bytes(max_file_bytes)
     root = Path(src)
     if not root.is_dir():
         raise InputNotFoundError(
@@ -127,7 +144,8 @@ def import_image_folder(
     ) as session:
         session.ignore(f"{len(ignored)} files that are not images in class folders", len(ignored))
         session.declare("image", ext, "tensor", "image")
-        for (_, rel, label), data in ordered_map(files, _read_checked, workers=workers):
+        read = functools.partial(_read_checked, root=str(root), max_bytes=max_file_bytes)
+        for (_, rel, label), data in ordered_map(files, read, workers=workers):
             if isinstance(data, Failed):
                 if not isinstance(data.error, BadInputError):
                     raise data.error
@@ -146,8 +164,15 @@ def _suffix(rel: str) -> str:
 
 
 def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """(path, path relative to root) of the images under root/cls, sorted; other files."""
-    found, other = [], []
+    """(path, path relative to root) of the images under root/cls, sorted; other files.
+
+    A symlinked folder that leads out of `root` is not walked: it is listed with the
+    images, and reading it refuses it.
+    """
+    found: list[tuple[str, str]] = []
+    other: list[str] = []
+    if not inside(str(root / cls), str(root)):
+        return [(str(root / cls), cls)], other
     seen: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(root / cls, followlinks=True):
         real = os.path.realpath(dirpath)
@@ -156,6 +181,10 @@ def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[str]
             continue
         seen.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for d in [d for d in dirnames if not inside(os.path.join(dirpath, d), str(root))]:
+            dirnames.remove(d)
+            path = os.path.join(dirpath, d)
+            found.append((path, Path(os.path.relpath(path, root)).as_posix()))
         for f in filenames:
             path = os.path.join(dirpath, f)
             rel = Path(os.path.relpath(path, root)).as_posix()
@@ -167,13 +196,9 @@ def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[str]
     return found, other
 
 
-def _read_checked(item: tuple[str, str, int]) -> bytes:
+def _read_checked(item: tuple[str, str, int], *, root: str, max_bytes: int) -> bytes:
     path = item[0]
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise BadInputError(f"cannot read {path}: {exc.strerror or exc}", path=path) from exc
+    data = read_regular(path, max_bytes=max_bytes, root=root)
     problem = check_image(data)
     if problem is not None:
         raise BadInputError(

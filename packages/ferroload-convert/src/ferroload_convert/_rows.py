@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from ferroload_convert._arrow import meta_values
 from ferroload_convert._errors import BadInputError
+from ferroload_convert._files import DEFAULT_MAX_FILE_BYTES, read_regular
 from ferroload_convert._sniff import check_image, sniff_ext
 
 
@@ -62,9 +63,14 @@ class Batch:
 
 
 def convert_rows(
-    batch: Batch, *, columns: Sequence[Column], id_column: str | None
+    batch: Batch,
+    *,
+    columns: Sequence[Column],
+    id_column: str | None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> list[Row | BadInputError]:
-    """The rows of `batch` as samples, or a `BadInputError` for each bad row."""
+    """The rows of `batch` as samples, or a `BadInputError` for each bad row (a media
+    cell's file is read only if it is a regular file of at most `max_file_bytes`)."""
     table, n = batch.table, batch.table.num_rows
     out: list[Row | BadInputError] = []
     bad: dict[int, BadInputError] = {}
@@ -72,7 +78,7 @@ def convert_rows(
     for col in columns:
         arr = table.column(col.source)
         if col.kind == "media":
-            cells, paths = _media_cells(arr, batch, col, bad)
+            cells, paths = _media_cells(arr, batch, col, bad, max_file_bytes)
             values.append((col, cells, paths if col.extra is not None else None))
         elif col.kind == "binary":
             cells = arr.to_pylist()
@@ -119,7 +125,11 @@ def convert_rows(
 
 
 def _media_cells(
-    arr: pa.ChunkedArray | pa.Array, batch: Batch, col: Column, bad: dict[int, BadInputError]
+    arr: pa.ChunkedArray | pa.Array,
+    batch: Batch,
+    col: Column,
+    bad: dict[int, BadInputError],
+    max_bytes: int,
 ) -> tuple[list[bytes | None], list[Any]]:
     """The bytes of each struct<bytes, path> cell (stored bytes, else the file's), and
     each cell's stored path (all None without a `path` field)."""
@@ -131,13 +141,11 @@ def _media_cells(
     for i, (data, path) in enumerate(zip(cells, paths, strict=True)):
         if data is None and path is not None:
             try:
-                with open(path, "rb") as f:
-                    cells[i] = f.read()
-            except OSError as exc:
+                cells[i] = read_regular(path, max_bytes=max_bytes)
+            except BadInputError as exc:
                 bad[i] = BadInputError(
                     f"row {batch.start + i} of {batch.where}: {col.source!r} refers to "
-                    f"{path}, which cannot be read ({exc.strerror or exc}); pass "
-                    "on_error='skip' to leave the row out",
+                    f"a file that cannot be imported: {exc}",
                     path=batch.where,
                     row=batch.start + i,
                     column=col.source,

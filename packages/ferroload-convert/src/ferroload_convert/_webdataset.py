@@ -11,14 +11,23 @@ What the import records so that `export_webdataset` writes the same members back
 
 from __future__ import annotations
 
+import bz2
+import contextlib
+import functools
+import gzip
+import io
+import lzma
 import os
 import re
+import sys
 import tarfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ferroload_convert._errors import BadInputError
+from ferroload_convert._errors import BadInputError, ConvertOptionError
+from ferroload_convert._files import DEFAULT_MAX_FILE_BYTES, check_max_bytes, open_regular
 from ferroload_convert._ids import column_name
 from ferroload_convert._pipeline import Failed, ordered_streams
 from ferroload_convert._report import (
@@ -47,6 +56,8 @@ LIFTED: dict[str, tuple[str, type]] = {
 #: Lifted text larger than this stays a payload only.
 MAX_LIFTED_BYTES = 1 << 16
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+#: A compressed tar may inflate to this many times its size (plus 1 MiB) by default.
+DEFAULT_MAX_INFLATE_RATIO = 100.0
 
 # WebDataset's own rules (webdataset.tariterators): key and extension, and the names of
 # meta members it skips (`__…__`).
@@ -54,6 +65,8 @@ _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SKIP_META = re.compile(r"__[^/]*__($|/)")
 _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 _BLOCK = 512
+# What reading a damaged (or damaged compressed) tar raises
+_READ_ERRORS = (OSError, EOFError, tarfile.TarError, lzma.LZMAError, zlib.error)
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,8 @@ def import_webdataset(
     shard_size: int = DEFAULT_SHARD_SIZE,
     progress: Progress | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_inflate_ratio: float = DEFAULT_MAX_INFLATE_RATIO,
 ) -> ImportReport:
     """Import WebDataset tars: every member kept, byte for byte.
 
@@ -94,6 +109,12 @@ def import_webdataset(
     members are ignored and counted. Image members are checked without decoding; a
     damaged or truncated tar is a bad input as a whole, named by its path.
 
+    Reads are bounded: a tar must be a regular file (a FIFO or device is never opened),
+    a member larger than `max_file_bytes` is a bad input (its sample is left out, the
+    rest of the tar is read), and a compressed tar (gzip, bzip2, xz) that inflates to
+    more than `max_inflate_ratio` times its size (plus 1 MiB) is a bad input as a whole:
+    reading stops at the limit.
+
     Args:
         src: a tar (`.tar`, `.tar.gz`, `.tgz`), a folder searched for them, a glob, or a
             list of these.
@@ -105,14 +126,20 @@ def import_webdataset(
         shard_size: target bytes per ferroload shard.
         progress: `progress(done, None)` in samples (the total is not known up front).
         storage_options: backend options of `dst`.
+        max_file_bytes: the largest member read (default 2 GiB).
+        max_inflate_ratio: how many times its size a compressed tar may inflate to
+            (default 100).
 
     Returns:
         What was imported; `columns` maps each extension to its modality.
 
     Raises:
         InputNotFoundError: if `src` matches no tar.
-        BadInputError: for a damaged tar, a duplicate member or a damaged image member
-            (with `on_error="raise"`).
+        BadInputError: for a damaged tar, a duplicate member, a damaged image member, a
+            tar that is not a regular file, a member over `max_file_bytes` or a tar that
+            inflates beyond `max_inflate_ratio` (with `on_error="raise"`).
+        ConvertOptionError: for a bad `on_error`, `workers`, `max_file_bytes` or
+            `max_inflate_ratio`.
 
     Examples:
         >>> import io, tarfile, tempfile, os
@@ -129,6 +156,13 @@ def import_webdataset(
         {'sample_id': 'a~k1', 'wds_key': 'a/k1', 'label': 3}
     """
     check_common(on_error, workers)
+    check_max_bytes(max_file_bytes)
+    if not isinstance(max_inflate_ratio, int | float) or not max_inflate_ratio >= 1:
+        raise ConvertOptionError(
+            f"max_inflate_ratio must be a number >= 1, got {max_inflate_ratio!r}",
+            column="max_inflate_ratio",
+        )
+    read = functools.partial(_read_tar, max_bytes=max_file_bytes, ratio=max_inflate_ratio)
     tars = input_files(src, suffixes=TAR_SUFFIXES, what="WebDataset tars")
     with ImportSession(
         dst,
@@ -139,7 +173,7 @@ def import_webdataset(
         progress=progress,
     ) as session:
         names = _Modalities(session)
-        for (_, rel), item in ordered_streams(tars, _read_tar, workers=workers, buffer=32):
+        for (_, rel), item in ordered_streams(tars, read, workers=workers, buffer=32):
             if isinstance(item, _Ignored):
                 session.ignore(item.name)
                 continue
@@ -208,32 +242,97 @@ def _lift(ext: str, payload: bytes, meta: dict[str, Any]) -> None:
         meta[lifted[0]] = label
 
 
-def _read_tar(item: tuple[str, str]) -> Iterator[_Sample | _Ignored | Failed]:
+class _Inflated:
+    """A decompressed stream that refuses to go past `limit` bytes (a decompression
+    bomb): tarfile reads and seeks through it, and nothing beyond the limit is inflated."""
+
+    def __init__(self, stream: io.BufferedIOBase, limit: int, path: str, ratio: float) -> None:
+        self.stream, self.limit, self.path, self.ratio = stream, limit, path, ratio
+
+    def _refuse(self, end: int) -> BadInputError:
+        return BadInputError(
+            f"{self.path} inflates to more than {self.limit:,} bytes (needs {end:,}): over "
+            f"max_inflate_ratio={self.ratio:g} times its size, a decompression bomb? Raise "
+            "max_inflate_ratio if it is genuine, or pass on_error='skip'",
+            path=self.path,
+        )
+
+    def tell(self) -> int:
+        return self.stream.tell()
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        end = pos if whence == 0 else self.stream.tell() + pos if whence == 1 else sys.maxsize
+        if end > self.limit:
+            raise self._refuse(end)
+        return self.stream.seek(pos, whence)
+
+    def read(self, n: int | None = -1) -> bytes:
+        at = self.stream.tell()
+        if n is None or n < 0 or at + n > self.limit:
+            n = self.limit + 1 - at
+        data = self.stream.read(n)
+        if at + len(data) > self.limit:
+            raise self._refuse(at + len(data))
+        return data
+
+
+def _open_tar(path: str, ratio: float, stack: contextlib.ExitStack) -> tuple[Any, bool]:
+    """(the tar, whether it is compressed), opened bounded; closed with `stack`."""
+    f = stack.enter_context(open_regular(path, max_bytes=sys.maxsize))
+    head = f.read(6)
+    f.seek(0)
+    if not head.startswith(_COMPRESSED):
+        return stack.enter_context(tarfile.open(fileobj=f, mode="r:")), False
+    stream: io.BufferedIOBase
+    if head.startswith(b"\x1f\x8b"):
+        stream = stack.enter_context(gzip.GzipFile(fileobj=f, mode="rb"))
+    elif head.startswith(b"BZh"):
+        stream = stack.enter_context(bz2.BZ2File(f))
+    else:
+        stream = stack.enter_context(lzma.LZMAFile(f))  # noqa: SIM115 (it is one)
+    limit = int(ratio * os.fstat(f.fileno()).st_size) + (1 << 20)
+    inflated: Any = _Inflated(stream, limit, path, ratio)
+    return stack.enter_context(tarfile.open(fileobj=inflated, mode="r:")), True
+
+
+def _read_tar(
+    item: tuple[str, str], *, max_bytes: int, ratio: float
+) -> Iterator[_Sample | _Ignored | Failed]:
     """The samples of one tar, grouped by key in first-seen order (runs on the pool)."""
     path = item[0]
-    try:
-        with open(path, "rb") as f:
-            compressed = f.read(6).startswith(_COMPRESSED)
-        tar = tarfile.open(path, "r:*" if compressed else "r:")  # noqa: SIM115 (with below)
-    except (OSError, tarfile.TarError) as exc:
-        raise BadInputError(f"cannot open {path} as a tar: {exc}", path=path) from exc
-    with tar:
+    with contextlib.ExitStack() as stack:
+        try:
+            tar, compressed = _open_tar(path, ratio, stack)
+        except _READ_ERRORS as exc:
+            raise BadInputError(f"cannot open {path} as a tar: {exc}", path=path) from exc
         for key, group in _scan(tar, path, compressed).items():
             if isinstance(group, _Ignored):
                 yield group
                 continue
             try:
-                yield _Sample(key, [(ext, _read_member(tar, info, path)) for ext, info in group])
+                members = [(ext, _read_member(tar, info, path, max_bytes)) for ext, info in group]
             except BadInputError as exc:
+                if exc.member is None:  # the tar as a whole (it inflates too far)
+                    raise
                 yield Failed(exc)
+            else:
+                yield _Sample(key, members)
 
 
-def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str) -> bytes:
+def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, max_bytes: int) -> bytes:
+    if info.size > max_bytes:
+        raise BadInputError(
+            f"member {info.name} of {path} holds {info.size:,} bytes, more than "
+            f"max_file_bytes={max_bytes:,}; raise max_file_bytes if it is genuine, or pass "
+            "on_error='skip' to leave its sample out",
+            path=path,
+            member=info.name,
+        )
     try:
         f = tar.extractfile(info)
         assert f is not None  # regular members only
         data = f.read()
-    except (OSError, tarfile.TarError, EOFError) as exc:
+    except _READ_ERRORS as exc:
         raise BadInputError(
             f"{path} is damaged at member {info.name}: {exc}", path=path, member=info.name
         ) from exc
@@ -259,7 +358,7 @@ def _scan(
     """
     try:
         infos = tar.getmembers()
-    except (OSError, tarfile.TarError, EOFError) as exc:
+    except _READ_ERRORS as exc:
         raise BadInputError(f"{path} is not a readable tar: {exc}", path=path) from exc
     if not compressed:
         _check_complete(tar, infos, path)
