@@ -219,3 +219,35 @@ def test_plain_tar_member_limit_and_fifo_tar(tmp_path: Path) -> None:
     assert report.num_samples == 1
     where = sorted(s.where for s in report.skipped)
     assert where == [f"{src / 'a.tar'} (member k1.bin)", str(src / "b.tar")]
+
+
+def test_tar_and_parquet_folders_refuse_links_out_and_fifos(tmp_path: Path) -> None:
+    from ferroload_convert import import_parquet
+
+    src, elsewhere = tmp_path / "src", tmp_path / "elsewhere"
+    src.mkdir()
+    elsewhere.mkdir()
+    with tarfile.open(elsewhere / "e.tar", "w") as tar:
+        info = tarfile.TarInfo("k.bin")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"z"))
+    os.symlink(elsewhere / "e.tar", src / "a.tar")
+    os.symlink(elsewhere, src / "linked")
+    report = import_webdataset(src, tmp_path / "wds", on_error="skip")
+    assert report.num_samples == 0
+    assert sorted(s.where for s in report.skipped) == [str(src / "a.tar"), str(src / "linked")]
+    assert all("outside the folder" in s.reason for s in report.skipped)
+    # named directly, the user means it: the link is followed
+    assert import_webdataset(src / "a.tar", tmp_path / "wds2").num_samples == 1
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pdir = tmp_path / "pq"
+    pdir.mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), pdir / "a.parquet")
+    os.mkfifo(pdir / "b.parquet")
+    report = _in_thread(lambda: import_parquet(pdir, tmp_path / "p", on_error="skip"))
+    assert report.num_samples == 2
+    assert [s.where for s in report.skipped] == [str(pdir / "b.parquet")]
+    assert "FIFO" in report.skipped[0].reason

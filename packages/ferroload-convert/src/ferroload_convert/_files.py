@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from typing import BinaryIO
 
 from ferroload_convert._errors import BadInputError, ConvertOptionError
@@ -93,6 +94,17 @@ def open_regular(path: str, *, max_bytes: int, root: str | None = None) -> Binar
     except BaseException:
         os.close(fd)
         raise
+
+
+def check_regular(path: str, root: str | None = None) -> None:
+    """Refuse `path` unless it is a regular file (inside `root` when given), as
+    `open_regular` does, for a reader that opens the file itself (pyarrow).
+
+    Raises:
+        BadInputError: naming the path.
+    """
+    with open_regular(path, max_bytes=sys.maxsize, root=root):
+        pass
 
 
 def read_regular(path: str, *, max_bytes: int, root: str | None = None) -> bytes:

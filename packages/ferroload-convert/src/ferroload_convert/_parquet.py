@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ferroload_convert._errors import BadInputError, ConvertOptionError
+from ferroload_convert._files import check_regular
 from ferroload_convert._ids import column_name, metadata_name
 from ferroload_convert._pipeline import Failed, ordered_streams
 from ferroload_convert._report import DEFAULT_WORKERS, ImportReport, OnError, Progress, check_common
@@ -96,10 +97,14 @@ def import_parquet(
     ) as session:
         readable: list[tuple[str, str, pq.FileMetaData]] = []
         fields: dict[str, pa.DataType] = {}
-        for path, rel in files:
+        for path, rel, root in files:
             try:
+                check_regular(path, root)  # a FIFO would block the open below
                 meta = pq.read_metadata(path)
                 schema = meta.schema.to_arrow_schema()
+            except BadInputError as exc:
+                session.bad(exc)
+                continue
             except (OSError, pa.ArrowException) as exc:
                 session.bad(
                     BadInputError(f"{path} is not a readable Parquet file: {exc}", path=path)

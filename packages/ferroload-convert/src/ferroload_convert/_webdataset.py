@@ -173,7 +173,7 @@ def import_webdataset(
         progress=progress,
     ) as session:
         names = _Modalities(session)
-        for (_, rel), item in ordered_streams(tars, read, workers=workers, buffer=32):
+        for (_, rel, _), item in ordered_streams(tars, read, workers=workers, buffer=32):
             if isinstance(item, _Ignored):
                 session.ignore(item.name)
                 continue
@@ -276,9 +276,11 @@ class _Inflated:
         return data
 
 
-def _open_tar(path: str, ratio: float, stack: contextlib.ExitStack) -> tuple[Any, bool]:
+def _open_tar(
+    path: str, root: str | None, ratio: float, stack: contextlib.ExitStack
+) -> tuple[Any, bool]:
     """(the tar, whether it is compressed), opened bounded; closed with `stack`."""
-    f = stack.enter_context(open_regular(path, max_bytes=sys.maxsize))
+    f = stack.enter_context(open_regular(path, max_bytes=sys.maxsize, root=root))
     head = f.read(6)
     f.seek(0)
     if not head.startswith(_COMPRESSED):
@@ -296,13 +298,13 @@ def _open_tar(path: str, ratio: float, stack: contextlib.ExitStack) -> tuple[Any
 
 
 def _read_tar(
-    item: tuple[str, str], *, max_bytes: int, ratio: float
+    item: tuple[str, str, str | None], *, max_bytes: int, ratio: float
 ) -> Iterator[_Sample | _Ignored | Failed]:
     """The samples of one tar, grouped by key in first-seen order (runs on the pool)."""
     path = item[0]
     with contextlib.ExitStack() as stack:
         try:
-            tar, compressed = _open_tar(path, ratio, stack)
+            tar, compressed = _open_tar(path, item[2], ratio, stack)
         except _READ_ERRORS as exc:
             raise BadInputError(f"cannot open {path} as a tar: {exc}", path=path) from exc
         for key, group in _scan(tar, path, compressed).items():
