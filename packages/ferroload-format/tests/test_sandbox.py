@@ -8,9 +8,18 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from ferroload_format import Dataset, QueryError, QueryTimeoutError, UnsafeQueryError
+from ferroload_format import (
+    Dataset,
+    InvalidModalityError,
+    QueryError,
+    QueryTimeoutError,
+    SchemaConflictError,
+    UnsafeQueryError,
+    Writer,
+)
 
 from .conftest import WriteFn
 
@@ -240,3 +249,74 @@ def test_a_view_runs_in_the_sandbox_too(local_uri: str, write: WriteFn) -> None:
         ds.sql("SELECT * FROM duckdb_settings()")
     assert isinstance(ds, Dataset)
     assert ds.subset("true", return_indices=True).tolist() == [0, 1]
+
+
+# ----------------------------------------------------------------- column names
+
+
+def test_metadata_keys_differing_only_by_case_are_refused(uri: str) -> None:
+    w = Writer(uri, "case")
+    w.add("a", None, {"label": 1})
+    with pytest.raises(SchemaConflictError, match=r"'Label'.*'label' only by case") as info:
+        w.add("b", None, {"label": 1, "Label": 2})
+    assert info.value.column == "Label"
+    with pytest.raises(SchemaConflictError, match="only by case"):
+        w.add("c", None, {"LABEL": 2})
+    with pytest.raises(SchemaConflictError, match="only by case"):
+        w.declare_column("LaBeL", pa.int64())
+    w.add("d", None, {"label": 4})  # the refused samples left no trace
+    w.close()
+    ds = Dataset.open(uri)
+    assert ds.schema.names.count("label") == 1
+    assert "Label" not in ds.schema.names
+    assert ds.subset("label = 4", return_indices=True).tolist() == [1]
+
+
+def test_keys_of_one_sample_differing_only_by_case_are_refused(uri: str) -> None:
+    w = Writer(uri, "case")
+    with pytest.raises(SchemaConflictError, match="only by case"):
+        w.add("a", None, {"label": 1, "Label": 2})
+    with pytest.raises(SchemaConflictError, match="reserved"):
+        w.add("a", None, {"Sample_ID": "x"})
+    w.declare("image", "jpg")
+    with pytest.raises(SchemaConflictError, match="only by case"):
+        w.add("a", None, {"IMAGE": 1})
+    w.declare_column("Score", pa.float64())
+    with pytest.raises(SchemaConflictError, match="only by case"):
+        w.add("a", None, {"score": 1.0})
+    w.add("a", None, {"Caption": "x"})
+    with pytest.raises(InvalidModalityError, match="'caption' differs from column 'Caption'"):
+        w.declare("caption", "txt")
+    w.abort()
+
+
+@pytest.mark.parametrize(
+    "key", ["__ferroload_position", "_ferroload_position", "___ferroload", "_FerroLoad_x", "SHARD"]
+)
+def test_reserved_names_are_refused(uri: str, key: str) -> None:
+    w = Writer(uri, "reserved")
+    with pytest.raises(SchemaConflictError, match="reserved"):
+        w.add("a", None, {key: 1})
+    with pytest.raises(SchemaConflictError, match="reserved"):
+        w.declare_column(key, pa.int64())
+    w.add("a", None, {"ferroload": 1, "x__ferroload": 2})  # only the prefix is reserved
+    w.close()
+
+
+@pytest.mark.parametrize(
+    ("columns", "words"),
+    [
+        ({"Label": pa.int64()}, "a metadata column of the dataset \\('label'\\)"),
+        ({"SHARD": pa.int64()}, "reserved"),
+        ({"__ferroload_position": pa.int64()}, "reserved"),
+        ({"flag": pa.bool_(), "FLAG": pa.bool_()}, "a column of this layer \\('flag'\\)"),
+    ],
+)
+def test_layer_columns_follow_the_same_rules(
+    uri: str, write: WriteFn, columns: dict[str, pa.DataType], words: str
+) -> None:
+    from ferroload_format import LayerWriter
+
+    ds = write(uri, 3)
+    with pytest.raises(SchemaConflictError, match=words):
+        LayerWriter(ds, "extra", identity="e1", columns=columns)

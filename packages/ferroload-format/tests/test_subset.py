@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from ferroload_format import Dataset, QueryError, UnsafeQueryError, Writer
+from ferroload_format import Dataset, QueryError, SchemaConflictError, UnsafeQueryError, Writer
 
 from .conftest import WriteFn
 
@@ -226,11 +226,16 @@ def test_where_errors_point_into_the_clause(local_uri: str, write: WriteFn) -> N
 
 
 def test_a_column_named_like_the_internal_positions_cannot_shadow_them(
-    local_uri: str,
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    with Writer(local_uri, "t") as w, pytest.raises(SchemaConflictError, match="reserved"):
+        w.add("s0", None, {"__ferroload_position": 7})
+    # a writer from elsewhere (or an older ferroload) may not refuse the name
+    monkeypatch.setattr(Writer, "_check_new_keys", lambda *_: None)
     with Writer(local_uri, "t") as w:
         for i in range(4):
             w.add(f"s{i}", None, {"label": i, "__ferroload_position": 7})
+    monkeypatch.undo()
     ds = Dataset.open(local_uri)
     assert ds.subset("label >= 2", return_indices=True).tolist() == [2, 3]
     assert ds.subset("__ferroload_position = 7 AND label = 1", return_indices=True).tolist() == [1]

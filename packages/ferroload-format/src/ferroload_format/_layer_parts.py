@@ -27,9 +27,8 @@ from ferroload_format._manifest import Modality, ShardInfo, check_shard_paths, l
 from ferroload_format._names import (
     MAX_MEMBER_NAME,
     MODALITY_RE,
-    RESERVED_COLUMNS,
-    RESERVED_PREFIX,
     check_modality,
+    is_reserved,
     member_name,
 )
 from ferroload_format._types import (
@@ -325,15 +324,10 @@ def check_columns(columns: Mapping[str, pa.DataType], layer: str, uri: str) -> t
         )
     out = []
     for name, dtype in columns.items():
-        if (
-            not isinstance(name, str)
-            or not name
-            or name in RESERVED_COLUMNS
-            or name.startswith(RESERVED_PREFIX)
-        ):
+        if not isinstance(name, str) or not name or is_reserved(name):
             raise SchemaConflictError(
                 f"column name {name!r} of layer {layer!r} of {uri} is empty or reserved "
-                "(sample_id, shard and _ferroload* are index columns)",
+                "(sample_id, shard and _ferroload* / __ferroload* are index columns)",
                 uri=uri,
                 column=str(name),
                 layer=layer,

@@ -253,14 +253,26 @@ class LayerWriter:
 
     def _check_names(self, manifest: Manifest) -> None:
         """Refuse columns that `manifest`'s base or other layers already have."""
+        # keyed by the lowercased name: SQL (subset, sql) compares names without case
         taken: dict[str, str] = dict.fromkeys(RESERVED_COLUMNS, "an index column")
-        taken.update((m.name, "a modality of the dataset") for m in manifest.modalities)
-        taken.update((f.name, "a metadata column of the dataset") for f in manifest.metadata)
+        taken.update(
+            (m.name.lower(), f"a modality of the dataset ({m.name!r})") for m in manifest.modalities
+        )
+        taken.update(
+            (f.name.lower(), f"a metadata column of the dataset ({f.name!r})")
+            for f in manifest.metadata
+        )
         for other in manifest.layers:
             if other.name != self.name:
-                taken.update((c, f"a column of layer {other.name!r}") for c in other.column_names)
+                taken.update(
+                    (c.lower(), f"a column of layer {other.name!r} ({c!r})")
+                    for c in other.column_names
+                )
+        mine: dict[str, str] = {}
         for col in (*(m.name for m in self.modalities), *(f.name for f in self.columns)):
-            what = taken.get(col)
+            what = taken.get(col.lower())
+            if what is None and mine.setdefault(col.lower(), col) != col:
+                what = f"a column of this layer ({mine[col.lower()]!r})"
             if what is not None:
                 raise self._schema.error(
                     SchemaConflictError,

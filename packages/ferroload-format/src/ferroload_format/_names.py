@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from ferroload_format._errors import InvalidModalityError, InvalidSampleIdError
+from ferroload_format._errors import (
+    InvalidModalityError,
+    InvalidSampleIdError,
+    SchemaConflictError,
+)
 
 SAMPLE_ID_RE = re.compile(r"[A-Za-z0-9_+=,@~#-]{1,100}")
 MODALITY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -16,6 +21,10 @@ KINDS = ("tensor", "bytes", "text")
 #: Index columns every dataset has; metadata and modalities cannot use these names.
 RESERVED_COLUMNS = frozenset({"sample_id", "shard"})
 RESERVED_PREFIX = "_ferroload"
+#: Every name `is_reserved` refuses for a new column: the prefix after any number of
+#: underscores, in any case (the query sandbox steps its positions column aside by adding
+#: underscores, and DuckDB compares names without case).
+_RESERVED_RE = re.compile(r"_+ferroload", re.IGNORECASE)
 #: USTAR's name field.
 MAX_MEMBER_NAME = 100
 
@@ -73,6 +82,47 @@ def check_modality(name: str, ext: str, kind: str, codec_hint: str) -> None:
         raise InvalidModalityError(
             f"codec hint {codec_hint!r} of modality {name!r} is invalid: use a lowercase word "
             "such as image, audio, video or raw",
+            column=name,
+        )
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a new column may not be called `name`: `sample_id`, `shard` (in any case),
+    or a name starting with `_ferroload`, `__ferroload`, ... (in any case)."""
+    return name.lower() in RESERVED_COLUMNS or _RESERVED_RE.match(name) is not None
+
+
+def check_column_name(
+    name: str,
+    taken: Mapping[str, str],
+    *,
+    uri: str | None = None,
+    sample_id: str | None = None,
+) -> None:
+    """Refuse a new column `name` that is reserved or differs from a column of `taken`
+    (lowercased name -> name) only by case: DuckDB, which runs `subset` and `sql`, could
+    not tell the two apart.
+
+    Raises:
+        SchemaConflictError: naming both columns (and `sample_id`, if given).
+    """
+    where = f" of sample {sample_id!r}" if sample_id is not None else ""
+    if is_reserved(name):
+        raise SchemaConflictError(
+            f"metadata key {name!r}{where} is reserved (sample_id, shard and names starting "
+            "with _ferroload or __ferroload, in any case, are the format's own)",
+            uri=uri,
+            sample_id=sample_id,
+            column=name,
+        )
+    other = taken.get(name.lower())
+    if other is not None and other != name:
+        raise SchemaConflictError(
+            f"metadata key {name!r}{where} differs from column {other!r} only by case; "
+            "SQL (subset, sql) compares names without case and could not tell them apart: "
+            f"use {other!r} or another name",
+            uri=uri,
+            sample_id=sample_id,
             column=name,
         )
 

@@ -27,6 +27,8 @@ from ferroload_format._index import ROW_GROUP_SIZE, IndexBuilder, write_part
 from ferroload_format._manifest import Manifest, Modality, ShardInfo, shard_paths, staged_part_path
 from ferroload_format._names import (
     MAX_MEMBER_NAME,
+    RESERVED_COLUMNS,
+    check_column_name,
     check_modality,
     check_sample_id,
     member_name,
@@ -114,6 +116,16 @@ class Writer:
             uri=self.uri,
             row_group_size=row_group_size,
         )
+        # every column's name (lowercased -> name), to refuse one that differs only by case
+        self._columns: dict[str, str] = {
+            c.lower(): c
+            for c in (
+                *RESERVED_COLUMNS,
+                *self._modalities,
+                *(f.name for f in self._builder.metadata_fields),
+            )
+        }
+        self._known = set(self._columns.values())  # the same names, for a quick check
         self._ids: set[str] = set()
         self._shards: list[ShardInfo] = []
         self._shard: ShardWriter | None = None
@@ -172,8 +184,18 @@ class Writer:
             raise InvalidModalityError(
                 f"{modality!r} is already a metadata column", uri=self.uri, column=modality
             )
+        other = self._columns.get(modality.lower())
+        if other is not None and other != modality:
+            raise InvalidModalityError(
+                f"modality {modality!r} differs from column {other!r} only by case; SQL "
+                "(subset, sql) compares names without case and could not tell them apart",
+                uri=self.uri,
+                column=modality,
+            )
         self._modalities[modality] = new
         self._builder.add_modality(modality)
+        self._columns[modality.lower()] = modality
+        self._known.add(modality)
 
     def declare_column(self, name: str, dtype: pa.DataType) -> None:
         """Declare a metadata column and its Arrow type before samples use it.
@@ -190,7 +212,7 @@ class Writer:
 
         Raises:
             SchemaConflictError: for a type the format has no form for, a reserved name, a
-                modality's name, a column already of another type, or (when appending) a column the dataset does not have.
+                modality's name, a name that differs from another column's only by case, a column already of another type, or (when appending) a column the dataset does not have.
         """
         self._check_open()
         try:
@@ -202,7 +224,11 @@ class Writer:
                 uri=self.uri,
                 column=name,
             ) from exc
+        if isinstance(name, str) and name not in self._known:
+            check_column_name(name, self._columns, uri=self.uri)
         self._builder.declare_column(name, dtype)
+        self._columns[name.lower()] = name
+        self._known.add(name)
 
     # ----------------------------------------------------------------- adding
 
@@ -224,7 +250,9 @@ class Writer:
             DuplicateSampleError: for an id this writer already added.
             UndeclaredModalityError: for a payload of a modality never declared.
             InvalidPayloadError: for a payload that is not bytes-like.
-            SchemaConflictError: for metadata that conflicts with earlier samples.
+            SchemaConflictError: for metadata that conflicts with earlier samples, a reserved
+                key (`sample_id`, `shard`, `_ferroload*`, `__ferroload*`), or a key that
+                differs from another column's only by case (`Label` beside `label`).
         """
         self._check_open()
         sid = check_sample_id(sample_id, uri=self.uri)
@@ -240,7 +268,14 @@ class Writer:
                     uri=self.uri,
                     sample_id=sid,
                 )
+            known = self._known
+            new = [k for k in meta if k not in known]
+            if new:
+                self._check_new_keys(sid, new)
             self._builder.check_meta(sid, meta)
+            for key in new:
+                self._columns[key.lower()] = key
+                known.add(key)
         try:
             shard = self._shard_for(sum(BLOCK + n + padding(n) for _, _, _, n in payloads))
             members = {m: shard.add(name, payload) for m, name, payload, _ in payloads}
@@ -251,6 +286,15 @@ class Writer:
         self._ids.add(sid)
         if members:
             shard.num_samples += 1
+
+    def _check_new_keys(self, sid: str, keys: list[Any]) -> None:
+        """Refuse new metadata keys that are reserved or differ from a column, or from each
+        other, only by case (`check_meta` refuses keys that are not strings)."""
+        taken = dict(self._columns)
+        for key in keys:
+            if isinstance(key, str) and key:
+                check_column_name(key, taken, uri=self.uri, sample_id=sid)
+                taken[key.lower()] = key
 
     def _payloads(self, sid: str, data: Mapping[str, Any]) -> list[tuple[str, str, Any, int]]:
         """(modality, member name, payload, size) of each payload, in declaration order."""
