@@ -756,13 +756,20 @@ class ImageDecoder:
 
         def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
             kind = type(item)  # exact types only: this runs once per image
-            if (kind is not bytes and kind is not memoryview) or len(item) < 33:
+            # 57 bytes: the signature, IHDR, and empty IDAT and IEND chunks
+            if (kind is not bytes and kind is not memoryview) or len(item) < 57:
                 return False
             if item[:16] != _PNG_HEAD:
                 return False
             if unpack(">IIBB", item, 16) != (tw, th, 8, color):
                 return False
-            if strip(item) is not item:  # compressed text or ICC: the general path
+            # IHDR, one IDAT, IEND (what most encoders write for a small image) has no
+            # compressed text or ICC profile; anything else is walked, and one that has
+            # such chunks takes the general path, which drops them
+            length, chunk = unpack(">I4s", item, 33)
+            iend = 49 + length
+            simple = chunk == b"IDAT" and item[iend : iend + 4] == b"IEND"
+            if not simple and strip(item) is not item:
                 return False
             try:
                 spng_decode(item, out=target)
