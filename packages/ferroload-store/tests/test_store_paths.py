@@ -82,3 +82,29 @@ def test_a_root_reached_through_a_symlink_still_works(tmp_path: Path) -> None:
     assert store.get("shards/a.bin") == b"abc"
     assert bytes(store.get_ranges("shards/a.bin", [1], [2])[0]) == b"bc"
     assert [o.path for o in store.list()] == ["shards/a.bin"]
+
+
+def test_a_symlink_loop_neither_breaks_nor_stalls_a_listing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    store = open_store(root)
+    store.put("shards/a.bin", b"a")
+    os.symlink("..", root / "shards" / "loop")
+    os.symlink(tmp_path / "nowhere", root / "shards" / "dangling")
+    assert [o.path for o in store.list("shards/")] == ["shards/a.bin"]
+    assert [o.path for o in store.list()] == ["shards/a.bin"]
+
+
+def test_a_listing_matches_what_was_written(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "root")
+    keys = ["a/b/c.bin", "a/d.bin", "a#b/x", "e.bin", "f#x.bin"]
+    for key in keys:
+        store.put(key, key.encode())
+    (tmp_path / "root" / "a" / "upload#7").write_bytes(b"in progress")  # obstore's own
+    listed = store.list()
+    assert [o.path for o in listed] == sorted(keys)
+    assert [o.size for o in listed] == [len(k) for k in sorted(keys)]
+    assert [o.path for o in store.list("a/")] == ["a/b/c.bin", "a/d.bin"]
+    assert [o.path for o in store.list("a")] == ["a#b/x", "a/b/c.bin", "a/d.bin"]
+    assert [o.path for o in store.list("", offset="a/d.bin")] == ["e.bin", "f#x.bin"]
+    assert store.list("missing/") == []
+    assert store.list("e.bin/") == []

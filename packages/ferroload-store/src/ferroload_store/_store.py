@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -360,27 +359,38 @@ class Store:
             )
         return Path(real) if resolve else target
 
-    def _confined(self, infos: list[ObjectInfo]) -> list[ObjectInfo]:
-        """The listed local objects that are regular files reached through no symlink
-        (a listing never follows a link out of the root, or anywhere)."""
+    def _local_list(self, directory: str) -> list[ObjectInfo]:
+        """The regular files under folder `directory` of the local root, reached through
+        no symlink: a listing never follows a link (so it never leaves the root, nor
+        loops). Files of uploads in progress (`name#N`) are left out, as obstore does."""
         assert self._root is not None
-        root = self._real_root()
-        dirs: dict[str, bool] = {}
-        out = []
-        for info in infos:
-            folder = info.path.rpartition("/")[0]
-            ok = dirs.get(folder)
-            if ok is None:
-                want = os.path.join(root, *folder.split("/")) if folder else root
-                ok = dirs[folder] = os.path.realpath(self._root / folder) == want
-            if not ok:
-                continue
+        folder = directory.rstrip("/")
+        parts = folder.split("/") if folder else []
+        start = os.path.join(self._root, *parts)
+        if os.path.realpath(start) != os.path.join(self._real_root(), *parts):
+            return []  # the folder is, or lies in, a symlink
+        out: list[ObjectInfo] = []
+        stack = [(start, folder)]
+        while stack:
+            path, key = stack.pop()
             try:
-                st = os.lstat(self._root / info.path)
-            except OSError:
+                it = os.scandir(path)
+            except (FileNotFoundError, NotADirectoryError):
                 continue
-            if stat.S_ISREG(st.st_mode):
-                out.append(info)
+            with it:
+                for entry in it:
+                    name = f"{key}/{entry.name}" if key else entry.name
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append((entry.path, name))
+                            continue
+                        if not entry.is_file(follow_symlinks=False) or _uploading(entry.name):
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:  # deleted while listed
+                        continue
+                    when = datetime.fromtimestamp(st.st_mtime, UTC)
+                    out.append(ObjectInfo(name, st.st_size, when, None))
         return out
 
     def _obstore(self) -> Any:
@@ -722,13 +732,17 @@ class Store:
                 prefix,
                 "list",
             )
+        elif self._root is not None:
+            with self._errors(prefix, "list"):
+                local = self._local_list(directory)
+            if offset is not None:
+                local = [o for o in local if o.path > offset]
+            return sorted((o for o in local if o.path.startswith(prefix)), key=lambda o: o.path)
         else:
             with self._errors(prefix, "list"):
                 chunks = obstore.list(self._obstore(), list_prefix, **kwargs)
                 metas = [m for chunk in chunks for m in chunk]
         out = [self._info(m) for m in metas]
-        if self._root is not None:
-            out = self._confined(out)
         return sorted((o for o in out if o.path.startswith(prefix)), key=lambda o: o.path)
 
     # ------------------------------------------------------------------ writes
@@ -849,6 +863,12 @@ class Store:
                         obstore.delete(self._obstore(), self._key(key))
             except ObjectNotFoundError:
                 pass
+
+
+def _uploading(name: str) -> bool:
+    """True for obstore's in-progress upload files, `name#N` (its own listing skips them)."""
+    _, sep, tail = name.partition("#")
+    return bool(sep and tail and tail.isascii() and tail.isdigit())
 
 
 def _delete(ob: Any, key: str) -> None:
