@@ -191,10 +191,20 @@ def test_sql(dataset: str) -> None:
         ("SET lock_configuration = false", "single SELECT"),
         ("SELECT nope FROM samples", "nope"),
         ("SELEC 1", "invalid query"),
+        ("SELECT * FROM glob('.tmp/*')", "outside the dataset's index"),
+        ("SELECT * FROM duckdb_settings()", "outside the dataset's index"),
+        ("SELECT current_setting('temp_directory')", "outside the dataset's index"),
     ],
 )
 def test_sql_refuses(dataset: str, query: str, words: str) -> None:
     assert words in one_error_line(run("sql", dataset, query))
+
+
+def test_subset_where_cannot_close_the_wrappers_parenthesis(dataset: str, tmp_path: Path) -> None:
+    where = "label = 1) UNION ALL SELECT -1 WHERE (true"
+    line = one_error_line(run("subset", dataset, str(tmp_path / "out"), "--where", where))
+    assert "single condition" in line
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferroload_format import QueryError
+from ferroload_format import QueryError, UnsafeQueryError
 from ferroload_loader import make_loader
 
 from .conftest import MakeDataset
@@ -29,3 +29,17 @@ def test_a_typo_in_where_lists_the_datasets_columns(make_dataset: MakeDataset) -
     assert "Did you mean 'label'?" in first
     assert "The dataset's columns are sample_id, shard, image, label, name, score." in first
     assert "_ferroload" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "label = 1) UNION ALL SELECT -1 WHERE (true",
+        "EXISTS (SELECT * FROM glob('.tmp/*'))",
+        "current_setting('temp_directory') <> ''",
+    ],
+)
+def test_where_stays_in_the_query_sandbox(make_dataset: MakeDataset, where: str) -> None:
+    uri = make_dataset(4)
+    with pytest.raises(UnsafeQueryError):
+        make_loader(uri, batch_size=4, where=where, out="numpy", meta=["label"])
