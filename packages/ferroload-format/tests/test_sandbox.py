@@ -320,3 +320,31 @@ def test_layer_columns_follow_the_same_rules(
     ds = write(uri, 3)
     with pytest.raises(SchemaConflictError, match=words):
         LayerWriter(ds, "extra", identity="e1", columns=columns)
+
+
+def test_an_index_written_elsewhere_with_case_twins_gets_a_clear_error(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a writer from elsewhere (or an older ferroload) may not refuse the pair
+    monkeypatch.setattr(Writer, "_check_new_keys", lambda *_: None)
+    with Writer(local_uri, "twins") as w:
+        w.add("a", None, {"label": 1, "Label": 2})
+        w.add("b", None, {"label": 2, "Label": 1})
+    monkeypatch.undo()
+    ds = Dataset.open(local_uri)
+    with pytest.raises(QueryError, match="'label' and 'Label' differ only by case"):
+        ds.subset('"Label" = 2', return_indices=True)
+    with pytest.raises(QueryError, match="'label' and 'Label' differ only by case"):
+        ds.sql('SELECT "Label" FROM samples')
+    assert ds.to_table(["Label"]).column("Label").to_pylist() == [2, 1]
+
+
+def test_the_memory_limit_gives_a_clear_error(
+    local_uri: str, write: WriteFn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ferroload_format import _sandbox
+
+    ds = write(local_uri, 3)
+    monkeypatch.setattr(_sandbox, "MEMORY_LIMIT", "32MiB")
+    with pytest.raises(QueryError, match=r"memory limit \(32MiB\)"):
+        ds.sql("SELECT list(range) AS l FROM range(50000000)")
