@@ -20,7 +20,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 
-from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX, SAMPLE_ID_RE
+from ferroload_format._names import SAMPLE_ID_RE, is_reserved
 
 #: Longest id an importer makes: a member `<id>.<modality>.<ext>` must fit USTAR's 100
 #: bytes, and a modality name (32) and an extension (16) may take 50 of them.
@@ -85,7 +85,7 @@ def column_name(name: str, taken: Iterable[str] = (), *, prefix: str = "m") -> s
 
     Lowercase; characters outside `[a-z0-9_]` become `_`; `prefix` goes in front of a
     name that does not start with a letter; at most 32 characters; `_2`, `_3`, … when
-    taken (or reserved).
+    taken (in any case: SQL cannot tell `Image` from `image`) or reserved.
 
     Examples:
         >>> column_name("seg.png")
@@ -99,37 +99,34 @@ def column_name(name: str, taken: Iterable[str] = (), *, prefix: str = "m") -> s
     if not base or not base[0].isalpha() or not base.isascii():
         base = prefix + base
     base = base[:32]
-    used = set(taken) | RESERVED_COLUMNS
-    if base not in used and not base.startswith(RESERVED_PREFIX):
+    used = {t.lower() for t in taken}
+    if base not in used and not is_reserved(base):
         return base
     n = 1
     while True:
         n += 1
         suffix = f"_{n}"
         candidate = base[: 32 - len(suffix)] + suffix
-        if candidate not in used:
+        if candidate not in used and not is_reserved(candidate):
             return candidate
 
 
 def metadata_name(name: str, taken: Iterable[str]) -> str:
-    """`name` as a metadata column, unless reserved or taken: then `src_<name>` (and
-    `_2`, … if that is taken too).
+    """`name` as a metadata column, unless reserved or taken (in any case: SQL cannot
+    tell `Image` from `image`): then `src_<name>` (and `_2`, … if that is taken too).
 
     Examples:
         >>> metadata_name("label", set()), metadata_name("sample_id", set())
         ('label', 'src_sample_id')
+        >>> metadata_name("image", {"Image"})
+        'src_image'
     """
-    used = set(taken)
-    if (
-        name
-        and name not in used
-        and name not in RESERVED_COLUMNS
-        and not name.startswith(RESERVED_PREFIX)
-    ):
+    used = {t.lower() for t in taken}
+    if name and name.lower() not in used and not is_reserved(name):
         return name
     base = f"src_{name}"
     candidate, n = base, 1
-    while candidate in used or candidate in RESERVED_COLUMNS:
+    while candidate.lower() in used or is_reserved(candidate):
         n += 1
         candidate = f"{base}_{n}"
     return candidate
