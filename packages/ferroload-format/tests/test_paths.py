@@ -209,3 +209,32 @@ def test_verify_reports_a_side_index_member_that_leaves_the_root(local_uri: str)
     assert len(unsafe) == 1
     assert "../../etc/passwd" in unsafe[0].message
     assert shard.side_index in unsafe[0].message
+
+
+def test_an_index_part_symlinked_out_of_the_root_is_not_read(
+    local_uri: str, tmp_path: Path
+) -> None:
+    write(local_uri)
+    other = str(tmp_path / "other")
+    write(other)  # another dataset's part, a valid Parquet index
+    part = Path(local_uri) / PART
+    part.unlink()
+    os.symlink(Path(other) / PART, part)
+    with pytest.raises(UnsafePathError, match="symlink"):
+        Dataset.open(local_uri).get(0, ["blob"])
+
+
+def test_a_writer_does_not_write_through_a_symlinked_folder(local_uri: str, outside: Path) -> None:
+    write(local_uri)
+    shards = Path(local_uri) / "shards"
+    for f in shards.iterdir():
+        f.rename(outside / f.name)
+    shards.rmdir()
+    os.symlink(outside, shards)
+    before = sorted(p.name for p in outside.iterdir())
+    with pytest.raises(UnsafePathError, match="symlink"):
+        w = Writer(local_uri, "demo")
+        w.declare("blob", "bin")
+        w.add("s9", {"blob": b"x"})
+        w.close()
+    assert sorted(p.name for p in outside.iterdir()) == before

@@ -108,3 +108,13 @@ def test_a_listing_matches_what_was_written(tmp_path: Path) -> None:
     assert [o.path for o in store.list("", offset="a/d.bin")] == ["e.bin", "f#x.bin"]
     assert store.list("missing/") == []
     assert store.list("e.bin/") == []
+
+
+def test_local_path_refuses_a_file_symlinked_out_of_the_root(tmp_path: Path, outside: Path) -> None:
+    root = tmp_path / "root"
+    store = open_store(root)
+    store.put("index/ok.parquet", b"x")
+    os.symlink(outside / "secret.txt", root / "index" / "part.parquet")
+    assert store.local_path("index/ok.parquet") == (root / "index" / "ok.parquet").resolve()
+    with pytest.raises(UnsafePathError, match="symlink"):
+        store.local_path("index/part.parquet")

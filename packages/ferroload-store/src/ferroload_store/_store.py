@@ -198,10 +198,15 @@ class Store:
         return self._root is not None
 
     def local_path(self, path: str = "") -> Path | None:
-        """The filesystem path of `path`, or None when the store is not local."""
+        """The filesystem path of `path` (resolved), or None when the store is not local.
+
+        Raises:
+            UnsafePathError: if `path` is unsafe or resolves (through a symlink) outside
+                the root.
+        """
         if self._root is None:
             return None
-        return self._local(path) if path else self._root
+        return self._local(path, resolve=True) if path else self._root
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
