@@ -98,6 +98,17 @@ HOST_FUNCTIONS = [
     "SELECT (SELECT count(*) FROM duckdb_settings()) FROM samples",
     "SELECT * FROM samples WHERE label IN (SELECT 1 FROM duckdb_temporary_files())",
     "SELECT * FROM json_execute_serialized_sql(json_serialize_sql('SELECT 1'))",
+    "SELECT 'temp_directory'.current_setting()",
+    'SELECT * FROM "duckdb_settings"()',
+    "SELECT * FROM samples, LATERAL (SELECT * FROM duckdb_settings())",
+    "SELECT * FROM information_schema.tables",
+    "SELECT * FROM duckdb_views",
+    "SELECT * FROM range((SELECT count(*) FROM duckdb_settings()))",
+    "SELECT * FROM samples WHERE label IN (FROM duckdb_settings)",
+    "DESCRIBE SELECT * FROM samples",
+    "SUMMARIZE samples",
+    "SELECT * FROM (SHOW TABLES)",
+    "SELECT pg_sleep(100)",
 ]
 
 

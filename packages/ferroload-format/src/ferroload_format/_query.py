@@ -337,8 +337,8 @@ def _run(
         return _sandbox.run(con, fetch, timeout=timeout)
     except _sandbox.RefusedError as exc:
         raise UnsafeQueryError(
-            f"{what} tries to reach outside the dataset's index: {exc}; the query sandbox "
-            f"lets it read only the table {TABLE!r} (the index and layer columns)",
+            f"{what} tries to reach outside the dataset's index: {exc} (the query "
+            f"sandbox allows the table {TABLE!r} and DuckDB's functions on data)",
             uri=uri,
         ) from exc
     except _sandbox.TimedOutError as exc:

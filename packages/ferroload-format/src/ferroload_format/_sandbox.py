@@ -127,6 +127,8 @@ def _walk(node: object, tables: frozenset[str]) -> None:
         tables = tables | names
     kind = node.get("type")
     if "class" not in node and "sample" in node and "alias" in node:  # a table reference
+        if kind == "SHOW_REF":
+            raise RefusedError("it describes the catalog (DESCRIBE, SHOW, SUMMARIZE)")
         if kind not in _TABLE_REFS:
             raise RefusedError(f"it reads from a {str(kind).lower().replace('_', ' ')}")
         if kind == "BASE_TABLE":
@@ -143,8 +145,8 @@ def _walk(node: object, tables: frozenset[str]) -> None:
                 or name.lower() not in ALLOWED_TABLE_FUNCTIONS
             ):
                 raise RefusedError(
-                    f"it calls table function {name!r}; only {TABLE!r} and "
-                    f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))} may be read"
+                    f"it calls table function {name!r}; the only ones allowed are "
+                    f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}"
                 )
             _walk(function.get("arguments"), tables)
             for key, value in node.items():
@@ -156,7 +158,9 @@ def _walk(node: object, tables: frozenset[str]) -> None:
         if node.get("schema") or node.get("catalog"):
             raise RefusedError(f"it calls {_qualified(node)!r}; name functions without a schema")
         if name.lower() in _DENIED_FUNCTIONS or _DENIED_PATTERN.search(name):
-            raise RefusedError(f"it calls {name!r}, which tells about the host, not the data")
+            raise RefusedError(
+                f"it calls {name!r}, which is about the host or the session, not the data"
+            )
     for value in node.values():
         _walk(value, tables)
 
