@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ferroload_core import FerroloadError, UnsafePathError
@@ -238,3 +239,46 @@ def test_a_writer_does_not_write_through_a_symlinked_folder(local_uri: str, outs
         w.add("s9", {"blob": b"x"})
         w.close()
     assert sorted(p.name for p in outside.iterdir()) == before
+
+
+def _layer(uri: str) -> Any:
+    from ferroload_format import LayerWriter, Modality
+
+    lw = LayerWriter(
+        Dataset.open(uri),
+        "derived",
+        identity="v1",
+        columns={},
+        modalities=[Modality("thumb", "bin")],
+    )
+    lw.write_partition(0, np.arange(3, dtype=np.int64), {}, {"thumb": [b"a", b"bb", b"ccc"]})
+    return lw
+
+
+def test_a_staged_layer_partition_naming_a_shard_outside_is_refused(local_uri: str) -> None:
+    import pyarrow.parquet as pq
+
+    write(local_uri)
+    lw = _layer(local_uri)
+    staged = Path(local_uri) / "layers/derived/_staging/v1/part-00000.parquet"
+    table = pq.read_table(staged)
+    meta = dict(table.schema.metadata)
+    info = json.loads(meta[PARTITION_META])
+    info["shard"]["path"] = "../../elsewhere.tar"
+    meta[PARTITION_META] = json.dumps(info).encode()
+    pq.write_table(table.replace_schema_metadata(meta), staged)
+    with pytest.raises(UnsafePathError, match=r"elsewhere\.tar.*part-00000\.parquet"):
+        lw.commit(1)
+
+
+def test_a_layer_path_in_the_manifest_that_leaves_the_root_is_refused(uri: str) -> None:
+    write(uri)
+    _layer(uri).commit(1)
+    store = open_store(uri)
+    key = "_ferroload/versions/0000000002.json"
+    raw = json.loads(store.get(key))
+    raw["layers"][0]["shards"][0]["path"] = "/etc/passwd"
+    store.put(key, json.dumps(raw).encode())
+    with pytest.raises(UnsafePathError, match="layer 'derived'") as info:
+        Dataset.open(uri)
+    assert info.value.path == "/etc/passwd"

@@ -464,7 +464,12 @@ class LayerWriter:
             raise self._incomplete(
                 sorted(set(range(num_partitions)) - self.staged()), num_partitions
             ) from None
-        shards = [partition_shard(t) for t in tables]
+        shards = [
+            partition_shard(
+                t, where=f"{staged_partition_path(self.name, self.identity, k)} of {self.uri}"
+            )
+            for k, t in enumerate(tables)
+        ]
         table = self._schema.merge(tables, self._sample_ids())
         txn = new_txn_id()
         staged = f"{layer_staging_dir(self.name, self.identity)}index-{txn}.parquet"
