@@ -200,6 +200,16 @@ def test_sql_refuses(dataset: str, query: str, words: str) -> None:
     assert words in one_error_line(run("sql", dataset, query))
 
 
+def test_a_long_query_stops_at_the_timeout(dataset: str, tmp_path: Path) -> None:
+    slow = "(SELECT count(*) FROM range(1000000000000) r WHERE r.range % 7 = 3)"
+    line = one_error_line(run("sql", dataset, f"SELECT {slow}", "--timeout", "0.5"))
+    assert "timeout of 0.5 s" in line
+    where = f"label < {slow}"
+    out = str(tmp_path / "out")
+    line = one_error_line(run("subset", dataset, out, "--where", where, "--timeout", "0.5"))
+    assert "timeout of 0.5 s" in line
+
+
 def test_subset_where_cannot_close_the_wrappers_parenthesis(dataset: str, tmp_path: Path) -> None:
     where = "label = 1) UNION ALL SELECT -1 WHERE (true"
     line = one_error_line(run("subset", dataset, str(tmp_path / "out"), "--where", where))

@@ -221,9 +221,12 @@ def sql(
     ],
     json: Json = False,
     storage_option: StorageOptions = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="seconds DuckDB may run before it is interrupted")
+    ] = 30.0,
 ) -> None:
     """Run one SELECT over the index (table `samples`) in DuckDB's sandbox."""
-    result = open_dataset(uri, storage_option).sql(query)
+    result = open_dataset(uri, storage_option).sql(query, timeout=timeout)
     names, rows = result.column_names, result.to_pylist()
     if json:
         r.print_json(rows)

@@ -55,10 +55,13 @@ def subset(
     limit: Annotated[int | None, typer.Option(min=0, help="keep at most this many")] = None,
     json: Json = False,
     storage_option: StorageOptions = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="seconds --where may run before it is interrupted")
+    ] = 30.0,
 ) -> None:
     """Materialize the samples matching --where as a new dataset at DST."""
     ds = open_dataset(uri, storage_option)
-    view = ds.subset(where)
+    view = ds.subset(where, timeout=timeout)
     if limit is not None:
         view = view.take(np.arange(min(limit, len(view))))
     t0 = time.perf_counter()
