@@ -47,7 +47,7 @@ from ferroload_convert import (
     import_parquet,
     import_webdataset,
 )
-from ferroload_core import FerroloadError
+from ferroload_core import FerroloadError, UnsafePathError
 from ferroload_format import (
     ChecksumMismatchError,
     ColumnNotFoundError,
@@ -186,6 +186,7 @@ __all__ = [
     "StoreError",
     "StoreTimeoutError",
     "UndeclaredModalityError",
+    "UnsafePathError",
     "UnsafeQueryError",
     "UnsupportedFormatError",
     "UnsupportedFormatVersionError",
