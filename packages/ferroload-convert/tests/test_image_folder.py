@@ -208,3 +208,34 @@ def test_export_never_escapes_the_destination(tmp_path: Path) -> None:
         "ok/b.jpg",
     ]  # one safe folder name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]
+
+
+def test_export_file_and_folder_of_one_name_and_failure_leaves_nothing(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    with Writer(uri, "demo") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        w.add("a", {"image": image_bytes(0, "JPEG")}, {"path": "cat/x"})
+        w.add("b", {"image": image_bytes(1, "JPEG")}, {"path": "cat/x/y.png"})
+        w.add("c", {"image": image_bytes(2, "JPEG")}, {"path": "dog/d/e.jpg"})
+        w.add("d", {"image": image_bytes(3, "JPEG")}, {"path": "DOG/D"})
+        w.add("e", {"image": image_bytes(4, "JPEG")}, {"path": "cat/x"})
+    report = export_image_folder(uri, tmp_path / "out")
+    assert files_under(tmp_path / "out") == {
+        "cat/x": image_bytes(0, "JPEG"),
+        "b.jpg": image_bytes(1, "JPEG"),  # cat/x is a file: named by its sample id
+        "dog/d/e.jpg": image_bytes(2, "JPEG"),
+        "d.jpg": image_bytes(3, "JPEG"),  # dog/d is a folder (case-insensitively)
+        "e.jpg": image_bytes(4, "JPEG"),  # a duplicate
+    }
+    assert report.num_files == 5
+
+    # a failure mid-export (here: the destination filled up meanwhile) leaves nothing
+    (tmp_path / "out2").mkdir()
+
+    def fill(done: int, total: int) -> None:
+        (tmp_path / "out2" / "intruder").write_text("x")
+
+    with pytest.raises(OutputExistsError):
+        export_image_folder(uri, tmp_path / "out2", progress=fill)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out", "out2"]
+    assert [p.name for p in (tmp_path / "out2").iterdir()] == ["intruder"]

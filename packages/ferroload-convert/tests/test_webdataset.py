@@ -17,6 +17,7 @@ from ferroload_convert import (
     BadInputError,
     ConvertOptionError,
     InputNotFoundError,
+    UnsafeNameError,
     export_webdataset,
     import_webdataset,
 )
@@ -275,7 +276,49 @@ def test_compressed_tars_and_resharding(tmp_path: Path) -> None:
     import_webdataset([tmp_path / "plain.tar"], tmp_path / "ds")
     with pytest.raises(ConvertOptionError, match="samples_per_shard=None"):
         export_webdataset(tmp_path / "ds", tmp_path / "out3", samples_per_shard=10)
-    assert not list((tmp_path / "out3").iterdir())  # the partial tar was removed
+    assert not (tmp_path / "out3").exists()  # nothing of the failed export remains
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ds",
+        "out",
+        "out2",
+        "plain.tar",
+        "src.tar.gz",
+    ]
+
+
+@pytest.mark.parametrize("key", ["../../x", "/tmp/evil", "a/./b", "a\x01b", "a\\b"])
+def test_unsafe_member_names_are_refused_naming_the_sample(tmp_path: Path, key: str) -> None:
+    uri = str(tmp_path / "ds")
+    with Writer(uri, "demo") as w:
+        w.declare("txt", "txt", "bytes", "raw")
+        w.add(
+            "ok",
+            {"txt": b"fine"},
+            {
+                "wds_key": "ok",
+                "wds_shard": "a.tar",
+                "wds_members": [{"modality": "txt", "ext": "txt"}],
+            },
+        )
+        w.add(
+            "s1",
+            {"txt": b"evil"},
+            {
+                "wds_key": key,
+                "wds_shard": "a.tar",
+                "wds_members": [{"modality": "txt", "ext": "txt"}],
+            },
+        )
+    (tmp_path / "out").mkdir()  # an empty destination stays as it was
+    with pytest.raises(UnsafeNameError, match="'s1'") as info:
+        export_webdataset(uri, tmp_path / "out")
+    assert isinstance(info.value, ValueError)
+    assert info.value.member == f"{key}.txt"
+    assert list((tmp_path / "out").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]
+    with pytest.raises(UnsafeNameError, match="'s1'"):  # re-sharding checks too
+        export_webdataset(uri, tmp_path / "out", samples_per_shard=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]
 
 
 def test_missing_source_is_reported(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from ferroload_convert._errors import (
     InputNotFoundError,
     MissingDependencyError,
     OutputExistsError,
+    UnsafeNameError,
 )
 from ferroload_convert._hf import import_hf
 from ferroload_convert._image_folder import export_image_folder, import_image_folder
@@ -44,6 +45,7 @@ __all__ = [
     "MissingDependencyError",
     "OutputExistsError",
     "SkippedInput",
+    "UnsafeNameError",
     "__version__",
     "export_image_folder",
     "export_webdataset",

@@ -69,6 +69,14 @@ class OutputExistsError(ConvertError, FileExistsError):
     """The destination folder of an export is not empty; exporters never overwrite."""
 
 
+class UnsafeNameError(ConvertError, ValueError):
+    """A name read from the dataset being exported (a WebDataset member or sample id) that
+    would not be a safe relative path in the output: absolute, with `..`, empty or `.`
+    segments, a backslash, a URL scheme, or a NUL or other control character. Exporters
+    refuse such a dataset, naming the sample, rather than write outside `dst` or rename
+    members silently."""
+
+
 class ConvertOptionError(ConvertError, ValueError):
     """An option that cannot work: an unknown `on_error`, a split the dataset lacks, a
     column that is not in the input, a modality that is not an image."""

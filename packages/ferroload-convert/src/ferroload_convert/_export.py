@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import tarfile
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -14,13 +16,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ferroload_convert._errors import OutputExistsError
+from ferroload_convert._errors import OutputExistsError, UnsafeNameError
 from ferroload_convert._report import Progress
+from ferroload_core import UnsafePathError, check_relative_path
 from ferroload_format import Dataset
 
 #: Samples read per `get_many` call (reads of one chunk are coalesced per shard).
 READ_CHUNK = 256
-_UNSAFE_PART = re.compile(r"[\x00-\x1f\\]")
 
 
 def open_source(
@@ -34,7 +36,7 @@ def open_source(
 
 
 def prepare_dst(dst: str | os.PathLike[str]) -> Path:
-    """Create the destination folder; refuse one that holds anything.
+    """Check the destination folder: it must not exist, or be an empty folder.
 
     Raises:
         OutputExistsError: if `dst` is a file, or a folder that is not empty.
@@ -46,8 +48,36 @@ def prepare_dst(dst: str | os.PathLike[str]) -> Path:
             "empty folder",
             path=str(out),
         )
-    out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+class StagedDir:
+    """A temporary folder next to the destination `dst` that an export writes into, and
+    that `commit()` renames to `dst` once the export is complete; `abort()` removes it,
+    so a failed export leaves nothing behind."""
+
+    def __init__(self, dst: Path) -> None:
+        self.dst = dst
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(
+            tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
+        )
+
+    def commit(self) -> None:
+        """Move the finished folder into place (replacing `dst` if it is an empty folder)."""
+        try:
+            os.replace(self.path, self.dst)
+        except OSError as exc:
+            self.abort()
+            raise OutputExistsError(
+                f"{self.dst} appeared or filled up during the export; exporters never "
+                f"overwrite: choose a new or empty folder ({exc.strerror or exc})",
+                path=str(self.dst),
+            ) from exc
+
+    def abort(self) -> None:
+        """Remove everything written."""
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def read_chunks(
@@ -71,19 +101,33 @@ def read_chunks(
 
 def safe_relative(name: str) -> PurePosixPath | None:
     """`name` as a relative path that stays inside a folder, or None if it could escape
-    it (absolute, `..`, empty parts, control characters, backslashes)."""
-    if not name or name.startswith("/") or _UNSAFE_PART.search(name):
+    it (`ferroload_core.check_relative_path` refuses it)."""
+    try:
+        return PurePosixPath(check_relative_path(name, what="exported name"))
+    except UnsafePathError:
         return None
-    path = PurePosixPath(name)
-    if any(part in ("", ".", "..") for part in path.parts) or ":" in path.parts[0]:
-        return None
-    return path
+
+
+def check_member(name: str, *, sample_id: str, uri: str) -> str:
+    """`name` if it is a safe tar member name, else `UnsafeNameError` naming the sample."""
+    try:
+        return check_relative_path(name, what=f"tar member of sample {sample_id!r}")
+    except UnsafePathError as exc:
+        raise UnsafeNameError(
+            f"sample {sample_id!r} of {uri} would be exported as tar member {name!r}: "
+            f"{exc.reason}; a member name must be a relative, normalized path without "
+            "'..' or control characters (the dataset's wds_key / wds_members or sample "
+            "ids are not as import_webdataset wrote them)",
+            uri=uri,
+            member=name,
+            sample_id=sample_id,
+        ) from exc
 
 
 def safe_part(name: str) -> str:
     """`name` as a single path component: separators and control characters become `_`,
     and `.` / `..` / empty become `_`."""
-    out = re.sub(r"[\x00-\x1f/\\]", "_", name)
+    out = re.sub(r"[\x00-\x1f\x7f/\\]", "_", name)
     return "_" if out in ("", ".", "..") else out
 
 

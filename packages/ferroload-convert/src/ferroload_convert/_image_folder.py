@@ -13,6 +13,7 @@ from typing import Any
 
 from ferroload_convert._errors import BadInputError, ConvertOptionError, InputNotFoundError
 from ferroload_convert._export import (
+    StagedDir,
     open_source,
     prepare_dst,
     read_chunks,
@@ -228,7 +229,11 @@ def export_image_folder(
     (as `import_image_folder` records it): under its class folder, the rest of that path
     (so an imported folder comes back byte for byte, same relative paths). Otherwise, or
     when that name is taken or unsafe, it is `<sample_id>.<ext>` with the extension of the
-    bytes' format. Payload bytes are written as stored, never re-encoded.
+    bytes' format. A recorded path that is a file of one sample and a folder of another
+    (`cat/x` and `cat/x/y.png`) keeps the first and names the second by its sample id.
+    Payload bytes are written as stored, never re-encoded. Files are written into a
+    temporary folder next to `dst`, renamed to `dst` only once the export is complete:
+    a failed export leaves nothing behind.
 
     Args:
         src: the dataset: a URI, or an open `Dataset` (a view works too).
@@ -264,22 +269,28 @@ def export_image_folder(
     out = prepare_dst(dst)
     meta = [c for c in ("class_name", "label", "path") if c in ds.metadata_columns]
     declared = next(m.ext for m in ds.modalities if m.name == mod)
-    written: set[str] = set()
+    targets = _Targets()
     skipped: list[SkippedInput] = []
     num_bytes = 0
-    for chunk in read_chunks(ds, ["sample_id", mod, *meta], progress):
-        for sample in chunk:
-            data = sample[mod]
-            if data is None:
-                skipped.append(SkippedInput(sample["sample_id"], f"has no {mod!r}"))
-                continue
-            rel = _target(sample, _file_ext(declared, data), written)
-            written.add(rel.lower())
-            target = out / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "xb") as f:
-                f.write(data)
-            num_bytes += len(data)
+    staged = StagedDir(out)
+    try:
+        for chunk in read_chunks(ds, ["sample_id", mod, *meta], progress):
+            for sample in chunk:
+                data = sample[mod]
+                if data is None:
+                    skipped.append(SkippedInput(sample["sample_id"], f"has no {mod!r}"))
+                    continue
+                rel = targets.take(sample, _file_ext(declared, data))
+                target = staged.path / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "xb") as f:
+                    f.write(data)
+                num_bytes += len(data)
+    except BaseException:
+        staged.abort()
+        raise
+    staged.commit()
+    written = targets.files
     return ExportReport(
         dst=str(out),
         num_samples=len(written),
@@ -318,24 +329,48 @@ def _file_ext(declared: str, data: bytes) -> str:
     return sniffed
 
 
-def _target(sample: dict[str, Any], ext: str, taken: set[str]) -> str:
-    """The file's path relative to dst (not in `taken`, compared case-insensitively)."""
-    cls = sample.get("class_name")
-    if cls is None and sample.get("label") is not None:
-        cls = str(sample["label"])
-    prefix = f"{safe_part(str(cls))}/" if cls is not None else ""
-    path = sample.get("path")
-    original = safe_relative(path) if isinstance(path, str) else None
-    if original is not None:
-        parts = original.parts
-        if prefix:  # under the class folder: the rest of the path, else just the name
-            parts = parts[1:] if len(parts) > 1 and parts[0] == prefix[:-1] else parts[-1:]
-        rel = prefix + "/".join(parts)
-        if rel.lower() not in taken:
-            return rel
-    sid = sample["sample_id"]
-    rel, n = f"{prefix}{sid}.{ext}", 1
-    while rel.lower() in taken:
-        n += 1
-        rel = f"{prefix}{sid}~{n}.{ext}"
-    return rel
+class _Targets:
+    """The files an export writes, relative to `dst`, each checked before it is written:
+    a safe relative path, not taken by another file (compared case-insensitively), not
+    a folder of another file's path, and no part of it a file already."""
+
+    def __init__(self) -> None:
+        self.files: set[str] = set()
+        self._dirs: set[str] = set()
+
+    def _free(self, rel: str) -> bool:
+        key = rel.lower()
+        if key in self.files or key in self._dirs:
+            return False
+        parts = key.split("/")
+        return not any("/".join(parts[:i]) in self.files for i in range(1, len(parts)))
+
+    def _claim(self, rel: str) -> str:
+        key = rel.lower()
+        self.files.add(key)
+        parts = key.split("/")
+        self._dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        return rel
+
+    def take(self, sample: dict[str, Any], ext: str) -> str:
+        """The file's path for `sample`: its recorded path when that is safe and free,
+        else `<class>/<sample_id>.<ext>` (`~2`, `~3`, … until free)."""
+        cls = sample.get("class_name")
+        if cls is None and sample.get("label") is not None:
+            cls = str(sample["label"])
+        prefix = f"{safe_part(str(cls))}/" if cls is not None else ""
+        path = sample.get("path")
+        original = safe_relative(path) if isinstance(path, str) else None
+        if original is not None:
+            parts = original.parts
+            if prefix:  # under the class folder: the rest of the path, else just the name
+                parts = parts[1:] if len(parts) > 1 and parts[0] == prefix[:-1] else parts[-1:]
+            rel = prefix + "/".join(parts)
+            if self._free(rel):
+                return self._claim(rel)
+        sid = safe_part(str(sample["sample_id"]))
+        rel, n = f"{prefix}{sid}.{ext}", 1
+        while not self._free(rel):
+            n += 1
+            rel = f"{prefix}{sid}~{n}.{ext}"
+        return self._claim(rel)

@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 
 from ferroload_convert._errors import ConvertError, ConvertOptionError
-from ferroload_convert._export import TarOut, open_source, prepare_dst, read_chunks, safe_relative
+from ferroload_convert._export import (
+    StagedDir,
+    TarOut,
+    check_member,
+    open_source,
+    prepare_dst,
+    read_chunks,
+    safe_relative,
+)
 from ferroload_convert._report import ExportReport, Progress
 from ferroload_convert._webdataset import WDS_COLUMNS
 from ferroload_format import Dataset
@@ -44,7 +52,9 @@ def export_webdataset(
     samples (default 10,000), each sample as `<sample_id>.<ext>` per present modality
     (`<sample_id>.<modality>.<ext>` for modalities that share an extension) plus its
     metadata as `<sample_id>.json` (`bytes` values in base64). Tars are deterministic
-    (mode 0644, mtime 0, owner 0) and appear under their final names only once complete.
+    (mode 0644, mtime 0, owner 0). Everything is written into a temporary folder next to
+    `dst`, renamed to `dst` only once the export is complete: a failed export leaves
+    nothing behind.
 
     Args:
         src: the dataset: a URI, or an open `Dataset` (a view works too).
@@ -59,6 +69,9 @@ def export_webdataset(
 
     Raises:
         OutputExistsError: if `dst` is not empty.
+        UnsafeNameError: for a member name that is not a safe relative path (absolute,
+            with `..`, a control character: a `wds_key` or `wds_members` entry not as
+            `import_webdataset` wrote it), naming the sample.
         ConvertOptionError: for a bad `samples_per_shard`, or when re-sharding would put
             two members of the same name in one tar (keys repeated across the original
             tars: export with `samples_per_shard=None`).
@@ -86,19 +99,23 @@ def export_webdataset(
         )
     ds = open_source(src, where, storage_options)
     out = prepare_dst(dst)
-    writer: _Tars
-    if set(WDS_COLUMNS) <= set(ds.metadata_columns):
-        writer = _Original(ds, out, samples_per_shard)
-    else:
-        writer = _Generic(ds, out, samples_per_shard or DEFAULT_SAMPLES_PER_SHARD)
+    staged = StagedDir(out)
+    writer: _Tars | None = None
     try:
+        if set(WDS_COLUMNS) <= set(ds.metadata_columns):
+            writer = _Original(ds, staged.path, samples_per_shard)
+        else:
+            writer = _Generic(ds, staged.path, samples_per_shard or DEFAULT_SAMPLES_PER_SHARD)
         for chunk in read_chunks(ds, writer.columns, progress, order=writer.order):
             for sample in chunk:
                 writer.write(sample)
         writer.finish()
     except BaseException:
-        writer.abort()
+        if writer is not None:
+            writer.abort()  # closes the open tar
+        staged.abort()
         raise
+    staged.commit()
     return ExportReport(
         dst=str(out),
         num_samples=writer.num_samples,
@@ -132,6 +149,7 @@ class _Tars:
         return self._tar
 
     def _add(self, tar: TarOut, sid: str, name: str, data: bytes) -> None:
+        check_member(name, sample_id=sid, uri=self.ds.uri)
         if name in tar.names:
             raise ConvertOptionError(
                 f"two members named {name!r} in {tar.path.name} (sample {sid!r}): keys repeat "
