@@ -166,3 +166,21 @@ def test_same_dataset_whatever_the_workers(tmp_path: Path) -> None:
     )
     assert list(Dataset.open(tmp_path / "one")) == list(Dataset.open(tmp_path / "eight"))
     assert calls[-1] == (300, 300)
+
+
+def test_duplicate_column_names_are_a_bad_input_naming_file_and_column(tmp_path: Path) -> None:
+    bad = tmp_path / "src" / "a-dup.parquet"
+    bad.parent.mkdir()
+    dup = pa.Table.from_arrays([pa.array([1, 2]), pa.array(["x", "y"])], names=["n", "n"])
+    pq.write_table(dup, bad)
+    pq.write_table(pa.table({"n": [3]}), tmp_path / "src" / "b-ok.parquet")
+    with pytest.raises(BadInputError, match="column named 'n'") as info:
+        import_parquet(tmp_path / "src", tmp_path / "ds")
+    assert info.value.path == str(bad)
+    assert info.value.column == "n"
+    with pytest.raises(DatasetNotFoundError):
+        Dataset.open(tmp_path / "ds")
+    report = import_parquet(tmp_path / "src", tmp_path / "ds", on_error="skip")
+    assert report.num_samples == 1
+    assert [s.where for s in report.skipped] == [str(bad)]
+    assert Dataset.open(tmp_path / "ds").column("n").to_pylist() == [3]

@@ -71,7 +71,8 @@ def import_parquet(
     Raises:
         InputNotFoundError: if `src` matches no file.
         ConvertOptionError: for an `id_column` or binary column the files do not have.
-        BadInputError: for an unreadable file or a bad row (with `on_error="raise"`).
+        BadInputError: for an unreadable file, a file with two columns of one name, or a
+            bad row (with `on_error="raise"`).
 
     Examples:
         >>> import tempfile, os, pyarrow as pa, pyarrow.parquet as pq
@@ -102,6 +103,7 @@ def import_parquet(
                 check_regular(path, root)  # a FIFO would block the open below
                 meta = pq.read_metadata(path)
                 schema = meta.schema.to_arrow_schema()
+                _check_unique_columns(path, schema)
             except BadInputError as exc:
                 session.bad(exc)
                 continue
@@ -131,6 +133,21 @@ def import_parquet(
                     session.bad(row)
             session.advance(len(rows))
         return session.finish({c.source: c.target for c in columns})
+
+
+def _check_unique_columns(path: str, schema: pa.Schema) -> None:
+    """Refuse a file with two columns of one name (pyarrow can write it; nothing can
+    tell its values apart), naming the file and the column."""
+    seen: set[str] = set()
+    for name in schema.names:
+        if name in seen:
+            raise BadInputError(
+                f"{path} has more than one column named {name!r}; rename the columns so "
+                "each is unique, or pass on_error='skip' to leave the file out",
+                path=path,
+                column=name,
+            )
+        seen.add(name)
 
 
 def _plan(
