@@ -200,7 +200,9 @@ def test_opening_and_preloading_the_index_takes_a_few_requests(
     # per index part: the footer, then every asked column chunk in one coalesced fetch;
     # the shard column (dictionary-encoded) the same way
     assert st["get_requests"] - opened["get_requests"] <= 4 * len(ds.manifest.index_parts)
-    assert st["head_requests"] == opened["head_requests"]  # sizes come from the manifest
+    # sizes come from the manifest; one HEAD per part reads its ETag, which keys the block
+    # cache (a dataset re-created at this URI never serves this one's cached index)
+    assert st["head_requests"] - opened["head_requests"] <= len(ds.manifest.index_parts)
     local = ds.to_table(["sample_id", "label"]).to_pylist()
     assert [r["sample_id"] for r in local] == [f"s{i:05d}" for i in range(600)]
     assert [r["label"] for r in local] == [i % 5 for i in range(600)]

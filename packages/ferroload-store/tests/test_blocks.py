@@ -113,7 +113,7 @@ def test_cold_blocks_are_evicted_first(
     store.prefetch_blocks("obj", [0, 1, 2, 3], size=len(data), version="v1")
     store.mark_cold_blocks("obj", [2, 3], size=len(data), version="v1")
     store.prefetch_blocks("obj", [4, 5, 6], size=len(data), version="v1")  # over the limit
-    keys = {b: BlockCache.key(store.uri, "obj", "v1", b, BS) for b in range(7)}
+    keys = dict(enumerate(store.cache_keys("obj", range(7), size=len(data), version="v1")))
     assert not cache.contains(keys[2]) and not cache.contains(keys[3])
     assert all(cache.contains(keys[b]) for b in (0, 1, 4, 5, 6))
 
@@ -125,7 +125,7 @@ def test_a_damaged_entry_is_fetched_again(
     store = cached(s3_uri, s3_options, cache)
     store.put("obj", data)
     store.prefetch_blocks("obj", [0, 1], size=len(data), version="v1")
-    entry = cache._entry_path(BlockCache.key(store.uri, "obj", "v1", 0, BS))
+    entry = cache._entry_path(store.cache_keys("obj", [0], size=len(data), version="v1")[0])
     with open(entry, "r+b") as f:
         f.seek(os.path.getsize(entry) - 10)
         f.write(b"\x00" * 10)

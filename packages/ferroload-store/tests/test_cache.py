@@ -27,9 +27,9 @@ from ferroload_store import (
     InvalidCacheKeyError,
     StoreError,
 )
-from ferroload_store._cache import _HEADER, _MMAP_MIN
+from ferroload_store._cache import _HEADER
 
-BIG = _MMAP_MIN + 12345  # read through mmap
+BIG = (256 << 10) + 12345  # a large entry (once mapped, now read like the rest)
 SMALL = 1000  # read with read()
 
 

@@ -1,6 +1,7 @@
 """Range reads of an object store through a `BlockCache`: objects cut into aligned blocks,
 each fetched once (by whichever thread asks first), kept on local disk, and served as
-zero-copy views of the verified entries."""
+read-only views of verified private copies (never mappings of the cache files, which
+another process may truncate or replace)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import numpy.typing as npt
 
 from ferroload_store._cache import BlockCache
 
-#: Verified blocks a process keeps mapped (a view costs no memory until touched; the
-#: pages are the page cache's). Beyond this, the least recently used are dropped.
-VIEW_CACHE_BLOCKS = 256
+#: Bytes of verified blocks a `BlockReader` keeps in memory, so that a block read by
+#: many batches is read and verified once. They are private copies (cache entries are
+#: never mapped), so the bound is in bytes of process memory: 64 MiB, 16 blocks of the
+#: default 4 MiB. Beyond it the least recently used are dropped. Set it per reader with
+#: `BlockReader(..., view_cache_bytes=...)`.
+VIEW_CACHE_BYTES = 64 << 20
 
 #: fetch(starts, lengths) -> one buffer per read (shorter at the end of the object).
 Fetch = Callable[[Sequence[int], Sequence[int]], list[Any]]
@@ -26,15 +30,26 @@ class BlockReader:
     """Reads blocks of objects of one store through its `BlockCache`.
 
     Concurrent requests for the same missing block make one fetch: the others wait for
-    it. Views of blocks this process has verified stay mapped (LRU of
-    `VIEW_CACHE_BLOCKS`), so a block read by many batches is verified once.
+    it. Blocks this process has verified stay in memory (an LRU of at most
+    `view_cache_bytes`), so a block read by many batches is read and verified once.
+
+    Args:
+        cache: the disk cache.
+        uri: what identifies the store in the keys: its URI and, for an object store,
+            its endpoint and region (`Store` passes them), so that two stores with one
+            URI on different endpoints never share entries.
+        view_cache_bytes: the bound of the in-memory LRU (`VIEW_CACHE_BYTES`).
     """
 
-    def __init__(self, cache: BlockCache, uri: str) -> None:
+    def __init__(
+        self, cache: BlockCache, uri: str, *, view_cache_bytes: int = VIEW_CACHE_BYTES
+    ) -> None:
         self.cache = cache
         self.uri = uri
         self.block_size = cache.block_size
+        self.view_cache_bytes = view_cache_bytes
         self._views: OrderedDict[str, memoryview] = OrderedDict()
+        self._view_bytes = 0
         self._inflight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -45,10 +60,16 @@ class BlockReader:
 
     def _remember(self, key: str, view: memoryview) -> None:
         with self._lock:
+            old = self._views.pop(key, None)
+            if old is not None:
+                self._view_bytes -= old.nbytes
+            if view.nbytes > self.view_cache_bytes:
+                return
             self._views[key] = view
-            self._views.move_to_end(key)
-            while len(self._views) > VIEW_CACHE_BLOCKS:
-                self._views.popitem(last=False)
+            self._view_bytes += view.nbytes
+            while self._view_bytes > self.view_cache_bytes:
+                _, dropped = self._views.popitem(last=False)
+                self._view_bytes -= dropped.nbytes
 
     def blocks(
         self,
@@ -143,8 +164,10 @@ class BlockReader:
                 data = mv[a : a + bs]
                 self.cache.put(keys[j], data)
                 if out is not None:
-                    # the entry's mapping, not the fetched buffer: page cache, not heap
-                    view = self.cache.get(keys[j]) or memoryview(bytes(data))
+                    # the fetched bytes (a block's own copy when the read spans several,
+                    # so that a kept block does not pin its neighbours), not a re-read
+                    view = data if data.nbytes == mv.nbytes else memoryview(bytes(data))
+                    view = view.toreadonly()
                     out[int(idx[j])] = view
                     self._remember(keys[j], view)
 
@@ -190,4 +213,6 @@ class BlockReader:
         self.cache.mark_cold(keys)
         with self._lock:
             for key in keys:
-                self._views.pop(key, None)
+                view = self._views.pop(key, None)
+                if view is not None:
+                    self._view_bytes -= view.nbytes

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -53,6 +55,20 @@ logger = logging.getLogger(__name__)
 _MEMORY_STORES: dict[str, _ObMemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
 _FD_CACHE_SIZE = 256
+# Storage options that say where an object store is (part of its cache identity), and
+# those that are secrets (never part of it, even when their name matches).
+_CACHE_IDENTITY_RE = re.compile(r"endpoint|region|account|url|host|project|virtual_hosted", re.I)
+_SECRET_RE = re.compile(r"secret|key|token|password|sas|credential", re.I)
+_CACHE_IDENTITY_ENV = (
+    "AWS_ENDPOINT",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "GOOGLE_STORAGE_EMULATOR_HOST",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ENDPOINT",
+)
 
 
 @dataclass(frozen=True)
@@ -244,8 +260,25 @@ class Store:
                 if self._blocks is None:
                     spec = self._cache_spec
                     cache = BlockCache.default() if isinstance(spec, str) else spec
-                    self._blocks = BlockReader(cache, self.uri)
+                    self._blocks = BlockReader(cache, self._cache_identity())
         return self._blocks
+
+    def _cache_identity(self) -> str:
+        """What names this store in cache keys: its URI and where it points (endpoint,
+        region, account: from the storage options and the environment, never a secret),
+        so that one URI on two endpoints never shares cache entries."""
+        assert self._parsed.kind == "object"
+        config = obstore_kwargs(self._parsed.location, self._storage_options, self._io)["config"]
+        where = {
+            str(k).lower(): str(v)
+            for k, v in config.items()
+            if _CACHE_IDENTITY_RE.search(str(k)) and not _SECRET_RE.search(str(k))
+        }
+        for name in _CACHE_IDENTITY_ENV:
+            value = os.environ.get(name)
+            if value:
+                where.setdefault("env:" + name.lower(), value)
+        return self.uri + "\n" + json.dumps(where, sort_keys=True)
 
     @property
     def cache(self) -> BlockCache | None:
@@ -261,16 +294,39 @@ class Store:
         return reader.block_size if reader is not None else None
 
     def _object_version(self, path: str, size: int | None, version: str | None) -> tuple[int, str]:
-        """(size, version) of an object for the cache: as given (the format layer knows
-        both from its manifest), else from one `HEAD` per object and process."""
-        if size is not None and version is not None:
-            return size, version
+        """(size, version) of an object for the cache keys: the object's identity as the
+        backend gives it (ETag, else last-modified), from one `HEAD` per object and store,
+        joined with the caller's `version` (the format layer's tag) when given. A dataset
+        deleted and re-created at the same URI has new ETags, so its blocks get new keys
+        even where its manifest tags repeat."""
         known = self._versions.get(path)
         if known is None:
             info = self.head(path)
-            tag = info.etag or info.last_modified.isoformat()
+            tag = f"{info.etag or ''}|{info.last_modified.isoformat()}|{info.size}"
             known = self._versions[path] = (info.size, tag)
-        return known
+        return (size if size is not None else known[0]), (
+            known[1] if version is None else f"{version}|{known[1]}"
+        )
+
+    def cache_keys(
+        self,
+        path: str,
+        blocks: Sequence[int],
+        *,
+        size: int | None = None,
+        version: str | None = None,
+    ) -> list[str]:
+        """The block cache keys of `blocks` of object `path` as this store makes them
+        (store identity, object identity, caller's version); empty without a cache.
+
+        Raises:
+            ObjectNotFoundError: if the object does not exist (its identity is read).
+        """
+        reader = self._block_reader()
+        if reader is None:
+            return []
+        _, version = self._object_version(path, size, version)
+        return reader.keys(path, version, list(blocks))
 
     def _exact_fetch(self, path: str, size: int) -> Fetch:
         """Fetch reads of `path` in full (split, parallel, retried), or raise
