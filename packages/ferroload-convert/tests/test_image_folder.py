@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -239,3 +241,30 @@ def test_export_file_and_folder_of_one_name_and_failure_leaves_nothing(tmp_path:
         export_image_folder(uri, tmp_path / "out2", progress=fill)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out", "out2"]
     assert [p.name for p in (tmp_path / "out2").iterdir()] == ["intruder"]
+
+
+def test_file_names_that_are_not_utf8_are_bad_inputs_naming_the_path(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "cat").mkdir(parents=True)
+    (src / "cat" / "ok.png").write_bytes(image_bytes(0))
+    raw = os.fsencode(src)
+    try:
+        with open(os.path.join(raw, b"cat", b"\xff.png"), "wb") as f:
+            f.write(image_bytes(1))
+    except OSError as exc:  # pragma: no cover - file systems that only store UTF-8 names
+        pytest.skip(f"this file system refuses names that are not UTF-8: {exc}")
+    os.mkdir(os.path.join(raw, b"\xfedog"))
+    with open(os.path.join(raw, b"\xfedog", b"a.png"), "wb") as f:
+        f.write(image_bytes(2))
+    with pytest.raises(BadInputError, match=re.escape(repr(raw + b"/cat/\xff.png"))) as info:
+        import_image_folder(src, tmp_path / "ds")
+    assert info.value.path == f"{src}/cat/\\xff.png"
+    with pytest.raises(DatasetNotFoundError):
+        Dataset.open(tmp_path / "ds")
+    report = import_image_folder(src, tmp_path / "ds", on_error="skip")
+    assert report.num_samples == 1
+    assert [s.where for s in report.skipped] == [
+        f"{src}/cat/\\xff.png",
+        f"{src}/\\xfedog/a.png",
+    ]
+    assert Dataset.open(tmp_path / "ds").column("path").to_pylist() == ["cat/ok.png"]

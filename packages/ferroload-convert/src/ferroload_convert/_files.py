@@ -29,6 +29,33 @@ _KINDS = {
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
+def shown_path(path: str) -> str:
+    """`path` as text that encodes to UTF-8: bytes that are not UTF-8 (kept by Python as
+    surrogate escapes) shown as `\\xff`."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def check_utf8_name(path: str, rel: str) -> str:
+    """`rel` (the name of `path` recorded in the dataset) if it is valid UTF-8 text.
+
+    A file name that is not UTF-8 cannot be stored as metadata (Parquet strings are
+    UTF-8); the file is a bad input rather than a crash when the import commits.
+
+    Raises:
+        BadInputError: naming the path (the repr of its bytes in the message; `path`
+            with the odd bytes as `\\xff` escapes).
+    """
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInputError(
+            f"{os.fsencode(path)!r}: the file name is not valid UTF-8 and cannot be "
+            "recorded; rename it, or pass on_error='skip' to leave it out",
+            path=shown_path(path),
+        ) from None
+    return rel
+
+
 def check_max_bytes(max_file_bytes: int) -> int:
     """`max_file_bytes` if it is a positive int; else `ConvertOptionError`."""
     if (

@@ -23,6 +23,7 @@ from ferroload_convert._export import (
 from ferroload_convert._files import (
     DEFAULT_MAX_FILE_BYTES,
     check_max_bytes,
+    check_utf8_name,
     inside,
     read_regular,
 )
@@ -92,7 +93,7 @@ def import_image_folder(
         InputNotFoundError: if `src` is not a folder, or holds no class folder with images.
         BadInputError: for an unreadable or damaged image, a file that is not a regular
             file, one over `max_file_bytes`, or a symlink out of `src` (with
-            `on_error="raise"`).
+            `on_error="raise"`), or a file or class folder whose name is not UTF-8.
         ConvertOptionError: for a bad `on_error`, `workers` or `max_file_bytes`.
 
     Examples:
@@ -198,7 +199,8 @@ def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[str]
 
 
 def _read_checked(item: tuple[str, str, int], *, root: str, max_bytes: int) -> bytes:
-    path = item[0]
+    path, rel, _ = item
+    check_utf8_name(path, rel)
     data = read_regular(path, max_bytes=max_bytes, root=root)
     problem = check_image(data)
     if problem is not None:
