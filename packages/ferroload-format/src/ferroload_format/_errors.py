@@ -111,6 +111,11 @@ class ShardTruncatedError(FormatError, EOFError):
     """A shard ends before a sample's bytes do."""
 
 
+class PayloadRangeError(FormatError, ValueError):
+    """An index row whose payload range does not fit its shard (negative, past the end,
+    inside a tar header, or overflowing); the index or manifest was tampered with."""
+
+
 class ChecksumMismatchError(FormatError, ValueError):
     """Bytes read back differ from the checksum recorded when they were written."""
 

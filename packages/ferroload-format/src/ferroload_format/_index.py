@@ -13,9 +13,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ferroload_format._errors import ColumnNotFoundError, ManifestError, SchemaConflictError
+from ferroload_format._errors import (
+    ColumnNotFoundError,
+    ManifestError,
+    PayloadRangeError,
+    SchemaConflictError,
+)
 from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, Modality, ShardInfo
 from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
+from ferroload_format._tar import BLOCK
 from ferroload_format._types import (
     INT64_MAX,
     INT64_MIN,
@@ -465,6 +471,24 @@ def read_part_table(
     The published path is tried again last: the part may have been published, and its
     staged copy removed, while this function was between the two.
     """
+    table = _read_part_table(store, part, columns, files, **kwargs)
+    if table.num_rows != part.num_rows:
+        raise ManifestError(
+            f"index part {part.path} of {store.uri} holds {table.num_rows} rows; the manifest "
+            f"says {part.num_rows}. The manifest or the part was altered; run verify()",
+            uri=store.uri,
+            part=part.path,
+        )
+    return table
+
+
+def _read_part_table(
+    store: Store,
+    part: IndexPart,
+    columns: Sequence[str] | None,
+    files: dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, RangeFile]] | None,
+    **kwargs: Any,
+) -> pa.Table:
     last_exc: Exception | None = None
     for key in (part.path, part.staged, part.path):
         try:
@@ -694,17 +718,70 @@ class IndexColumns:
         with self._lock:
             arrays = self._modality.get(name)
             if arrays is None:
-                struct = self.column(name)
-                layer = self._layer_of.get(name)
-                arrays = ModalityArrays(
-                    present=numpy_column(struct.field("present")),
-                    shard=self.shard_codes() if layer is None else self.layer_shard_codes(layer),
-                    offset=numpy_column(struct.field("offset")),
-                    length=numpy_column(struct.field("length")),
-                    checksum=numpy_column(struct.field("checksum")),
-                )
+                arrays = self.unchecked_modality(name)
+                self._check_ranges(name, arrays)
                 self._modality[name] = arrays
             return arrays
+
+    def unchecked_modality(self, name: str) -> ModalityArrays:
+        """`modality(name)` without the range check, for `verify` to report bad ranges."""
+        struct = self.column(name)
+        layer = self._layer_of.get(name)
+        return ModalityArrays(
+            present=numpy_column(struct.field("present")),
+            shard=self.shard_codes() if layer is None else self.layer_shard_codes(layer),
+            offset=numpy_column(struct.field("offset")),
+            length=numpy_column(struct.field("length")),
+            checksum=numpy_column(struct.field("checksum")),
+        )
+
+    def bad_ranges(self, a: ModalityArrays) -> npt.NDArray[np.bool_]:
+        """For every row, whether its payload is present but its range cannot be a tar
+        member's data inside its shard (see `_check_ranges`)."""
+        present = a.present.astype(bool, copy=False)
+        sizes = np.asarray([s.size for s in self.shards] or [-1], dtype=np.int64)
+        codes = a.shard
+        known = (codes >= 0) & (codes < len(self.shards))
+        size = np.where(known, sizes[np.where(known, codes, 0)], np.int64(-1))
+        off, length = a.offset, a.length
+        with np.errstate(over="ignore"):
+            bad: npt.NDArray[np.bool_] = present & (
+                ~known
+                | (off < BLOCK)
+                | (off % BLOCK != 0)
+                | (length < 0)
+                | (off > size - np.maximum(length, 0))
+            )
+        return bad
+
+    def _check_ranges(self, name: str, a: ModalityArrays) -> None:
+        """Refuse payload ranges that do not fit their shard (docs/format.md, "Limits").
+
+        One vectorised pass when a modality's index columns are loaded: a present payload
+        starts on a tar block after its member header (offset >= 512, a multiple of 512),
+        has a non-negative length, and ends inside its shard (`offset + length <= size`,
+        written so that it cannot overflow).
+        """
+        bad = self.bad_ranges(a)
+        if not bad.any():
+            return
+        row = int(np.flatnonzero(bad)[0])
+        code = int(a.shard[row])
+        known = 0 <= code < len(self.shards)
+        shard = self.shards[code].path if known else None
+        sid = str(self.column("sample_id")[row].as_py())
+        where = f"shard {shard}" if shard is not None else f"unknown shard code {code}"
+        limit = f" of {self.shards[code].size} bytes" if known else ""
+        off, length = a.offset, a.length
+        raise PayloadRangeError(
+            f"index of {self.store.uri} is damaged: {name!r} of sample {sid!r} claims bytes "
+            f"[{int(off[row])}, +{int(length[row])}) of {where}{limit}, which is not a tar "
+            f"member's data inside the shard ({int(bad.sum())} such sample(s)); run verify()",
+            uri=self.store.uri,
+            shard=shard,
+            sample_id=sid,
+            column=name,
+        )
 
 
 def _as_type(arr: pa.Array, dtype: pa.DataType) -> pa.Array:

@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import xxhash
 
 from ferroload_core import UnsafePathError, check_relative_path
-from ferroload_format._errors import DatasetDamagedError, FormatError
-from ferroload_format._index import IndexColumns, ModalityArrays
+from ferroload_format._errors import DatasetDamagedError, FormatError, ManifestError
+from ferroload_format._index import IndexColumns, ModalityArrays, read_part_table
 from ferroload_format._manifest import LayerInfo, Manifest, ShardInfo
 from ferroload_format._names import member_name
+from ferroload_format._tar import BLOCK
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
 
 #: Bytes read per request while verifying (ranges are coalesced up to this size).
@@ -28,7 +29,12 @@ class Problem:
 
     Attributes:
         kind: `missing-shard`, `shard-size`, `truncated`, `checksum`, `side-index`,
-            `layer-index` (a layer's index part unreadable or not matching the rows), or
+            `layer-index` (a layer's index part unreadable or not matching the rows),
+            `payload-range` (a range outside its shard or off the tar block grid),
+            `tar-header` (a range over the tar header of its member), `overlap` (two
+            ranges of one shard overlapping), `num-rows` (an index part holding another
+            number of rows than the manifest says), `index-part` (an index part missing
+            or unreadable), or
             `unsafe-path` (a shard reached through a symlink out of the root, or a side
             index member name that could leave it when the tar is extracted; a manifest
             path that could is refused when the dataset is opened).
@@ -142,6 +148,14 @@ def verify_dataset(
     """Check every shard and payload of `manifest`, its layers' included; see
     `Dataset.verify`."""
     report = VerifyReport(store.uri, manifest.version)
+    for part in manifest.index_parts:
+        try:
+            read_part_table(store, part, ["sample_id"])
+        except ManifestError as exc:
+            kind = "num-rows" if getattr(exc, "part", None) == part.path else "index-part"
+            report.problems.append(Problem(kind, part.path, str(exc)))
+    if report.problems:  # nothing below can trust the index
+        return report
     ids = index.column("sample_id")
     for layer in manifest.layers:
         _check_layer_index(store, layer, index, ids, report)
@@ -155,9 +169,11 @@ def verify_dataset(
         if not _check_shard_object(store, shard, report):
             continue
         side = _side_index(store, shard, report)
+        arrays = {mod.name: index.unchecked_modality(mod.name) for mod in modalities}
+        good = _check_ranges(shard, code, index, arrays, ids, report)
         for mod in modalities:
-            a = index.modality(mod.name)
-            rows = np.flatnonzero(a.present & (a.shard == code))
+            a = arrays[mod.name]
+            rows = np.flatnonzero(good[mod.name] & (a.shard == code))
             rows = rows[np.argsort(a.offset[rows], kind="stable")]
             for sid, row in zip(ids.take(rows).to_pylist(), rows.tolist(), strict=True):
                 entry = side.get(member_name(sid, mod.name, mod.ext)) if side else None
@@ -177,6 +193,74 @@ def verify_dataset(
     if progress is not None:
         progress(len(owners), len(owners))
     return report
+
+
+def _check_ranges(
+    shard: ShardInfo,
+    code: int,
+    index: IndexColumns,
+    arrays: dict[str, ModalityArrays],
+    ids: pa.Array,
+    report: VerifyReport,
+) -> dict[str, npt.NDArray[np.bool_]]:
+    """Report payload ranges of `shard` that cannot be tar member data (outside the shard,
+    inside a member header, overlapping another range); per modality, the rows whose
+    ranges are fit to read."""
+    good: dict[str, npt.NDArray[np.bool_]] = {}
+    starts: list[npt.NDArray[np.int64]] = []
+    ends: list[npt.NDArray[np.int64]] = []
+    who: list[tuple[str, npt.NDArray[np.int64]]] = []
+    for name, a in arrays.items():
+        mine = a.present.astype(bool, copy=False) & (a.shard == code)
+        bad = index.bad_ranges(a) & mine
+        for row in np.flatnonzero(bad).tolist():
+            sid = ids[row].as_py()
+            report.problems.append(
+                Problem(
+                    "payload-range",
+                    shard.path,
+                    f"{name!r} of sample {sid!r} claims bytes [{int(a.offset[row])}, "
+                    f"+{int(a.length[row])}) of {shard.path} ({shard.size} bytes), which is "
+                    "not a tar member's data inside the shard",
+                    sid,
+                    name,
+                )
+            )
+        good[name] = mine & ~bad
+        rows = np.flatnonzero(good[name])
+        starts.append(a.offset[rows])
+        ends.append(a.offset[rows] + a.length[rows])
+        who.append((name, rows))
+    if not who:
+        return good
+    start, end = np.concatenate(starts), np.concatenate(ends)
+    names = np.concatenate([np.full(len(r), i) for i, (_, r) in enumerate(who)])
+    rows_all = np.concatenate([r for _, r in who])
+    order = np.argsort(start, kind="stable")
+    start, end, names, rows_all = start[order], end[order], names[order], rows_all[order]
+    # a member's data starts one header block after the previous member's padded end
+    prev_end = np.maximum.accumulate(end)[:-1]
+    header_end = (prev_end + BLOCK - 1) // BLOCK * BLOCK + BLOCK
+    for k in np.flatnonzero(start[1:] < header_end).tolist():
+        name, row = who[int(names[k + 1])][0], int(rows_all[k + 1])
+        sid = ids[row].as_py()
+        overlap = bool(start[k + 1] < prev_end[k])
+        report.problems.append(
+            Problem(
+                "overlap" if overlap else "tar-header",
+                shard.path,
+                f"{name!r} of sample {sid!r} at bytes [{int(start[k + 1])}, "
+                f"{int(end[k + 1])}) of {shard.path} "
+                + (
+                    "overlaps another payload's range"
+                    if overlap
+                    else "overlaps the tar header of its member"
+                ),
+                sid,
+                name,
+            )
+        )
+    return good
 
 
 def _check_layer_index(
