@@ -51,12 +51,14 @@ from ferroload_format._layers import LayerWriter
 from ferroload_format._manifest import (
     FORMAT_MINOR,
     FORMAT_VERSION,
+    MAX_MANIFEST_DEPTH,
     IndexPart,
     LayerInfo,
     Manifest,
     Modality,
     ShardInfo,
 )
+from ferroload_format._types import MAX_METADATA_DEPTH
 from ferroload_format._verify import Problem, VerifyReport
 from ferroload_format._versions import latest_version, list_versions, read_manifest
 from ferroload_format._writer import DEFAULT_SHARD_SIZE, Writer
@@ -72,6 +74,8 @@ __all__ = [
     "FORMAT_MINOR",
     "FORMAT_VERSION",
     "MAX_COMMIT_ATTEMPTS",
+    "MAX_MANIFEST_DEPTH",
+    "MAX_METADATA_DEPTH",
     "ROW_GROUP_SIZE",
     "ChecksumMismatchError",
     "ColumnNotFoundError",

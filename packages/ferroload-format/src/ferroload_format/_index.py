@@ -28,8 +28,10 @@ from ferroload_format._types import (
     PY_SCALARS,
     TypeConflictError,
     fits_in,
+    has_lone_surrogate,
     infer_type,
     merge_types,
+    nesting_problem,
     type_name,
 )
 from ferroload_store import ObjectNotFoundError, RangeFile, Store
@@ -107,6 +109,9 @@ class _MetaColumn:
                 column=self.name,
             )
 
+        problem = nesting_problem(value)
+        if problem is not None:
+            raise conflict(problem)
         try:
             vtype = infer_type(value)
         except TypeConflictError as exc:
@@ -292,7 +297,12 @@ class IndexBuilder:
                 continue
             fast = col.fast
             if type(value) is not fast or (
-                fast is int and not INT64_MIN <= cast(int, value) <= INT64_MAX
+                (fast is int and not INT64_MIN <= cast(int, value) <= INT64_MAX)
+                or (
+                    fast is str
+                    and not cast(str, value).isascii()
+                    and has_lone_surrogate(cast(str, value))
+                )
             ):
                 change = col.plan(value, sample_id, self.uri)
                 if change is not None:

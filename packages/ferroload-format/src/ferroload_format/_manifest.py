@@ -6,7 +6,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import pyarrow as pa
 
@@ -18,6 +18,9 @@ FORMAT_NAME = "ferroload"
 FORMAT_VERSION = 1
 FORMAT_MINOR = 1
 CHECKSUM_ALGORITHM = "xxh3_64"
+#: The deepest nesting of JSON objects and arrays a manifest may have (docs/format.md,
+#: "Limits"); deeper manifests are refused with `ManifestError`.
+MAX_MANIFEST_DEPTH = 128
 
 META_DIR = "_ferroload"
 VERSIONS_DIR = f"{META_DIR}/versions/"
@@ -96,11 +99,69 @@ class _Record:
         return {**own, **self.extra}
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Self:
-        """Parse a record; unknown fields are kept in `extra`."""
-        known = {f.name for f in fields(cls) if f.name != "extra"}  # type: ignore[arg-type]
-        mine, extra = _split(raw, known)
-        return cls(**mine, extra=extra)  # type: ignore[call-arg]
+    def from_json(cls, raw: Any, *, key: str = "record") -> Self:
+        """Parse a record; unknown fields are kept in `extra`.
+
+        Raises:
+            TypeError: naming `key` and the field, for a record that is not an object or a
+                field of the wrong type (strings must be strings, counts non-negative ints).
+        """
+        if not isinstance(raw, dict):
+            raise TypeError(f"{key} must be a JSON object, not {_json_type(raw)}")
+        own = [f for f in fields(cls) if f.name != "extra"]  # type: ignore[arg-type]
+        mine, extra = _split(raw, {f.name for f in own})
+        for f in own:
+            if f.name not in mine:
+                continue
+            value = mine[f.name]
+            if f.type == "str" and not isinstance(value, str):
+                raise TypeError(f"{key}.{f.name} must be a string, not {_json_type(value)}")
+            if f.type == "int" and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise TypeError(f"{key}.{f.name} must be a non-negative integer, not {value!r}")
+        try:
+            return cls(**mine, extra=extra)  # type: ignore[call-arg]
+        except TypeError as exc:  # a missing field
+            raise TypeError(f"{key}: {exc}") from None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
+
+
+def _objects(raw: Any, key: str) -> list[Any]:
+    """`raw` if it is a JSON array, else a TypeError naming `key`."""
+    if not isinstance(raw, list):
+        raise TypeError(f"{key} must be a JSON array, not {_json_type(raw)}")
+    return raw
+
+
+_R = TypeVar("_R", bound=_Record)
+
+
+def _records(cls: type[_R], raw: Any, key: str) -> tuple[_R, ...]:
+    return tuple(cls.from_json(r, key=f"{key}[{i}]") for i, r in enumerate(_objects(raw, key)))
+
+
+def check_json_depth(raw: Any, *, limit: int, what: str) -> None:
+    """Raise TypeError when `raw` nests objects/arrays deeper than `limit` (iteratively: a
+    hostile document cannot exhaust the stack here)."""
+    stack: list[tuple[Any, int]] = [(raw, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            raise TypeError(f"{what} nests deeper than {limit} levels")
+        stack.extend((child, depth + 1) for child in children)
 
 
 @dataclass(frozen=True)
@@ -209,8 +270,13 @@ def _fields_to_json(fields: tuple[pa.Field, ...]) -> list[dict[str, Any]]:
     return [{"name": f.name, "type": type_to_json(f.type)} for f in fields]
 
 
-def _fields_from_json(raw: Any) -> tuple[pa.Field, ...]:
-    return tuple(pa.field(f["name"], type_from_json(f["type"])) for f in raw)
+def _fields_from_json(raw: Any, key: str) -> tuple[pa.Field, ...]:
+    out = []
+    for i, f in enumerate(_objects(raw, key)):
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise TypeError(f"{key}[{i}] must be an object with a string 'name'")
+        out.append(pa.field(f["name"], type_from_json(f["type"])))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -264,8 +330,10 @@ class LayerInfo:
         }
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> LayerInfo:
+    def from_json(cls, raw: Any, *, key: str = "layer") -> LayerInfo:
         """Parse a layer record; unknown fields are kept in `extra`."""
+        if not isinstance(raw, dict):
+            raise TypeError(f"{key} must be a JSON object, not {_json_type(raw)}")
         known = {f.name for f in fields(cls) if f.name != "extra"}
         mine, extra = _split(raw, known)
         return cls(
@@ -273,10 +341,10 @@ class LayerInfo:
             identity=str(mine["identity"]),
             base_version=int(mine["base_version"]),
             num_rows=int(mine["num_rows"]),
-            columns=_fields_from_json(mine.get("columns", [])),
-            modalities=tuple(Modality.from_json(m) for m in mine.get("modalities", [])),
-            shards=tuple(ShardInfo.from_json(s) for s in mine.get("shards", [])),
-            index_parts=tuple(IndexPart.from_json(p) for p in mine["index_parts"]),
+            columns=_fields_from_json(mine.get("columns", []), f"{key}.columns"),
+            modalities=_records(Modality, mine.get("modalities", []), f"{key}.modalities"),
+            shards=_records(ShardInfo, mine.get("shards", []), f"{key}.shards"),
+            index_parts=_records(IndexPart, mine["index_parts"], f"{key}.index_parts"),
             created_at=str(mine.get("created_at", "")),
             extra=extra,
         )
@@ -400,6 +468,9 @@ class Manifest:
             )
         known, extra = _split(raw, _KNOWN_TOP)
         try:
+            check_json_depth(raw, limit=MAX_MANIFEST_DEPTH, what="the manifest")
+            if not isinstance(known.get("schema"), dict):
+                raise TypeError("schema must be a JSON object")
             schema = dict(known["schema"])
             meta_raw = schema.pop("metadata")
             manifest = cls(
@@ -409,20 +480,27 @@ class Manifest:
                 created_at=str(known["created_at"]),
                 txn=str(known["txn"]),
                 operation=str(known["operation"]),
-                modalities=tuple(Modality.from_json(m) for m in known["modalities"]),
-                metadata=_fields_from_json(meta_raw),
-                shards=tuple(ShardInfo.from_json(s) for s in known["shards"]),
-                index_parts=tuple(IndexPart.from_json(p) for p in known["index_parts"]),
+                modalities=_records(Modality, known["modalities"], "modalities"),
+                metadata=_fields_from_json(meta_raw, "schema.metadata"),
+                shards=_records(ShardInfo, known["shards"], "shards"),
+                index_parts=_records(IndexPart, known["index_parts"], "index_parts"),
                 statistics=dict(known.get("statistics", {})),
                 extensions=dict(known.get("extensions", {})),
                 checksum_algorithm=str(known.get("checksum_algorithm", CHECKSUM_ALGORITHM)),
                 format_minor=int(known.get("format_minor", 0)),
                 extra=extra,
                 schema_extra=schema,
-                layers=tuple(LayerInfo.from_json(la) for la in known.get("layers") or ()),
+                layers=tuple(
+                    LayerInfo.from_json(la, key=f"layers[{i}]")
+                    for i, la in enumerate(_objects(known.get("layers") or [], "layers"))
+                ),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"{uri}: malformed manifest: {exc!r}", uri=uri) from exc
+        except KeyError as exc:
+            raise ManifestError(
+                f"{uri}: malformed manifest: missing key {exc.args[0]!r}", uri=uri
+            ) from exc
+        except (TypeError, ValueError) as exc:
+            raise ManifestError(f"{uri}: malformed manifest: {exc}", uri=uri) from exc
         check_manifest_paths(manifest, where=f"manifest {uri}" if uri else "a manifest")
         return manifest
 
@@ -433,6 +511,10 @@ class Manifest:
             raw = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ManifestError(f"{uri}: manifest is not valid JSON: {exc}", uri=uri) from exc
+        except RecursionError:
+            raise ManifestError(
+                f"{uri}: manifest nests deeper than {MAX_MANIFEST_DEPTH} levels", uri=uri
+            ) from None
         return cls.from_json(raw, uri=uri)
 
 

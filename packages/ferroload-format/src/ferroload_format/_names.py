@@ -107,6 +107,16 @@ def check_column_name(
         SchemaConflictError: naming both columns (and `sample_id`, if given).
     """
     where = f" of sample {sample_id!r}" if sample_id is not None else ""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SchemaConflictError(
+            f"metadata key {name!r}{where} holds a lone surrogate, which is not valid UTF-8 "
+            "(Parquet and JSON could not store it); decode the name properly first",
+            uri=uri,
+            sample_id=sample_id,
+            column=name,
+        ) from None
     if is_reserved(name):
         raise SchemaConflictError(
             f"metadata key {name!r}{where} is reserved (sample_id, shard and names starting "

@@ -163,3 +163,44 @@ def type_from_json(j: Any) -> pa.DataType:
     if isinstance(j, dict) and set(j) == {"struct"} and isinstance(j["struct"], list):
         return pa.struct([pa.field(f["name"], type_from_json(f["type"])) for f in j["struct"]])
     raise ValueError(f"unknown metadata type {j!r}")
+
+
+#: The deepest nesting of lists and dicts in one metadata value (docs/format.md,
+#: "Limits"): a value nested deeper is refused at `Writer.add`. Parquet and Arrow read
+#: back schemas only up to about 100 levels, and a list takes three of them.
+MAX_METADATA_DEPTH = 32
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a lone UTF-16 surrogate (which UTF-8, Arrow and JSON refuse)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def nesting_problem(value: Any) -> str | None:
+    """Why a metadata value cannot be stored (too deep, or a key or string with a lone
+    surrogate), else None. Iterative: a hostile value cannot exhaust the stack here."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, str):
+            if has_lone_surrogate(v):
+                return f"holds the string {v!r} with a lone surrogate, which is not valid UTF-8"
+        elif isinstance(v, Mapping | list | tuple):
+            if depth >= MAX_METADATA_DEPTH:
+                return (
+                    f"nests lists and dicts deeper than {MAX_METADATA_DEPTH} levels "
+                    "(MAX_METADATA_DEPTH); Parquet could not read such a column back"
+                )
+            if isinstance(v, Mapping):
+                for k in v:
+                    if isinstance(k, str) and has_lone_surrogate(k):
+                        return f"has the key {k!r} with a lone surrogate, which is not valid UTF-8"
+                children: Any = v.values()
+            else:
+                children = v
+            stack.extend((c, depth + 1) for c in children)
+    return None

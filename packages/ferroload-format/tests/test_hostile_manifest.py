@@ -1,0 +1,127 @@
+"""Malformed manifests and metadata that could not be read back get clear errors
+(issue 13, point 10 and the unclear errors)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ferroload_format import (
+    MAX_MANIFEST_DEPTH,
+    MAX_METADATA_DEPTH,
+    Dataset,
+    ManifestError,
+    SchemaConflictError,
+    Writer,
+)
+from ferroload_format._manifest import version_path
+
+from .conftest import WriteFn
+
+
+def _tamper(root: str, edit: Any) -> None:
+    ds = Dataset.open(root)
+    path = Path(root, version_path(ds.version))
+    raw = json.loads(path.read_bytes())
+    edit(raw)
+    path.write_text(json.dumps(raw))
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_manifest_nested_2000_deep_is_refused(local_uri: str, write: WriteFn) -> None:
+    write(local_uri, 3)
+    ds = Dataset.open(local_uri)
+    path = Path(local_uri, version_path(ds.version))
+    text = path.read_text()
+    path.write_text(text[:-1].rstrip() + ', "x": ' + "[" * 2000 + "]" * 2000 + "}")
+    with pytest.raises(ManifestError, match="nests deeper than"):
+        Dataset.open(local_uri)
+
+
+def test_a_manifest_nested_over_the_limit_is_refused(local_uri: str, write: WriteFn) -> None:
+    write(local_uri, 3)
+    _tamper(local_uri, lambda raw: raw.update(extensions={"x": _nested(MAX_MANIFEST_DEPTH)}))
+    with pytest.raises(ManifestError, match=f"nests deeper than {MAX_MANIFEST_DEPTH} levels"):
+        Dataset.open(local_uri)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda raw: raw.update(index_parts=[1]), r"index_parts\[0\] must be a JSON object"),
+        (lambda raw: raw.update(index_parts={}), "index_parts must be a JSON array"),
+        (lambda raw: raw.update(shards=["x"]), r"shards\[0\] must be a JSON object"),
+        (lambda raw: raw.update(modalities=[None]), r"modalities\[0\] must be a JSON object"),
+        (lambda raw: raw.update(layers=[7]), r"layers\[0\] must be a JSON object"),
+        (lambda raw: raw.update(schema=[]), "schema must be a JSON object"),
+        (lambda raw: raw["schema"].update(metadata=[3]), r"schema.metadata\[0\]"),
+        (lambda raw: raw["shards"][0].update(size=-1), r"shards\[0\].size must be a non-negative"),
+        (lambda raw: raw["shards"][0].update(size="9"), r"shards\[0\].size must be a non-negative"),
+        (lambda raw: raw["shards"][0].update(path=5), r"shards\[0\].path must be a string"),
+        (
+            lambda raw: raw["index_parts"][0].update(num_rows=True),
+            r"index_parts\[0\].num_rows must be a non-negative",
+        ),
+        (lambda raw: raw["index_parts"][0].pop("size"), r"index_parts\[0\]: .*size"),
+        (lambda raw: raw.pop("shards"), "missing key 'shards'"),
+    ],
+)
+def test_manifest_fields_of_the_wrong_type_are_refused_naming_the_key(
+    local_uri: str, write: WriteFn, edit: Any, message: str
+) -> None:
+    write(local_uri, 3)
+    _tamper(local_uri, edit)
+    with pytest.raises(ManifestError, match=message) as info:
+        Dataset.open(local_uri)
+    assert isinstance(info.value, ValueError)
+
+
+def test_metadata_nested_at_the_limit_round_trips(local_uri: str) -> None:
+    deep: Any = 1
+    for i in range(MAX_METADATA_DEPTH):
+        deep = [deep] if i % 2 else {"k": deep}
+    with Writer(local_uri, "t") as w:
+        w.add("s0", {}, {"a": deep, "b": _nested(MAX_METADATA_DEPTH)})
+    ds = Dataset.open(local_uri)
+    assert ds[0]["a"] == deep and ds[0]["b"] == _nested(MAX_METADATA_DEPTH)
+    assert ds.subset("sample_id = 's0'", return_indices=True).tolist() == [0]
+
+
+@pytest.mark.parametrize("depth", [MAX_METADATA_DEPTH + 1, 101, 5000])
+def test_metadata_nested_too_deep_is_refused_at_add(local_uri: str, depth: int) -> None:
+    with Writer(local_uri, "t") as w:
+        w.add("s0", {}, {"a": 1})
+        with pytest.raises(SchemaConflictError, match="deeper than 32 levels") as info:
+            w.add("s1", {}, {"deep": _nested(depth)})
+        assert (info.value.sample_id, info.value.column) == ("s1", "deep")
+    ds = Dataset.open(local_uri)  # the version committed without the refused sample
+    assert len(ds) == 1 and ds[0]["a"] == 1
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"bad\ud800": 1},
+        {"a": {"\udc00": 1}},
+        {"a": "text \ud800"},
+        {"a": ["x", "\udfff"]},
+    ],
+)
+def test_lone_surrogates_in_metadata_are_refused_at_add(
+    local_uri: str, meta: dict[str, Any]
+) -> None:
+    with Writer(local_uri, "t") as w:
+        w.add("s0", {}, {"a": "plain"} if isinstance(meta.get("a"), str) else {})
+        with pytest.raises(SchemaConflictError, match="lone surrogate") as info:
+            w.add("s1", {}, meta)
+        assert info.value.sample_id == "s1"
+    assert len(Dataset.open(local_uri)) == 1
