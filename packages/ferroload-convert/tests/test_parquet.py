@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -184,3 +186,19 @@ def test_duplicate_column_names_are_a_bad_input_naming_file_and_column(tmp_path:
     assert report.num_samples == 1
     assert [s.where for s in report.skipped] == [str(bad)]
     assert Dataset.open(tmp_path / "ds").column("n").to_pylist() == [3]
+
+
+def test_file_names_that_are_not_utf8_are_bad_inputs(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    pq.write_table(pa.table({"n": [1]}), tmp_path / "src" / "a.parquet")
+    pq.write_table(pa.table({"n": [2]}), tmp_path / "src" / "b.parquet")
+    raw = os.fsencode(tmp_path / "src")
+    try:
+        os.rename(os.path.join(raw, b"b.parquet"), os.path.join(raw, b"\xff.parquet"))
+    except OSError as exc:  # pragma: no cover - file systems that only store UTF-8 names
+        pytest.skip(f"this file system refuses names that are not UTF-8: {exc}")
+    with pytest.raises(BadInputError, match=re.escape(repr(raw + b"/\xff.parquet"))):
+        import_parquet(tmp_path / "src", tmp_path / "ds")
+    report = import_parquet(tmp_path / "src", tmp_path / "ds", on_error="skip")
+    assert report.num_samples == 1
+    assert [s.where for s in report.skipped] == [f"{tmp_path / 'src'}/\\xff.parquet"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import tarfile
 import tempfile
 from pathlib import Path
@@ -385,3 +386,21 @@ def test_lifted_metadata_only_when_it_fits(tmp_path: Path) -> None:
         {"label": 4, "json_text": '{"w": 3}'},
     ]
     assert ds.get(0, ["cls", "txt"]) == {"cls": members[0][1], "txt": members[1][1]}
+
+
+def test_member_names_that_are_not_utf8_are_bad_inputs_naming_them(tmp_path: Path) -> None:
+    # a USTAR name is raw bytes; tarfile keeps the ones that are not UTF-8 as surrogates
+    with tarfile.open(tmp_path / "a.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in [(b"ok.cls", b"1"), (b"\xff.cls", b"2")]:
+            info = tarfile.TarInfo(name.decode("utf-8", "surrogateescape"))
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(BadInputError, match=re.escape("member b'\\xff.cls'")) as info_:
+        import_webdataset(tmp_path / "a.tar", tmp_path / "ds")
+    assert (info_.value.path, info_.value.member) == (str(tmp_path / "a.tar"), "\\xff.cls")
+    with pytest.raises(DatasetNotFoundError):
+        Dataset.open(tmp_path / "ds")
+    report = import_webdataset(tmp_path / "a.tar", tmp_path / "ds", on_error="skip")
+    assert report.num_samples == 1
+    assert [s.where for s in report.skipped] == [f"{tmp_path / 'a.tar'} (member \\xff.cls)"]
+    assert Dataset.open(tmp_path / "ds").column("wds_key").to_pylist() == ["ok"]

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ferroload_convert._errors import BadInputError, ConvertOptionError
-from ferroload_convert._files import check_regular
+from ferroload_convert._files import check_regular, check_utf8_name
 from ferroload_convert._ids import column_name, metadata_name
 from ferroload_convert._pipeline import Failed, ordered_streams
 from ferroload_convert._report import DEFAULT_WORKERS, ImportReport, OnError, Progress, check_common
@@ -100,6 +100,7 @@ def import_parquet(
         fields: dict[str, pa.DataType] = {}
         for path, rel, root in files:
             try:
+                check_utf8_name(path, path)  # pyarrow cannot open such a path
                 check_regular(path, root)  # a FIFO would block the open below
                 meta = pq.read_metadata(path)
                 schema = meta.schema.to_arrow_schema()

@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferroload_convert._errors import BadInputError, ConvertOptionError
-from ferroload_convert._files import DEFAULT_MAX_FILE_BYTES, check_max_bytes, open_regular
+from ferroload_convert._files import (
+    DEFAULT_MAX_FILE_BYTES,
+    check_max_bytes,
+    check_utf8_name,
+    open_regular,
+    shown_path,
+)
 from ferroload_convert._ids import column_name
 from ferroload_convert._pipeline import Failed, ordered_streams
 from ferroload_convert._report import (
@@ -302,6 +308,7 @@ def _read_tar(
 ) -> Iterator[_Sample | _Ignored | Failed]:
     """The samples of one tar, grouped by key in first-seen order (runs on the pool)."""
     path = item[0]
+    check_utf8_name(path, item[1])  # the tar's own name is recorded as wds_shard
     with contextlib.ExitStack() as stack:
         try:
             tar, compressed = _open_tar(path, item[2], ratio, stack)
@@ -312,6 +319,8 @@ def _read_tar(
                 yield group
                 continue
             try:
+                for _, info in group:
+                    _check_member_name(info.name, path)
                 members = [(ext, _read_member(tar, info, path, max_bytes)) for ext, info in group]
             except BadInputError as exc:
                 if exc.member is None:  # the tar as a whole (it inflates too far)
@@ -319,6 +328,21 @@ def _read_tar(
                 yield Failed(exc)
             else:
                 yield _Sample(key, members)
+
+
+def _check_member_name(name: str, path: str) -> None:
+    """Refuse a member whose name is not UTF-8 (tarfile keeps such bytes as surrogate
+    escapes; the key is recorded as metadata, which must be UTF-8)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInputError(
+            f"member {os.fsencode(name)!r} of {path} has a name that is not valid UTF-8 "
+            "and cannot be recorded; rename it, or pass on_error='skip' to leave its "
+            "sample out",
+            path=path,
+            member=shown_path(name),
+        ) from None
 
 
 def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, max_bytes: int) -> bytes:
