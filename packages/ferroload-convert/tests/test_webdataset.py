@@ -404,3 +404,23 @@ def test_member_names_that_are_not_utf8_are_bad_inputs_naming_them(tmp_path: Pat
     assert report.num_samples == 1
     assert [s.where for s in report.skipped] == [f"{tmp_path / 'a.tar'} (member \\xff.cls)"]
     assert Dataset.open(tmp_path / "ds").column("wds_key").to_pylist() == ["ok"]
+
+
+def test_unsafe_original_tar_names_are_replaced_and_an_empty_dst_is_reused(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "ds")
+    members = [{"modality": "txt", "ext": "txt"}]
+    with Writer(uri, "demo") as w:
+        w.declare("txt", "txt", "bytes", "raw")
+        for i, shard in enumerate(["../../evil.tar", "/tmp/evil.tar", "ok/a.tar"]):
+            meta = {"wds_key": f"k{i}", "wds_shard": shard, "wds_members": members}
+            w.add(f"s{i}", {"txt": str(i).encode()}, meta)
+    (tmp_path / "out").mkdir()
+    export_webdataset(uri, tmp_path / "out")
+    assert tars_of(tmp_path / "out") == {
+        "shard-000000.tar": [("k0.txt", b"0")],
+        "shard-000001.tar": [("k1.txt", b"1")],
+        "ok/a.tar": [("k2.txt", b"2")],
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]
