@@ -16,8 +16,10 @@ from ferroload_format import (
     ManifestError,
     SchemaConflictError,
     Writer,
+    gc,
 )
 from ferroload_format._manifest import version_path
+from ferroload_store import InvalidURIError
 
 from .conftest import WriteFn
 
@@ -125,3 +127,16 @@ def test_lone_surrogates_in_metadata_are_refused_at_add(
             w.add("s1", {}, meta)
         assert info.value.sample_id == "s1"
     assert len(Dataset.open(local_uri)) == 1
+
+
+@pytest.mark.parametrize("uri", ["memory://a/../b", "memory://x/./y", "memory://../z"])
+def test_object_store_uris_with_dot_segments_are_refused(uri: str) -> None:
+    for call in (lambda: Dataset.open(uri), lambda: Writer(uri, "t"), lambda: gc(uri)):
+        with pytest.raises(InvalidURIError, match=r"'\.' or '\.\.' segment") as info:
+            call()
+        assert isinstance(info.value, ValueError) and info.value.uri == uri
+
+
+def test_a_local_path_with_dot_dot_still_opens(tmp_path: Path, write: WriteFn) -> None:
+    write(str(tmp_path / "ds"), 2)
+    assert len(Dataset.open(str(tmp_path / "sub" / ".." / "ds"))) == 2
