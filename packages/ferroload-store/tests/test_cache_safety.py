@@ -159,3 +159,20 @@ def test_an_object_recreated_with_the_same_tag_is_fetched_fresh(
     again = cached(s3_uri, s3_options, tmp_path / "cache")
     got = again.get_ranges("part-0.parquet", [0], [BS], size=BS, version="v1-s1048576")
     assert bytes(got[0]) == new
+
+
+def test_object_identities_cost_one_head_then_one_list_per_directory(
+    s3_options: dict[str, Any], s3_uri: str, tmp_path: Path
+) -> None:
+    store = cached(s3_uri, s3_options, tmp_path / "cache")
+    objs = {f"shards/{i:03d}.tar": blob(1000, seed=i) for i in range(6)}
+    for path, data in objs.items():
+        store.put(path, data)
+    store.stats.reset()
+    for path, data in objs.items():
+        got = store.get_ranges(path, [0], [100], size=len(data), version="v1-s1000")
+        assert bytes(got[0]) == data[:100]
+    assert store.stats.head_requests == 1 and store.stats.list_requests == 1
+    store.put("shards/late.tar", b"late" * 100)  # not in the listing: a HEAD of its own
+    assert bytes(store.get_ranges("shards/late.tar", [0], [4])[0]) == b"late"
+    assert store.stats.head_requests == 2 and store.stats.list_requests == 1

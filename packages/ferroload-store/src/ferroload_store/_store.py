@@ -170,6 +170,7 @@ class Store:
         self._cache_spec = cache
         self._blocks: BlockReader | None = None
         self._versions: dict[str, tuple[int, str]] = {}
+        self._dir_misses: dict[str, int] = {}
         self._parsed = parsed
         self._storage_options = dict(storage_options or {})
         self._io = io if io is not None else IOOptions()
@@ -295,18 +296,35 @@ class Store:
 
     def _object_version(self, path: str, size: int | None, version: str | None) -> tuple[int, str]:
         """(size, version) of an object for the cache keys: the object's identity as the
-        backend gives it (ETag, else last-modified), from one `HEAD` per object and store,
-        joined with the caller's `version` (the format layer's tag) when given. A dataset
-        deleted and re-created at the same URI has new ETags, so its blocks get new keys
-        even where its manifest tags repeat."""
+        backend gives it (ETag and size, else last-modified and size), joined with the
+        caller's `version` (the format layer's tag) when given. A dataset deleted and
+        re-created at the same URI has new ETags, so its blocks get new keys even where
+        its manifest tags repeat.
+
+        The identity is looked up once per object and store: the first object of a
+        directory with one `HEAD`, and at the second, the whole directory with one `LIST`
+        (a stream over many shards then pays one round trip, not one per shard)."""
         known = self._versions.get(path)
         if known is None:
-            info = self.head(path)
-            tag = f"{info.etag or ''}|{info.last_modified.isoformat()}|{info.size}"
-            known = self._versions[path] = (info.size, tag)
+            known = self._identify(path)
         return (size if size is not None else known[0]), (
             known[1] if version is None else f"{version}|{known[1]}"
         )
+
+    def _identify(self, path: str) -> tuple[int, str]:
+        parent = path.rpartition("/")[0]
+        with self._ob_lock:
+            misses = self._dir_misses[parent] = self._dir_misses.get(parent, 0) + 1
+            listing = bool(parent) and misses == 2
+        if listing:
+            for info in self.list(parent + "/"):
+                self._versions.setdefault(info.path, (info.size, _identity(info)))
+            known = self._versions.get(path)
+            if known is not None:
+                return known
+        info = self.head(path)
+        known = self._versions[path] = (info.size, _identity(info))
+        return known
 
     def cache_keys(
         self,
@@ -979,3 +997,13 @@ def open_store(
         4
     """
     return Store(parse_uri(uri), storage_options=storage_options, io=io, cache=cache)
+
+
+def _identity(info: ObjectInfo) -> str:
+    """An object's identity for cache keys: its ETag (content-derived on S3, GCS, Azure)
+    and size, else its last-modified time (to the second: `LIST` and `HEAD` report it at
+    different precisions) and size."""
+    etag = (info.etag or "").strip('"')
+    if etag:
+        return f"etag:{etag}|{info.size}"
+    return f"mtime:{info.last_modified.replace(microsecond=0).isoformat()}|{info.size}"
