@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ferroload_core import FerroloadError
-from ferroload_format import Dataset, ManifestError, PayloadRangeError
+from ferroload_format import Dataset, ManifestError, PayloadRangeError, ShardTruncatedError
 from ferroload_format._manifest import version_path
 
 from .conftest import WriteFn
@@ -166,3 +166,21 @@ def test_a_healthy_index_passes_the_range_check(local_uri: str, write: WriteFn) 
         assert np.all(a.offset[a.present] % 512 == 0)
     assert pc.sum(ds.column("label")).as_py() is not None
     assert ds.verify().ok
+
+
+def test_a_huge_range_in_a_huge_claimed_shard_is_never_allocated(
+    local_uri: str, write: WriteFn
+) -> None:
+    write(local_uri, 6, shard_size=1 << 20)
+    mpath, manifest = _manifest(local_uri)
+    manifest["shards"][0]["size"] = 2**62  # the manifest lies about the shard too
+    mpath.write_text(json.dumps(manifest))
+    _rewrite_image(local_uri, 1, length=2**61)
+    for read in (
+        lambda ds: ds.get(1),
+        lambda ds: ds.get_many([0, 1]),
+        lambda ds: ds.read([1], "image"),
+    ):
+        with pytest.raises(ShardTruncatedError, match="s00001"):
+            read(Dataset.open(local_uri))
+    assert Dataset.open(local_uri).get(0)["image"]

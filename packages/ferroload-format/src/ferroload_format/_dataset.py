@@ -311,19 +311,11 @@ class Dataset:
         if meta:
             for name, arr in self._index.columns(meta).items():
                 out[name] = arr[row].as_py()
+        rows = np.asarray([row], dtype=np.int64)
         for m in mods:
-            a = self._index.modality(m)
-            if not a.present[row]:
-                out[m] = None
-                continue
-            shard = self._shard_paths[a.shard[row]]
-            try:
-                data = self._store.get_range(shard, int(a.offset[row]), int(a.length[row]))
-            except (ObjectNotFoundError, ObjectTruncatedError) as exc:
-                raise self._read_error(exc, shard, np.asarray([row]), a) from exc
-            if self._verify:
-                self._check(data, int(a.checksum[row]), row, m, shard)
-            out[m] = data
+            # the path of get_many and read: the store checks the range against the
+            # shard's size before it allocates anything
+            out[m] = self._payloads(rows, m)[0]
         if columns is None:
             return {c: out[c] for c in self._all_columns}
         return out

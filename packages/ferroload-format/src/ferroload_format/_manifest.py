@@ -133,6 +133,13 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number")
 
 
+def _count(value: Any, key: str) -> int:
+    """`value` if it is a non-negative integer, else a TypeError naming `key`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{key} must be a non-negative integer, not {value!r}")
+    return value
+
+
 def _objects(raw: Any, key: str) -> list[Any]:
     """`raw` if it is a JSON array, else a TypeError naming `key`."""
     if not isinstance(raw, list):
@@ -339,8 +346,8 @@ class LayerInfo:
         return cls(
             name=str(mine["name"]),
             identity=str(mine["identity"]),
-            base_version=int(mine["base_version"]),
-            num_rows=int(mine["num_rows"]),
+            base_version=_count(mine["base_version"], f"{key}.base_version"),
+            num_rows=_count(mine["num_rows"], f"{key}.num_rows"),
             columns=_fields_from_json(mine.get("columns", []), f"{key}.columns"),
             modalities=_records(Modality, mine.get("modalities", []), f"{key}.modalities"),
             shards=_records(ShardInfo, mine.get("shards", []), f"{key}.shards"),
@@ -475,7 +482,7 @@ class Manifest:
             meta_raw = schema.pop("metadata")
             manifest = cls(
                 name=str(known["name"]),
-                version=int(known["version"]),
+                version=_count(known["version"], "version"),
                 parent_version=known.get("parent_version"),
                 created_at=str(known["created_at"]),
                 txn=str(known["txn"]),
