@@ -76,6 +76,8 @@ def test_a_manifest_nested_over_the_limit_is_refused(local_uri: str, write: Writ
         (lambda raw: raw["index_parts"][0].pop("size"), r"index_parts\[0\]: .*size"),
         (lambda raw: raw.pop("shards"), "missing key 'shards'"),
         (lambda raw: raw.update(version=-3), "version must be a non-negative"),
+        (lambda raw: raw.update(extensions=[1]), "extensions must be a JSON object"),
+        (lambda raw: raw.update(statistics="x"), "statistics must be a JSON object"),
     ],
 )
 def test_manifest_fields_of_the_wrong_type_are_refused_naming_the_key(

@@ -140,6 +140,13 @@ def _count(value: Any, key: str) -> int:
     return value
 
 
+def _object(raw: Any, key: str) -> dict[str, Any]:
+    """A copy of `raw` if it is a JSON object, else a TypeError naming `key`."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"{key} must be a JSON object, not {_json_type(raw)}")
+    return dict(raw)
+
+
 def _objects(raw: Any, key: str) -> list[Any]:
     """`raw` if it is a JSON array, else a TypeError naming `key`."""
     if not isinstance(raw, list):
@@ -491,8 +498,8 @@ class Manifest:
                 metadata=_fields_from_json(meta_raw, "schema.metadata"),
                 shards=_records(ShardInfo, known["shards"], "shards"),
                 index_parts=_records(IndexPart, known["index_parts"], "index_parts"),
-                statistics=dict(known.get("statistics", {})),
-                extensions=dict(known.get("extensions", {})),
+                statistics=_object(known.get("statistics", {}), "statistics"),
+                extensions=_object(known.get("extensions", {}), "extensions"),
                 checksum_algorithm=str(known.get("checksum_algorithm", CHECKSUM_ALGORITHM)),
                 format_minor=int(known.get("format_minor", 0)),
                 extra=extra,
