@@ -245,11 +245,14 @@ class BlockCache:
 
     @staticmethod
     def key(uri: str, path: str, version: str, block: int, block_size: int) -> str:
-        """The key of one block: a hex digest of (store URI, path, version, block, block size).
+        """The key of one block: a hex digest of (store, path, version, block, block size).
 
         Each string is length-prefixed, so no two different tuples encode alike; the
-        digest is a 128-bit BLAKE2b. A changed object (a new `version`: ETag, generation
-        or manifest checksum) therefore gets new keys and never serves stale bytes.
+        digest is a 128-bit BLAKE2b. `uri` identifies the store (a `Store` passes its URI
+        with its endpoint and region, so one URI on two endpoints never shares entries);
+        `version` identifies the object (a `Store` passes its ETag and size, joined with
+        the caller's tag), so a changed or re-created object gets new keys and never
+        serves stale bytes.
 
         Raises:
             CacheConfigError: `block` is negative or `block_size` is not positive.
