@@ -276,3 +276,21 @@ def test_a_dataset_recreated_at_the_same_uri_never_serves_the_old_index(
     write(1)
     again = Dataset.open(uri, storage_options=options, cache=shared)
     assert again.subset("label = 1", return_indices=True).tolist() == list(range(8))
+
+
+def test_a_dataset_recreated_at_the_same_memory_uri_serves_the_new_index() -> None:
+    uri = f"memory://recreated-{uuid.uuid4().hex}/ds"
+
+    def write(label: int) -> None:
+        with Writer(uri, "recreated") as w:
+            w.declare("image", "png", "tensor", "image")
+            for i in range(8):
+                w.add(f"s{i:05d}", {"image": index_png(i, (8, 8))}, {"label": label})
+
+    write(0)
+    first = Dataset.open(uri)
+    assert first.subset("label = 1", return_indices=True).tolist() == []
+    for obj in first.store.list(""):
+        first.store.delete(obj.path)
+    write(1)
+    assert Dataset.open(uri).subset("label = 1", return_indices=True).tolist() == list(range(8))
