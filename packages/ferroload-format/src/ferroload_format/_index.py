@@ -481,7 +481,14 @@ def read_part_table(
     The published path is tried again last: the part may have been published, and its
     staged copy removed, while this function was between the two.
     """
-    table = _read_part_table(store, part, columns, files, **kwargs)
+    try:
+        table = _read_part_table(store, part, columns, files, **kwargs)
+    except KeyError as exc:  # pyarrow: a `read_dictionary` column the part does not have
+        name = exc.args[0].decode() if isinstance(exc.args[0], bytes) else str(exc.args[0])
+        raise _no_column(store, part, name) from None
+    for name in columns or ():
+        if table.schema.get_field_index(name) < 0:
+            raise _no_column(store, part, name)
     if table.num_rows != part.num_rows:
         raise ManifestError(
             f"index part {part.path} of {store.uri} holds {table.num_rows} rows; the manifest "
@@ -490,6 +497,16 @@ def read_part_table(
             part=part.path,
         )
     return table
+
+
+def _no_column(store: Store, part: IndexPart, name: str) -> ManifestError:
+    return ManifestError(
+        f"index part {part.path} of {store.uri} has no column {name!r}, which the manifest's "
+        "schema names. The manifest or the part was altered; run verify()",
+        uri=store.uri,
+        part=part.path,
+        column=name,
+    )
 
 
 def _read_part_table(
@@ -641,7 +658,16 @@ class IndexColumns:
     def _load(self, names: Sequence[str], tables: list[pa.Table], *, pad: int) -> None:
         for name in names:
             field_type = self.schema.field(name).type
-            chunks = [_as_type(t.column(name).combine_chunks(), field_type) for t in tables]
+            try:
+                chunks = [_as_type(t.column(name).combine_chunks(), field_type) for t in tables]
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise ManifestError(
+                    f"column {name!r} of the index of {self.store.uri} does not hold "
+                    f"{field_type} as the manifest's schema says ({exc}). The manifest or "
+                    "the index was altered; run verify()",
+                    uri=self.store.uri,
+                    column=name,
+                ) from exc
             if pad:
                 chunks.append(_absent(field_type, pad))
             self._cache[name] = (
@@ -660,6 +686,15 @@ class IndexColumns:
                 parts = []
                 for table in self._read(["shard"], read_dictionary=["shard"]):
                     for chunk in table.column("shard").chunks:
+                        if not pa.types.is_dictionary(chunk.type) or not pa.types.is_string(
+                            chunk.type.value_type
+                        ):
+                            raise ManifestError(
+                                f"the shard column of the index of {self.store.uri} holds "
+                                f"{chunk.type}, not strings. The index was altered; run verify()",
+                                uri=self.store.uri,
+                                column="shard",
+                            )
                         try:
                             mapping = np.asarray(
                                 [lookup[s] for s in chunk.dictionary.to_pylist()], dtype=np.int32

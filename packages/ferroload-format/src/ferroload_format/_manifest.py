@@ -21,6 +21,8 @@ CHECKSUM_ALGORITHM = "xxh3_64"
 #: The deepest nesting of JSON objects and arrays a manifest may have (docs/format.md,
 #: "Limits"); deeper manifests are refused with `ManifestError`.
 MAX_MANIFEST_DEPTH = 128
+#: Counts, sizes and versions in a manifest fit int64 (they become numpy and Arrow values).
+MAX_INT64 = 2**63 - 1
 
 META_DIR = "_ferroload"
 VERSIONS_DIR = f"{META_DIR}/versions/"
@@ -116,10 +118,8 @@ class _Record:
             value = mine[f.name]
             if f.type == "str" and not isinstance(value, str):
                 raise TypeError(f"{key}.{f.name} must be a string, not {_json_type(value)}")
-            if f.type == "int" and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 0
-            ):
-                raise TypeError(f"{key}.{f.name} must be a non-negative integer, not {value!r}")
+            if f.type == "int":
+                _count(value, f"{key}.{f.name}")
         try:
             return cls(**mine, extra=extra)  # type: ignore[call-arg]
         except TypeError as exc:  # a missing field
@@ -134,9 +134,9 @@ def _json_type(value: Any) -> str:
 
 
 def _count(value: Any, key: str) -> int:
-    """`value` if it is a non-negative integer, else a TypeError naming `key`."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(f"{key} must be a non-negative integer, not {value!r}")
+    """`value` if it is a non-negative integer that fits int64, else a TypeError naming `key`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_INT64:
+        raise TypeError(f"{key} must be a non-negative integer below 2**63, not {value!r}")
     return value
 
 

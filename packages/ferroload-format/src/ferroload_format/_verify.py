@@ -121,7 +121,23 @@ def _side_index(
             Problem("side-index", shard.path, f"side index {shard.side_index} unreadable: {exc}")
         )
         return {}
-    cols = [table.column(c).to_pylist() for c in ("member", "offset", "length", "checksum")]
+    names = ("member", "offset", "length", "checksum")
+    for name in names:
+        i = table.schema.get_field_index(name)
+        kind = table.schema.field(i).type if i >= 0 else None
+        if kind is None or not (
+            pa.types.is_string(kind) if name == "member" else pa.types.is_integer(kind)
+        ):
+            report.problems.append(
+                Problem(
+                    "side-index",
+                    shard.path,
+                    f"side index {shard.side_index} has no {name!r} column of "
+                    f"{'strings' if name == 'member' else 'integers'}",
+                )
+            )
+            return {}
+    cols = [table.column(c).to_pylist() for c in names]
     for member in cols[0]:
         try:
             check_relative_path(member, what=f"member of side index {shard.side_index}")
