@@ -358,3 +358,19 @@ def test_damaged_shard_bytes_read_right_or_fail_clearly(
         if target == "tar" and cut is not None:
             assert report.problems, f"a shard cut at {cut} of {shard['size']} was not reported"
         _assert_no_canary(_exercise(root))
+
+
+def test_a_side_index_member_name_that_is_not_utf8_is_a_problem(template: Path) -> None:
+    # found by this suite: a flipped byte in a side index was a UnicodeDecodeError in verify()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = _copy(template, tmp)
+        shard = json.loads(_manifest_path(root).read_bytes())["shards"][0]
+        path = root / shard["side_index"]
+        table = pq.read_table(path)
+        names = pa.array([b"\xf3" + m.encode() for m in table.column("member").to_pylist()])
+        member = names.view(pa.string())  # no UTF-8 check, as a damaged file would read
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("member"), "member", member), path
+        )
+        report = Dataset.open(str(root)).verify()
+        assert [p.kind for p in report.problems] == ["side-index"]

@@ -137,7 +137,13 @@ def _side_index(
                 )
             )
             return {}
-    cols = [table.column(c).to_pylist() for c in names]
+    try:
+        cols = [table.column(c).to_pylist() for c in names]
+    except (ValueError, pa.ArrowException) as exc:  # e.g. a member name that is not UTF-8
+        report.problems.append(
+            Problem("side-index", shard.path, f"side index {shard.side_index} unreadable: {exc}")
+        )
+        return {}
     for member in cols[0]:
         try:
             check_relative_path(member, what=f"member of side index {shard.side_index}")
