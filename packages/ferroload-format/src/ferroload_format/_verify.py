@@ -116,7 +116,7 @@ def _side_index(
     except UnsafePathError as exc:
         report.problems.append(Problem("unsafe-path", shard.path, str(exc)))
         return {}
-    except (ObjectNotFoundError, StoreError, OSError, ValueError) as exc:
+    except (ObjectNotFoundError, StoreError, OSError, ValueError, pa.ArrowException) as exc:
         report.problems.append(
             Problem("side-index", shard.path, f"side index {shard.side_index} unreadable: {exc}")
         )
