@@ -803,13 +803,13 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         self._pass = [seed, epoch, consumed, skip]
         b = self.batch_size
         for start in range((worker + skip * workers) * b, len(items), workers * b):
+            chunk = items[start : start + b]
             batch, _ = build_batch(
-                source, fields, items[start : start + b], seed=seed, epoch=epoch,
-                on_error=self.on_error,
-            )  # fmt: skip
+                source, fields, chunk, seed=seed, epoch=epoch, on_error=self.on_error
+            )
             out = to_torch(batch, pin=False)
             if self.transform is not None:
-                out = self.transform(out, item_seeds(seed, epoch, items[start : start + b]))
+                out = self.transform(out, item_seeds(seed, epoch, chunk))
             self._pass[3] += 1
             yield FerroBatch(out)
         self._passes.record(worker, epoch, finished=True)
