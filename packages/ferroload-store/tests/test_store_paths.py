@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from ferroload_core import UnsafePathError
+from ferroload_store import _nofollow as _nofollow_module
+from ferroload_store import _store as _store_module
 from ferroload_store import open_store
+from ferroload_store._nofollow import RACE_FREE
 
 
 @pytest.fixture
@@ -118,3 +121,34 @@ def test_local_path_refuses_a_file_symlinked_out_of_the_root(tmp_path: Path, out
     assert store.local_path("index/ok.parquet") == (root / "index" / "ok.parquet").resolve()
     with pytest.raises(UnsafePathError, match="symlink"):
         store.local_path("index/part.parquet")
+
+
+@pytest.mark.skipif(not RACE_FREE, reason="no O_NOFOLLOW/dir_fd opens on this platform")
+@pytest.mark.parametrize("action", ["get", "get_range", "head", "delete"])
+def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_followed(
+    tmp_path: Path, outside: Path, monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    """The race between checking a key and opening it: the folder on its way is replaced
+    by a link out of the root right after the check. The open must fail, not follow it."""
+    root = tmp_path / "root"
+    store = open_store(root)
+    store.put("shards/secret.txt", b"the dataset's own bytes")
+    real_open_below = _store_module.open_below
+
+    def swap_then_open(root_dir: str, real: str, flags: int = os.O_RDONLY) -> int:
+        if (root / "shards").is_dir() and not (root / "shards").is_symlink():
+            (root / "shards").rename(root / "moved")
+            (root / "shards").symlink_to(outside, target_is_directory=True)
+        return real_open_below(root_dir, real, flags)
+
+    monkeypatch.setattr(_store_module, "open_below", swap_then_open)
+    monkeypatch.setattr(_nofollow_module, "open_below", swap_then_open)
+    call = {
+        "get": lambda: store.get("shards/secret.txt"),
+        "get_range": lambda: store.get_range("shards/secret.txt", 0, 6),
+        "head": lambda: store.head("shards/secret.txt"),
+        "delete": lambda: store.delete("shards/secret.txt"),
+    }[action]
+    with pytest.raises(UnsafePathError, match="became a symlink"):
+        call()
+    assert (outside / "secret.txt").read_bytes() == b"secret bytes, not the dataset's"

@@ -60,6 +60,11 @@ def test_object_store_uris(uri: str) -> None:
         ("s3://", "bucket"),
         ("file://otherhost/x", "host"),
         ("a\x00b", "NUL"),
+        ("memory://a/../b", "'..' segments"),
+        ("memory://a/./b", "'..' segments"),
+        ("memory://a/%2e%2e/b", "'..' segments"),
+        ("s3://bucket/data/../other", "'..' segments"),
+        ("gs://bucket/..", "'..' segments"),
     ],
 )
 def test_bad_uris_are_refused_clearly(uri: str, reason: str) -> None:

@@ -21,7 +21,6 @@ from ferroload_format._errors import (
 )
 from ferroload_format._index import IndexColumns, ModalityArrays, arrow_array
 from ferroload_format._manifest import LayerInfo, Manifest, Modality
-from ferroload_format._names import check_store_uri
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import (
     BlockCache,
@@ -134,7 +133,6 @@ class Dataset:
         """
         if isinstance(uri, str) and uri.startswith("catalog:"):
             uri = _resolve_catalog(uri)
-        check_store_uri(uri)
         store = open_store(uri, storage_options=storage_options, io=io, cache=cache)
         return cls(store, read_manifest(store, version), verify_checksums=verify_checksums)
 

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 from ferroload_format._commit import ensure_published
 from ferroload_format._layer_parts import PARTITION_META, PARTITION_RE
 from ferroload_format._manifest import INDEX_DIR, LAYERS_DIR, SHARDS_DIR, STAGING_DIR
-from ferroload_format._names import check_store_uri
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import ObjectInfo, Store, StoreError, open_store
 
@@ -71,7 +70,6 @@ def gc(
         UnsafePathError: if a manifest names a path that could leave the root (a staged
             part outside it is never published).
     """
-    check_store_uri(uri)
     store = open_store(uri, storage_options=storage_options)
     latest = read_manifest(store)
     report = GcReport(store.uri, dry_run=dry_run)

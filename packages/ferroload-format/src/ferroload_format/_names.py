@@ -12,7 +12,6 @@ from ferroload_format._errors import (
     InvalidSampleIdError,
     SchemaConflictError,
 )
-from ferroload_store import InvalidURIError
 
 SAMPLE_ID_RE = re.compile(r"[A-Za-z0-9_+=,@~#-]{1,100}")
 MODALITY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -146,24 +145,3 @@ def member_name(sample_id: str, modality: str, ext: str) -> str:
 def new_txn_id() -> str:
     """A fresh transaction id: UTC time then 16 random hex digits (sortable, unique)."""
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(8)}"
-
-
-def check_store_uri(uri: object) -> None:
-    """Refuse an object-store URI (`memory://`, `s3://`, …) whose path has a `.` or `..`
-    segment: object stores have no parent folders, and obstore cannot parse such keys.
-    Local paths may hold `..` (the OS resolves them).
-
-    Raises:
-        InvalidURIError: naming the URI.
-    """
-    if not isinstance(uri, str) or "://" not in uri:
-        return
-    scheme, _, rest = uri.partition("://")
-    if scheme.lower() == "file":
-        return
-    if any(segment in (".", "..") for segment in rest.split("/")):
-        raise InvalidURIError(
-            uri,
-            "it has a '.' or '..' segment; object stores have no parent folders, so write "
-            "the prefix out in full",
-        )

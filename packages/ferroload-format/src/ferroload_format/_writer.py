@@ -31,7 +31,6 @@ from ferroload_format._names import (
     check_column_name,
     check_modality,
     check_sample_id,
-    check_store_uri,
     member_name,
     new_txn_id,
 )
@@ -90,7 +89,6 @@ class Writer:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
         if not isinstance(row_group_size, int) or row_group_size <= 0:
             raise ValueError(f"row_group_size must be a positive int, got {row_group_size!r}")
-        check_store_uri(uri)
         self._store = open_store(uri, storage_options=storage_options)
         self.uri = self._store.uri
         try:

@@ -44,6 +44,7 @@ from ferroload_store._errors import (
     UnsupportedOperationError,
 )
 from ferroload_store._file import RangeFile
+from ferroload_store._nofollow import SymlinkSwappedError, open_below, unlink_below
 from ferroload_store._options import IOOptions
 from ferroload_store._ranges import DEFAULT_MAX_READ, coalesce_ranges
 from ferroload_store._remote import RemoteEngine, check_not_forked, mark_runtime_used, translate
@@ -438,6 +439,25 @@ class Store:
             )
         return Path(real) if resolve else target
 
+    def _open_local(self, path: str) -> int:
+        """A read-only descriptor of key `path`, checked by `_local` and opened from the
+        root one component at a time without following a symlink (`open_below`), so a
+        folder swapped for a link after the check cannot lead the open outside the root.
+
+        Raises:
+            UnsafePathError: if the key is unsafe, resolves outside the root, or became a
+                symlink between the check and the open.
+        """
+        real = self._local(path, resolve=True)
+        try:
+            return open_below(self._real_root(), str(real))
+        except SymlinkSwappedError as exc:
+            raise UnsafePathError(
+                path,
+                what=f"key of store {self.uri}",
+                reason="a folder on its way became a symlink while it was opened",
+            ) from exc
+
     def _local_list(self, directory: str) -> list[ObjectInfo]:
         """The regular files under folder `directory` of the local root, reached through
         no symlink: a listing never follows a link (so it never leaves the root, nor
@@ -508,7 +528,7 @@ class Store:
         with self._fd_lock:
             f = self._fds.get(path)
             if f is None:
-                f = _OpenFile(os.open(self._local(path, resolve=True), os.O_RDONLY))
+                f = _OpenFile(self._open_local(path))
                 self._fds[path] = f
                 while len(self._fds) > _FD_CACHE_SIZE:
                     _, old = self._fds.popitem(last=False)
@@ -565,7 +585,7 @@ class Store:
         else:
             with self._errors(path, "get"):
                 if self._root is not None:
-                    data = self._local(path, resolve=True).read_bytes()
+                    data = _read_fd(self._open_local(path))
                 else:
                     data = obstore.get(self._obstore(), self._key(path)).bytes().to_bytes()
         self.stats.add_read(1, len(data))
@@ -766,7 +786,11 @@ class Store:
             return self._info(self._remote.call(lambda ob: obstore.head(ob, key), path, "head"))
         with self._errors(path, "head"):
             if self._root is not None:
-                st = self._local(path, resolve=True).stat()
+                fd = self._open_local(path)
+                try:
+                    st = os.fstat(fd)
+                finally:
+                    os.close(fd)
                 return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC), None)
             meta = obstore.head(self._obstore(), self._key(path))
         return self._info(meta)
@@ -928,7 +952,16 @@ class Store:
                 self._drop_fd(key)
                 target = self._local(key)
                 with self._errors(key, "delete"):
-                    target.unlink(missing_ok=True)
+                    try:
+                        unlink_below(
+                            self._real_root(), os.path.realpath(target.parent), target.name
+                        )
+                    except SymlinkSwappedError as exc:
+                        raise UnsafePathError(
+                            key,
+                            what=f"key of store {self.uri}",
+                            reason="its folder became a symlink while it was deleted",
+                        ) from exc
                 # Object stores have no directories; do not leave empty ones behind either.
                 with suppress(OSError):
                     if target.parent != self._root:
@@ -948,6 +981,12 @@ def _uploading(name: str) -> bool:
     """True for obstore's in-progress upload files, `name#N` (its own listing skips them)."""
     _, sep, tail = name.partition("#")
     return bool(sep and tail and tail.isascii() and tail.isdigit())
+
+
+def _read_fd(fd: int) -> bytes:
+    """All of the file open at `fd`, which is closed."""
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def _delete(ob: Any, key: str) -> None:

@@ -44,7 +44,8 @@ def parse_uri(uri: str | os.PathLike[str]) -> ParsedURI:
     `az://` (and the other Azure forms), `http(s)://` go to obstore.
 
     Raises:
-        InvalidURIError: for an empty URI or an unknown scheme.
+        InvalidURIError: for an empty URI, an unknown scheme, or a `.`/`..` segment in a
+            memory or object-store URI (keys there are not paths: nothing resolves them).
     """
     text = os.fspath(uri)
     if not text or not text.strip():
@@ -61,6 +62,8 @@ def parse_uri(uri: str | os.PathLike[str]) -> ParsedURI:
             raise InvalidURIError(text, "file:// URIs must not name a host")
         path = Path(unquote(split.path)).resolve()
         return ParsedURI("local", str(path), "", path.as_uri())
+    if scheme in ("memory", *OBJECT_SCHEMES):
+        _refuse_dot_segments(text, f"{split.netloc}/{split.path}")
     if scheme == "memory":
         name = split.netloc
         if not name:
@@ -77,3 +80,11 @@ def parse_uri(uri: str | os.PathLike[str]) -> ParsedURI:
         f"unknown scheme {scheme!r}; use a local path, file://, memory://, "
         "s3://, gs://, az:// or https://",
     )
+
+
+def _refuse_dot_segments(text: str, path: str) -> None:
+    """Object-store keys have no relative segments; obstore refuses them only at the first
+    request, with a bare ValueError. Refuse them here, naming the URI."""
+    segments = unquote(path).split("/")
+    if "." in segments or ".." in segments:
+        raise InvalidURIError(text, "'.' and '..' segments are not allowed in object-store URIs")

@@ -614,6 +614,7 @@ class FaultProxy:
                     self._in_flight += 1
                     peak = self._counts["peak_in_flight"]
                     self._counts["peak_in_flight"] = max(peak, self._in_flight)
+                ended = [False]  # the request left the in-flight count (idempotent end)
                 try:
                     if self.delay:
                         time.sleep(self.delay)
@@ -628,10 +629,9 @@ class FaultProxy:
                         upstream.read_head()  # the target acted on the request
                         self._count("answers_lost")
                         return
-                    keep_alive = self._relay_response(upstream, client_sock, method)
+                    keep_alive = self._relay_response(upstream, client_sock, method, ended)
                 finally:
-                    with self._lock:
-                        self._in_flight -= 1
+                    self._end_request(ended)
                 if not keep_alive or "close" in headers.get("connection", "").lower():
                     return
         except (_ClosedError, OSError, ValueError):
@@ -653,11 +653,20 @@ class FaultProxy:
             self._open.add(sock)
         return _Conn(sock)
 
-    def _relay_response(self, upstream: _Conn, client: socket.socket, method: str) -> bool:
+    def _end_request(self, ended: list[bool]) -> None:
+        with self._lock:
+            if not ended[0]:
+                ended[0] = True
+                self._in_flight -= 1
+
+    def _relay_response(
+        self, upstream: _Conn, client: socket.socket, method: str, ended: list[bool]
+    ) -> bool:
         """Relay one response; True when the connection may carry another request.
 
-        The counters are updated before the response's last byte reaches the client, so
-        that a client which got its answer sees it counted.
+        The counters are updated, and the request leaves the in-flight count, before the
+        response's last byte reaches the client: a client which got its answer sees it
+        counted, and its next request never overlaps this one in `peak_in_flight`.
         """
         while True:
             head = upstream.read_head()
@@ -678,6 +687,7 @@ class FaultProxy:
             chunked, length = False, 0
         if not chunked and length is not None:
             self._count_response(length)
+            self._end_request(ended)
             client.sendall(head)
             upstream.relay(length, client)
             return keep_alive
@@ -688,6 +698,7 @@ class FaultProxy:
             n = upstream.relay_to_eof(client)
             keep_alive = False
         self._count_response(n)
+        self._end_request(ended)
         return keep_alive
 
     def _count_response(self, nbytes: int) -> None:
