@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ferroload_store import BlockCache, ObjectTruncatedError, Store, open_store
+from ferroload_store._blocks import BlockReader
 from ferroload_store.testing import FaultProxy, MotoServer
 
 pytestmark = pytest.mark.s3
@@ -184,3 +185,38 @@ def test_cache_none_and_local_stores_have_no_blocks(
     local.prefetch_blocks("missing", [0])  # a no-op without a cache
     with pytest.raises(TypeError, match="cache must be"):
         open_store(s3_uri, storage_options=s3_options, cache="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_block_stored_by_another_fetch_just_before_the_claim_is_not_fetched_again(
+    cache: BlockCache, monkeypatch: pytest.MonkeyPatch, keep: bool
+) -> None:
+    """The window between a reader's cache lookup and its claim of the block: another
+    thread (the readahead) stores the block and ends its fetch right there. The reader
+    must take the stored block, not fetch it a second time."""
+    data = blob(2 * BS, seed=5)
+    reader = BlockReader(cache, "s3://bucket/ds")
+    key = reader.keys("obj", "v1", [0])[0]
+    lookup = "get" if keep else "contains"
+    first_lookup = getattr(cache, lookup)
+    raced = []
+
+    def lookup_then_race(k: str) -> Any:
+        found = first_lookup(k)
+        if k == key and not raced:  # the other thread's fetch ends just after this miss
+            raced.append(k)
+            cache.put(k, memoryview(data[:BS]))
+        return found
+
+    monkeypatch.setattr(cache, lookup, lookup_then_race)
+    fetched: list[tuple[list[int], list[int]]] = []
+
+    def fetch(starts: Any, lengths: Any) -> list[bytes]:
+        fetched.append((list(starts), list(lengths)))
+        return [data[s : s + n] for s, n in zip(starts, lengths, strict=True)]
+
+    got = reader.blocks("obj", [0], size=len(data), version="v1", fetch=fetch, keep=keep)
+    assert raced and fetched == []
+    if keep:
+        assert bytes(got[0]) == data[:BS]
+    assert not reader._inflight  # the claim was released

@@ -115,9 +115,18 @@ class BlockReader:
                 ev = self._inflight.get(key)
                 if ev is None:
                     self._inflight[key] = threading.Event()
-                    mine.append((b, key))
                 else:
                     waits.append((b, key, ev))
+                    continue
+            # A fetch that ended between the lookup above and the claim has stored it.
+            again = self._views.get(key) or (self.cache.get(key) if keep else None)
+            if again is None and (keep or not self.cache.contains(key)):
+                mine.append((b, key))
+                continue
+            with self._lock:
+                self._inflight.pop(key).set()
+            if keep and again is not None:
+                out[b] = again
         if mine:
             try:
                 self._fetch(path, mine, size, fetch, out if keep else None)
