@@ -187,10 +187,11 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     """Azurite's blob service on a free loopback port, with one container."""
     exe = shutil.which("azurite-blob")
     if exe is None:
-        pytest.fail(
-            "azurite-blob is not on PATH: install the Azure Storage emulator with "
-            "`npm install -g azurite@3.35.0` (needs Node.js >= 18; .ci/run does this)",
-            pytrace=False,
+        # Not a Python package, so not in uv.lock: the tests are reported as not run, and
+        # fail the run under FERROLOAD_STRICT=1 (.ci/run). See the root conftest.py.
+        pytest.skip(
+            "service not available: azurite-blob is not on PATH: install it with "
+            "`npm install -g azurite@3.35.0` (needs Node.js >= 18; .ci/run does this)"
         )
     workdir = tmp_path_factory.mktemp("azurite")
     log = workdir / "azurite.log"
