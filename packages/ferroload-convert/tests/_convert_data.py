@@ -13,10 +13,20 @@ from PIL import Image
 
 
 def image_bytes(i: int, fmt: str = "PNG") -> bytes:
-    """A deterministic small RGB image for input `i`, encoded as `fmt`."""
+    """A deterministic small RGB image for input `i`, encoded as `fmt` (a Pillow format name).
+
+    WebP and TIFF are encoded with imagecodecs, which ships its own libwebp and libtiff: a
+    Pillow built from source (pillow-simd) lacks them when their headers were missing.
+    """
     rng = np.random.default_rng(i)
     h, w = 8 + (i * 7) % 17, 9 + (i * 5) % 19
     pixels = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+    if fmt in ("WEBP", "TIFF"):
+        import imagecodecs
+
+        if fmt == "WEBP":
+            return bytes(imagecodecs.webp_encode(pixels, lossless=True))
+        return bytes(imagecodecs.tiff_encode(pixels))
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, fmt)
     return buf.getvalue()
