@@ -10,12 +10,14 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import imagecodecs
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
+import ferroload_codec._image as image_module
 from ferroload_codec import (
     DecodeError,
     ImageDecoder,
@@ -26,6 +28,8 @@ from ferroload_codec import (
     decode_images,
     image_info,
 )
+from ferroload_codec._backends import simplejpeg, turbojpeg
+from ferroload_codec._turbo import PIXEL_FORMATS, TurboError
 from ferroload_core import FerroloadError
 
 RNG = np.random.default_rng(0)
@@ -67,11 +71,21 @@ JPEG = encode(photo(256, 256), "JPEG", quality=90)
 PNG = encode(photo(40, 60, 1), "PNG")
 
 
+@pytest.fixture(params=["active", "bundled"])
+def jpeg_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a JPEG test on the libjpeg-turbo in use here (the system's where installed)
+    and again on the one bundled in simplejpeg's wheel, the path of a machine without
+    libturbojpeg."""
+    if request.param == "bundled":
+        monkeypatch.setattr(image_module, "jpeg", simplejpeg)
+    return str(request.param)
+
+
 # ------------------------------------------------------------------ formats and modes
 
 
 @pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
-def test_jpeg_matches_pillow_exactly_without_resize(mode: str) -> None:
+def test_jpeg_matches_pillow_exactly_without_resize(mode: str, jpeg_path: str) -> None:
     got = decode_image(JPEG, mode=mode)  # type: ignore[arg-type]
     assert got.dtype == np.uint8
     assert got.shape == (256, 256, {"RGB": 3, "L": 1, "RGBA": 4}[mode])
@@ -100,12 +114,26 @@ def _sources() -> dict[str, tuple[bytes, str]]:
         "jpeg-grey": (encode(grey, "JPEG", quality=95), "L"),
         "jpeg-cmyk": (encode(Image.fromarray(rgb).convert("CMYK"), "JPEG", quality=95), "CMYK"),
         "jpeg-progressive": (encode(rgb, "JPEG", quality=90, progressive=True), "RGB"),
-        "webp-lossless": (encode(rgb, "WEBP", lossless=True), "RGB"),
+        # WebP and TIFF are made (and read back for reference) with imagecodecs, which
+        # ships libwebp and libtiff: a Pillow built from source may lack them.
+        "webp-lossless": (imagecodecs.webp_encode(rgb, lossless=True), "RGB"),
+        "webp-rgba": (imagecodecs.webp_encode(rgba, lossless=True), "RGBA"),
+        "webp-lossy": (imagecodecs.webp_encode(rgb, level=90), "RGB"),
         "gif": (encode(pal, "GIF"), "P"),
         "bmp": (encode(rgb, "BMP"), "RGB"),
-        "tiff": (encode(rgb, "TIFF"), "RGB"),
-        "tiff-rgba": (encode(rgba, "TIFF"), "RGBA"),
+        "tiff": (imagecodecs.tiff_encode(rgb), "RGB"),
+        "tiff-rgba": (imagecodecs.tiff_encode(rgba), "RGBA"),
     }
+
+
+def reference(name: str, data: bytes) -> Image.Image:
+    """The source as a Pillow image: decoded by Pillow, or by imagecodecs for the formats
+    a Pillow may lack."""
+    if name.startswith("webp"):
+        return Image.fromarray(imagecodecs.webp_decode(data))
+    if name.startswith("tiff"):
+        return Image.fromarray(imagecodecs.tiff_decode(data))
+    return Image.open(io.BytesIO(data))
 
 
 SOURCES = _sources()
@@ -116,7 +144,7 @@ SOURCES = _sources()
 def test_every_source_converts_like_pillow(name: str, mode: str) -> None:
     data, src_mode = SOURCES[name]
     got = decode_image(data, mode=mode)  # type: ignore[arg-type]
-    im = Image.open(io.BytesIO(data))
+    im = reference(name, data)
     if src_mode == "I;16":
         ref = (np.asarray(im, dtype=np.uint32) >> 8).astype(np.uint8)
         ref = np.asarray(Image.fromarray(ref).convert(mode))
@@ -191,7 +219,7 @@ def test_exact_resize_is_close_to_pillow(interpolation: str, size: tuple[int, in
     assert mad(got, ref) < (16 if interpolation == "nearest" else 3)
 
 
-def test_large_jpegs_are_scaled_in_the_dct_domain_and_stay_accurate() -> None:
+def test_large_jpegs_are_scaled_in_the_dct_domain_and_stay_accurate(jpeg_path: str) -> None:
     big = encode(photo(1200, 1600, 3), "JPEG", quality=90)
     for size in [(224, 224), (150, 400), (600, 800)]:
         got = decode_image(big, size=size)
@@ -377,8 +405,13 @@ def test_fuzz_only_decode_errors(data: st.DataObject) -> None:
 
 def test_backends_report_the_fast_paths() -> None:
     b = backends()
-    assert set(b) >= {"jpeg", "png", "resize", "pil", "audio", "resample", "video"}
-    assert b["jpeg"] and "PyTurboJPEG" in b["jpeg"]
+    assert set(b) >= {"jpeg", "png", "webp", "resize", "pil", "audio", "resample", "video"}
+    # the system's libjpeg-turbo where it is installed, else the one simplejpeg bundles
+    assert b["jpeg"]
+    if turbojpeg() is not None:
+        assert b["jpeg"].startswith("system libturbojpeg") and "PyTurboJPEG" in b["jpeg"]
+    else:
+        assert "bundled in simplejpeg" in b["jpeg"]
     assert b["png"] and "libspng" in b["png"]
     assert b["resize"] and "OpenCV" in b["resize"]
     assert b["pil"] and b["pil"].startswith(("Pillow-SIMD", "Pillow"))
@@ -403,7 +436,7 @@ print(len([w for w in caught if "uses Pillow" in str(w.message)]))
 
 
 def test_everything_works_without_the_fast_libraries(tmp_path: Path) -> None:
-    env = {**os.environ, "FERROLOAD_CODEC_DISABLE": "turbojpeg,opencv,imagecodecs"}
+    env = {**os.environ, "FERROLOAD_CODEC_DISABLE": "turbojpeg,simplejpeg,opencv,imagecodecs"}
     res = subprocess.run(
         [sys.executable, "-c", FALLBACK_SCRIPT, JPEG.hex(), PNG.hex()],
         env=env, capture_output=True, text=True, check=True,
@@ -415,16 +448,108 @@ def test_everything_works_without_the_fast_libraries(tmp_path: Path) -> None:
     assert lines[2] == "2"  # one warning per slow path (JPEG and PNG), not one per image
 
 
+def test_without_the_system_libturbojpeg_the_bundled_one_decodes_the_same_pixels() -> None:
+    """A machine without libturbojpeg (simulated) decodes JPEGs with the libjpeg-turbo of
+    simplejpeg's wheel: no slow-path warning, and bit for bit what this process decodes."""
+    script = (
+        "import sys, warnings, numpy as np, ferroload_codec as fc\n"
+        "warnings.simplefilter('error')\n"
+        "data = bytes.fromhex(sys.argv[1])\n"
+        "batch = fc.ImageDecoder((100, 120), threads=2).decode_batch([data] * 2).images\n"
+        "print(fc.backends()['jpeg'], flush=True)\n"
+        "sys.stdout.buffer.write(batch.tobytes() + fc.decode_image(data, mode='L').tobytes())\n"
+    )
+    env = {**os.environ, "FERROLOAD_CODEC_DISABLE": "turbojpeg"}
+    res = subprocess.run(
+        [sys.executable, "-c", script, JPEG.hex()], env=env, capture_output=True, check=True
+    )
+    head, _, raw = res.stdout.partition(b"\n")
+    assert b"bundled in simplejpeg" in head and not res.stderr
+    here = ImageDecoder((100, 120), threads=2).decode_batch([JPEG] * 2).images.tobytes()
+    assert raw == here + decode_image(JPEG, mode="L").tobytes()
+
+
+@pytest.mark.parametrize("den", [1, 2, 4, 8])
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
+def test_both_libjpeg_turbo_bindings_scale_in_the_dct_domain_alike(den: int, mode: str) -> None:
+    """The bundled binding decodes to each of libjpeg-turbo's scaled sizes, into strided
+    rows too, and gives the system binding's pixels exactly where that one exists."""
+    bundled = simplejpeg()
+    assert bundled is not None  # simplejpeg is a dependency of ferroload-codec
+    system = turbojpeg()
+    rng = np.random.default_rng(den)
+    for trial in range(6):
+        h, w = (int(v) for v in rng.integers(9, 300, 2))
+        data = encode(photo(h, w, trial), "JPEG", quality=85, subsampling=trial % 3)
+        assert bundled.header(data)[:2] == (w, h)
+        c = {"RGB": 3, "L": 1, "RGBA": 4}[mode]
+        sh, sw = -(-h // den), -(-w // den)
+        padded = np.zeros((sh, sw + 5, c), np.uint8)  # rows longer than the image: strided
+        for dst in (np.zeros((sh, sw, c), np.uint8), padded[:, 2 : 2 + sw]):
+            bundled.decode_into(data, dst, PIXEL_FORMATS[mode])
+            if system is not None:
+                ref = np.zeros((sh, sw, c), np.uint8)
+                system.decode_into(data, ref, PIXEL_FORMATS[mode])
+                assert np.array_equal(dst, ref), (h, w, den, mode)
+        assert not padded[:, :2].any() and not padded[:, 2 + sw :].any()
+        if den == 1 and mode != "L":  # Pillow's libjpeg gives the same pixels, unscaled
+            assert np.array_equal(padded[:, 2 : 2 + sw, :3], pil_decode(data))
+    with pytest.raises(TurboError, match="too small"):  # not one of the scaled sizes
+        bundled.decode_into(JPEG, np.zeros((100, 100, 3), np.uint8), PIXEL_FORMATS["RGB"])
+
+
+def test_the_bundled_binding_refuses_damage() -> None:
+    bundled = simplejpeg()
+    assert bundled is not None
+    dst = np.zeros((256, 256, 3), np.uint8)
+    for bad in (JPEG[:3], b"\xff\xd8" + b"\x00" * 64):
+        with pytest.raises(TurboError):
+            bundled.header(bad)
+    with pytest.raises(TurboError):
+        bundled.decode_into(JPEG[: len(JPEG) // 2], dst, PIXEL_FORMATS["RGB"])
+
+
+def test_stray_bytes_before_a_marker_are_only_a_warning(jpeg_path: str) -> None:
+    """libjpeg warns about stray bytes between segments and then decodes the whole image;
+    so does ferroload on either binding (simplejpeg stops there, so Pillow takes it)."""
+    sos = JPEG.index(b"\xff\xda")
+    stray = JPEG[:sos] + b"\x00\x00" + JPEG[sos:]
+    assert np.array_equal(decode_image(stray), pil_decode(JPEG))
+    assert image_info(stray)[1:] == (256, 256)
+
+
+@pytest.mark.parametrize("name", [n for n in SOURCES if n.startswith("webp")])
+def test_webp_decodes_without_pillows_libwebp(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where Pillow was built without libwebp, WebP goes through imagecodecs' libwebp: the
+    same pixels, sizes and errors as through Pillow."""
+    data, _ = SOURCES[name]
+    through_pillow_or_not = decode_image(data, size=(20, 36), mode="RGBA")
+    monkeypatch.setattr(image_module, "webp_fallback", lambda: imagecodecs)
+    ref = np.asarray(reference(name, data).convert("RGBA"))
+    assert np.array_equal(decode_image(data, mode="RGBA"), ref)
+    assert mad(decode_image(data, size=(20, 36), mode="RGBA"), through_pillow_or_not) <= 0.5
+    assert image_info(data)[1:] == (50, 30)
+    with pytest.raises(DecodeError, match="WEBP"):
+        decode_image(data[:40])
+    # a canvas of 16384 x 16384 declared in the header is refused before decoding
+    bomb = bytearray(imagecodecs.webp_encode(photo(8, 8), lossless=False))
+    vp8x = b"VP8X" + struct.pack("<I", 10) + bytes(4) + (16383).to_bytes(3, "little") * 2
+    bomb[12:12] = vp8x
+    struct.pack_into("<I", bomb, 4, len(bomb) - 8)
+    with pytest.raises(ImageTooLargeError):
+        decode_image(bytes(bomb), max_pixels=10_000_000)
+
+
 def test_import_stays_light() -> None:
     code = (
         "import sys, ferroload_codec; "
-        "print(sorted({'cv2', 'turbojpeg', 'imagecodecs', 'av', 'soundfile', 'soxr', 'PIL'} & set(sys.modules)))"
+        "print(sorted({'cv2', 'turbojpeg', 'simplejpeg', 'imagecodecs', 'av', 'soundfile', 'soxr', 'PIL'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-def test_damaged_jpegs_never_disturb_the_next_decode_on_the_same_thread() -> None:
+def test_damaged_jpegs_never_disturb_the_next_decode_on_the_same_thread(jpeg_path: str) -> None:
     """Decompressors are reused per thread; a failure must not leak into the next image."""
     rng = np.random.default_rng(5)
     good = [encode(photo(48 + 8 * i, 64, i), "JPEG", quality=85) for i in range(6)]

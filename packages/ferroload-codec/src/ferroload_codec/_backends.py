@@ -1,8 +1,9 @@
 """Which accelerations are present, and a single warning when a fast path is missing.
 
 Every optional library is imported on first use, never at `import ferroload_codec`.
-`FERROLOAD_CODEC_DISABLE` (comma-separated: `turbojpeg`, `opencv`, `imagecodecs`) turns a
-fast path off, to compare or to work around a broken library.
+`FERROLOAD_CODEC_DISABLE` (comma-separated: `turbojpeg`, `simplejpeg`, `opencv`,
+`imagecodecs`) turns a fast path off, to compare or to work around a broken library
+(`turbojpeg` alone simulates a machine without the system's libturbojpeg).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, packages_distributions, ver
 from types import ModuleType
 from typing import Any
 
-from ferroload_codec._turbo import Turbo
+from ferroload_codec._turbo import JpegLib, SimpleJpeg, Turbo
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,18 @@ def imagecodecs() -> Any:
 
 
 @functools.cache
+def webp_fallback() -> Any:
+    """imagecodecs, to decode WebP where Pillow was built without libwebp (a source build
+    of Pillow-SIMD on a machine without its headers); None where Pillow reads WebP."""
+    from PIL import features
+
+    if features.check_module("webp"):
+        return None
+    mod = _optional("imagecodecs", "imagecodecs")
+    return mod if mod is not None and getattr(mod, "WEBP", None) and mod.WEBP.available else None
+
+
+@functools.cache
 def turbojpeg() -> Turbo | None:
     """libjpeg-turbo, as PyTurboJPEG finds it (None when the library is missing)."""
     mod = _optional("turbojpeg", "turbojpeg")
@@ -68,6 +81,19 @@ def turbojpeg() -> Turbo | None:
     except (OSError, RuntimeError, AttributeError) as exc:
         logger.info("libturbojpeg not usable: %s", exc)
         return None
+
+
+@functools.cache
+def simplejpeg() -> SimpleJpeg | None:
+    """The libjpeg-turbo bundled in simplejpeg's wheel (None when it is not installed)."""
+    mod = _optional("simplejpeg", "simplejpeg")
+    return SimpleJpeg(mod) if mod is not None else None
+
+
+def jpeg() -> JpegLib | None:
+    """The JPEG fast path: the system's libjpeg-turbo (through PyTurboJPEG) where it is
+    installed, else the one simplejpeg bundles, else None (Pillow decodes)."""
+    return turbojpeg() or simplejpeg()
 
 
 @functools.cache
@@ -92,8 +118,9 @@ def backends() -> dict[str, str | None]:
     """Which codec libraries are active, so you can tell why decoding is fast or slow.
 
     Returns:
-        One entry per role; None where the fast library is missing (the fallback is named
-        in `*_fallback` entries).
+        One entry per role; None where the fast library is missing (Pillow then does the
+        work). `jpeg` names the libjpeg-turbo in use: the system's (`libturbojpeg.so…`
+        through PyTurboJPEG) when installed, else the one bundled in simplejpeg's wheel.
 
     Examples:
         >>> info = backends()
@@ -101,6 +128,7 @@ def backends() -> dict[str, str | None]:
         True
     """
     tj = turbojpeg()
+    sj = simplejpeg()
     cv2 = opencv()
     ic = imagecodecs()
     pil = pil_distribution()
@@ -119,16 +147,32 @@ def backends() -> dict[str, str | None]:
     except ImportError:
         video = None
     return {
-        "jpeg": f"{_libjpeg_turbo_version(tj)} via PyTurboJPEG {_dist_version('pyturbojpeg')}"
-        if tj is not None
-        else None,
+        "jpeg": _jpeg_path(tj, sj),
         "png": f"libspng via imagecodecs {ic.__version__}" if ic is not None else None,
         "resize": f"OpenCV {cv2.__version__}" if cv2 is not None else None,
         "pil": f"{'Pillow-SIMD' if pil == 'pillow-simd' else 'Pillow'} {_dist_version(pil)}",
+        "webp": _webp_path(),
         "audio": audio,
         "resample": f"soxr {_dist_version('soxr')}" if _dist_version("soxr") else None,
         "video": video,
     }
+
+
+def _jpeg_path(tj: Turbo | None, sj: SimpleJpeg | None) -> str | None:
+    if tj is not None:
+        return f"system {_libjpeg_turbo_version(tj)} via PyTurboJPEG {_dist_version('pyturbojpeg')}"
+    if sj is not None:
+        return f"libjpeg-turbo bundled in simplejpeg {sj.version} (no system libturbojpeg)"
+    return None
+
+
+def _webp_path() -> str | None:
+    from PIL import features
+
+    if features.check_module("webp"):
+        return f"libwebp {features.version_module('webp')} via Pillow"
+    ic = webp_fallback()
+    return f"libwebp via imagecodecs {ic.__version__} (Pillow has no WebP)" if ic else None
 
 
 def warn_slow_path(what: str, missing: str) -> None:

@@ -23,7 +23,7 @@ from ferroload_codec._augment import (
     draws,
     flip_inplace,
 )
-from ferroload_codec._backends import imagecodecs, turbojpeg, warn_slow_path
+from ferroload_codec._backends import imagecodecs, jpeg, warn_slow_path, webp_fallback
 from ferroload_codec._errors import DecodeError, ImageTooLargeError, UnsupportedFormatError
 from ferroload_codec._pool import DecodePool
 from ferroload_codec._resize import (
@@ -45,13 +45,15 @@ from ferroload_codec._sniff import (
     png_header,
     png_strip_inflated,
     sniff,
+    webp_size,
 )
 from ferroload_codec._turbo import (
     COLORSPACE_CMYK,
     COLORSPACE_YCCK,
     PIXEL_FORMATS,
-    Turbo,
+    JpegLib,
     TurboError,
+    is_harmless,
 )
 
 logger = logging.getLogger(__name__)
@@ -103,7 +105,9 @@ def image_info(data: Buffer, *, sample_id: str | None = None) -> ImageInfo:
     fmt = sniff(buf)
     if fmt == "png" and (hdr := png_header(buf)) is not None:
         return ImageInfo("png", hdr[0], hdr[1])
-    tj = turbojpeg()
+    if fmt == "webp" and (size := webp_size(buf)) is not None:
+        return ImageInfo("webp", *size)
+    tj = jpeg()
     if fmt == "jpeg" and tj is not None:
         w, h, _ = _jpeg_header(tj, bytes(buf), sample_id)
         return ImageInfo("jpeg", w, h)
@@ -111,7 +115,7 @@ def image_info(data: Buffer, *, sample_id: str | None = None) -> ImageInfo:
     return ImageInfo((im.format or fmt or "unknown").lower(), im.size[0], im.size[1])
 
 
-def _jpeg_header(tj: Turbo, data: bytes, sid: str | None) -> tuple[int, int, int]:
+def _jpeg_header(tj: JpegLib, data: bytes, sid: str | None) -> tuple[int, int, int]:
     """(width, height, colour space) of a JPEG, cross-checked against its frame header.
 
     libjpeg-turbo reuses a thread's decompressor: on a header too short to parse it can
@@ -454,10 +458,12 @@ class ImageDecoder:
     ) -> npt.NDArray[np.uint8]:
         fmt = sniff(buf)
         if fmt == "jpeg":
-            tj = turbojpeg()
+            tj = jpeg()
             if tj is not None:
                 return self._jpeg(tj, buf, out, sid, u)
-            warn_slow_path("JPEG decoding", "libjpeg-turbo (PyTurboJPEG + libturbojpeg)")
+            warn_slow_path(
+                "JPEG decoding", "libjpeg-turbo (the system's libturbojpeg, or simplejpeg)"
+            )
         elif fmt == "png" and not self.exif:
             # With `exif`, Pillow reads the text chunks (an EXIF "raw profile" may sit in
             # one) under its own limits (`PngImagePlugin.MAX_TEXT_CHUNK`, 1 MiB a chunk).
@@ -468,6 +474,8 @@ class ImageDecoder:
                 if ic is not None:
                     return self._png(ic, buf, hdr, out, sid, u)
                 warn_slow_path("PNG decoding", "imagecodecs (libspng)")
+        elif fmt == "webp" and (ic := webp_fallback()) is not None:
+            return self._webp(ic, buf, out, sid, u)
         return self._pillow(buf, fmt, out, sid, u)
 
     def _check_pixels(self, w: int, h: int, sid: str | None, fmt: str | None) -> None:
@@ -522,7 +530,7 @@ class ImageDecoder:
 
     def _jpeg(
         self,
-        tj: Turbo,
+        tj: JpegLib,
         buf: Buffer,
         out: npt.NDArray[np.uint8] | None,
         sid: str | None,
@@ -552,6 +560,8 @@ class ImageDecoder:
         try:
             tj.decode_into(data, arr, PIXEL_FORMATS[self.mode])
         except TurboError as exc:
+            if is_harmless(str(exc)):  # whole after a warning the binding cannot pass over
+                return self._pillow(buf, "jpeg", out, sid, u)
             raise DecodeError(f"damaged JPEG: {exc}", sample_id=sid, format="jpeg") from None
         if direct:
             return result
@@ -593,6 +603,39 @@ class ImageDecoder:
         if arr.ndim == 2:
             arr = arr[..., None]
         return self._place(_convert_channels(arr, self.channels), geo, result)
+
+    # ------------------------------------------------------------------ WebP without Pillow's
+
+    def _webp(
+        self,
+        ic: Any,
+        buf: Buffer,
+        out: npt.NDArray[np.uint8] | None,
+        sid: str | None,
+        u: list[float] | None,
+    ) -> npt.NDArray[np.uint8]:
+        """WebP through imagecodecs' libwebp, for a Pillow built without it (EXIF
+        orientation, rare in WebP, is not read on this path)."""
+        size = webp_size(buf)
+        if size is None:
+            raise DecodeError("damaged WEBP header", sample_id=sid, format="webp")
+        w, h = size
+        self._check_pixels(w, h, sid, "webp")
+        try:
+            arr = ic.webp_decode(buf)
+        except Exception as exc:
+            raise DecodeError(f"damaged WEBP: {exc}", sample_id=sid, format="webp") from None
+        if arr.shape[:2] != (h, w):
+            raise DecodeError(
+                f"damaged WEBP: its header says {w}x{h}, its image is "
+                f"{arr.shape[1]}x{arr.shape[0]}",
+                sample_id=sid,
+                format="webp",
+            )
+        th, tw = self._target(h, w)
+        geo = self._geometry(h, w, th, tw, u)
+        arr = arr[..., None] if arr.ndim == 2 else arr
+        return self._place(_convert_channels(arr, self.channels), geo, self._output(out, th, tw))
 
     # ------------------------------------------------------------------ everything else
 

@@ -66,6 +66,26 @@ def png_header(data: Buffer) -> tuple[int, int, int, int] | None:
 _PNG_INFLATED = frozenset((b"zTXt", b"iTXt", b"iCCP"))
 
 
+def webp_size(data: Buffer) -> tuple[int, int] | None:
+    """(width, height) from a WebP's first chunk (VP8X canvas, VP8L or VP8 frame), or None
+    if it is malformed."""
+    head = bytes(data[:30])
+    if len(head) < 30 or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return None
+    chunk = head[12:16]
+    if chunk == b"VP8X":
+        w = int.from_bytes(head[24:27], "little") + 1
+        h = int.from_bytes(head[27:30], "little") + 1
+        return w, h
+    if chunk == b"VP8L" and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":
+        w, h = struct.unpack_from("<HH", head, 26)
+        return w & 0x3FFF, h & 0x3FFF
+    return None
+
+
 def png_strip_inflated(data: Buffer) -> Buffer:
     """The PNG without its compressed ancillary chunks (zTXt, iTXt, iCCP), so that no
     decoder inflates them (a decompression bomb beyond `max_pixels`' reach).

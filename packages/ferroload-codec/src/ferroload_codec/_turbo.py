@@ -13,13 +13,18 @@ cross-check the size against the frame header (`_sniff.jpeg_frame_size`).
 libjpeg *warnings* are errors here, with one exception: "extraneous bytes before marker",
 after which the image decodes completely. A truncated file, for instance, is only a
 warning to libjpeg (it fills the rest with grey).
+
+Where the system has no libturbojpeg, `SimpleJpeg` offers the same two calls over the
+libjpeg-turbo that simplejpeg's wheels bundle (it releases the GIL while decoding and
+scales in the DCT domain too): the same pixels, no system package.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +38,14 @@ _HARMLESS_WARNINGS = ("extraneous bytes before marker",)
 
 class TurboError(Exception):
     """libjpeg-turbo reported an error, or a warning that means damaged data."""
+
+
+class JpegLib(Protocol):
+    """What the image decoder needs of a libjpeg-turbo binding."""
+
+    def header(self, data: bytes) -> tuple[int, int, int, int]: ...
+
+    def decode_into(self, data: bytes, dst: npt.NDArray[np.uint8], pixel_format: int) -> None: ...
 
 
 class Turbo:
@@ -92,7 +105,7 @@ class Turbo:
             errors="replace"
         )
         warning = self._error_code is not None and self._error_code(handle) == _TJERR_WARNING
-        if warning and any(w in message for w in _HARMLESS_WARNINGS):
+        if warning and is_harmless(message):
             return
         # A decompressor that failed may keep state from the image it failed on: start over.
         self._destroy(handle)
@@ -121,3 +134,67 @@ class Turbo:
             w, dst.strides[0], h, pixel_format, 0,
         )  # fmt: skip
         self._check(state.handle, status)
+
+
+#: simplejpeg's names of TurboJPEG colour spaces and pixel formats.
+_SJ_COLORSPACES = {
+    "RGB": 0,
+    "YCbCr": 1,
+    "Gray": 2,
+    "CMYK": COLORSPACE_CMYK,
+    "YCCK": COLORSPACE_YCCK,
+}
+_SJ_PIXEL_FORMATS = {code: name for name, code in PIXEL_FORMATS.items()} | {6: "GRAY"}
+
+
+class SimpleJpeg:
+    """`Turbo`'s two calls over simplejpeg, whose wheels bundle libjpeg-turbo.
+
+    Decoding goes straight into the caller's array when its rows are contiguous (else
+    through a scratch array), scaled in the DCT domain to the array's size, exactly as
+    `Turbo.decode_into` does; both give the same pixels.
+
+    Args:
+        module: the imported `simplejpeg`.
+    """
+
+    def __init__(self, module: ModuleType) -> None:
+        self._sj = module
+        self.version: str = module.__version__
+
+    def header(self, data: bytes) -> tuple[int, int, int, int]:
+        """(width, height, chroma subsampling (-1: not reported), colour space)."""
+        try:
+            h, w, colorspace, _subsampling = self._sj.decode_jpeg_header(data)
+        except ValueError as exc:
+            if not is_harmless(str(exc)):
+                raise TurboError(str(exc)) from None
+            h, w, colorspace, _subsampling = self._sj.decode_jpeg_header(data, strict=False)
+        return w, h, -1, _SJ_COLORSPACES.get(colorspace, -1)
+
+    def decode_into(self, data: bytes, dst: npt.NDArray[np.uint8], pixel_format: int) -> None:
+        """Decode into `dst` of shape (h, w, channels), rows may be strided (see `Turbo`).
+
+        Unlike `Turbo`, simplejpeg cannot finish an image after a harmless warning
+        ("extraneous bytes before marker"): that raises `TurboError` with the warning,
+        which `is_harmless` recognises, and the caller decodes the image another way.
+        """
+        h, w, c = dst.shape
+        if dst.strides[1] != c or dst.strides[2] != 1:
+            raise ValueError("dst rows must be contiguous pixels")
+        target = dst if dst.strides[0] == w * c else np.empty((h, w, c), dtype=np.uint8)
+        try:
+            got = self._sj.decode_jpeg(
+                data, _SJ_PIXEL_FORMATS[pixel_format], min_height=h, min_width=w, buffer=target
+            )
+        except ValueError as exc:  # damaged data, or `dst` not a scaled size (too small)
+            raise TurboError(str(exc)) from None
+        if got.shape[:2] != (h, w):
+            raise TurboError(f"{h}x{w} is not one of this JPEG's DCT-scaled sizes")
+        if target is not dst:
+            dst[...] = target
+
+
+def is_harmless(message: str) -> bool:
+    """True for a libjpeg warning after which the image decodes completely."""
+    return any(warning in message for warning in _HARMLESS_WARNINGS)
