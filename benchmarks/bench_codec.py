@@ -5,7 +5,9 @@
    shorter side, crop the centre) and `resize="exact"`.
 3. 32x32 RGB PNG -> a batch of 32x32x3.
 
-ferroload: `ImageDecoder(...).decode_batch(batch)` with 1 thread and with every CPU.
+ferroload: `ImageDecoder(...).decode_batch(batch)` with 1 thread and with every CPU; for
+the JPEG cases also on the libjpeg-turbo bundled in simplejpeg's wheel (the path of a
+machine without the system's libturbojpeg), interleaved with the default path.
 Baseline: what WebDataset / Hugging Face users write, one image at a time on one core,
 `np.asarray(Image.open(io.BytesIO(b)).convert("RGB").resize((224, 224)))`, run twice: in
 this process (the workspace's Pillow-SIMD) and in a side virtualenv with stock Pillow from
@@ -26,6 +28,7 @@ only Pillow and numpy, so ferroload is imported inside the functions that need i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import hashlib
 import io
@@ -39,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import packages_distributions
 from pathlib import Path
@@ -65,6 +68,7 @@ GOAL_PER_CORE = 2.5  # ferroload all-core img/s per core over stock Pillow's one
 GOAL_SCALING = 0.9  # 2-thread img/s over 2x the 1-thread img/s, at least
 GOAL_PNG_IPS = 40_000.0  # 32x32 PNG images/s on all cores, at least
 GOAL_MAD = 3.0  # mean absolute difference to Pillow (same filter), exact resize, below
+GOAL_BUNDLED = 0.9  # bundled libjpeg-turbo (simplejpeg) img/s over the system's, at least
 
 
 class Sizes(NamedTuple):
@@ -338,18 +342,47 @@ def reference_pass(threads: int) -> float:
 
 
 def _ferroload_pass(
-    decoder: Any, batches: list[Sequence[bytes]], out: npt.NDArray[np.uint8] | None = None
+    decoder: Any,
+    batches: list[Sequence[bytes]],
+    out: npt.NDArray[np.uint8] | None = None,
+    *,
+    bundled: bool = False,
 ) -> float:
-    """Seconds to decode every batch: into a new array per call, or into `out` (reused)."""
+    """Seconds to decode every batch: into a new array per call, or into `out` (reused);
+    with `bundled`, JPEGs go through simplejpeg's bundled libjpeg-turbo."""
     gc.collect()
-    t0 = time.perf_counter()
-    if out is None:
-        for b in batches:
-            decoder.decode_batch(b)
-    else:
-        for b in batches:
-            decoder.decode_batch(b, out=out[: len(b)])
-    return time.perf_counter() - t0
+    with bundled_jpeg(bundled):
+        t0 = time.perf_counter()
+        if out is None:
+            for b in batches:
+                decoder.decode_batch(b)
+        else:
+            for b in batches:
+                decoder.decode_batch(b, out=out[: len(b)])
+        return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def bundled_jpeg(on: bool = True) -> Iterator[None]:
+    """Decode JPEGs with the libjpeg-turbo bundled in simplejpeg's wheel, the path of a
+    machine without the system's libturbojpeg (the swap the codec's tests make)."""
+    import ferroload_codec._image as image
+    from ferroload_codec._backends import simplejpeg
+
+    saved = image.jpeg
+    if on:
+        image.jpeg = simplejpeg  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        image.jpeg = saved
+
+
+def system_jpeg() -> bool:
+    """Whether the system's libturbojpeg is in use (else the default path is the bundled one)."""
+    from ferroload_codec._backends import turbojpeg
+
+    return turbojpeg() is not None
 
 
 def _summary(times: list[float], n: int, threads: int) -> dict[str, Any]:
@@ -393,6 +426,13 @@ def bench_case(
         lambda: _ferroload_pass(decoders[t_all], batches, reused),
         t_all,
     )
+    jpeg = case.data != "png32"
+    if jpeg:  # the same decoders on simplejpeg's bundled libjpeg-turbo
+        for t in sorted({1, t_all}):
+            runs[f"ferroload_t{t}_bundled"] = (
+                lambda d=decoders[t]: _ferroload_pass(d, batches, bundled=True),
+                t,
+            )
     pil_methods = [case.baseline] + ([case.info_baseline] if case.info_baseline else [])
     for m in pil_methods:
         runs[f"simd_{m}"] = (lambda fn=BASELINES[m]: pillow_pass(fn, items), 1)
@@ -407,6 +447,9 @@ def bench_case(
     warm = items[: min(len(items), case.batch)]
     for dec in decoders.values():
         dec.decode_batch(warm)
+        if jpeg:
+            with bundled_jpeg():
+                dec.decode_batch(warm)
     decoders[t_all].decode_batch(warm, out=reused[: len(warm)])
     for m in pil_methods:
         pillow_pass(BASELINES[m], warm)
@@ -439,10 +482,20 @@ def bench_case(
         res["scaling_1_to_2"] = methods["ferroload_t2"]["images_per_s"] / (
             2 * methods["ferroload_t1"]["images_per_s"]
         )
+    if jpeg:
+        bundled = methods[f"ferroload_t{t_all}_bundled"]
+        # all cores, bundled over the default path (the system's libturbojpeg where present)
+        res["bundled_over_default"] = bundled["images_per_s"] / fl_all["images_per_s"]
+        res["default_jpeg"] = "system" if system_jpeg() else "bundled"
     for who in ("simd", "stock"):
         base = methods.get(f"{who}_{case.baseline}")
         if base is not None:
             res[f"per_core_over_{who}"] = fl_all["per_core_images_per_s"] / base["images_per_s"]
+            if jpeg:
+                res[f"bundled_per_core_over_{who}"] = (
+                    methods[f"ferroload_t{t_all}_bundled"]["per_core_images_per_s"]
+                    / base["images_per_s"]
+                )
             res[f"t1_over_{who}"] = (
                 methods["ferroload_t1"]["images_per_s"] / base["images_per_s"]
                 if "ferroload_t1" in methods
@@ -500,6 +553,17 @@ def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
             v = c["scaling_1_to_2"]
             name = f"{key}: 2 threads >= {GOAL_SCALING}x linear scaling from 1 thread"
             goals.append(_goal(name, f"{v:.2f}", v >= GOAL_SCALING))
+    c = res["cases"]["jpeg256_exact"]
+    v = c["bundled_over_default"]
+    name = (
+        f"jpeg256_exact: bundled libjpeg-turbo (simplejpeg) img/s >= {GOAL_BUNDLED}x "
+        + ("the system libturbojpeg (PyTurboJPEG)" if c["default_jpeg"] == "system"
+           else "the default path (no system libturbojpeg here: both are bundled)")
+    )  # fmt: skip
+    goals.append(_goal(name, f"{v:.2f}x", v >= GOAL_BUNDLED))
+    v = c[f"bundled_per_core_over_{who}"]
+    name = f"jpeg256_exact: bundled libjpeg-turbo per core >= {GOAL_PER_CORE}x {against} 1-core"
+    goals.append(_goal(name, f"{v:.2f}x", v >= GOAL_PER_CORE))
     c = res["cases"]["png32"]
     v = c["methods"][f"ferroload_t{c['threads_all']}"]["images_per_s"]
     name = f"png32: >= {GOAL_PNG_IPS:,.0f} images/s on {c['threads_all']} threads"
@@ -535,8 +599,13 @@ _LABELS = {
 
 def _method_label(name: str, res: dict[str, Any]) -> str:
     if name.startswith("ferroload_t"):
-        threads, _, out = name.removeprefix("ferroload_t").partition("_")
-        return f"ferroload decode_batch threads={threads}" + (", out= reused (info)" if out else "")
+        threads, _, variant = name.removeprefix("ferroload_t").partition("_")
+        label = f"ferroload decode_batch threads={threads}"
+        if variant == "bundled":
+            return label + ", bundled libjpeg-turbo (simplejpeg)"
+        if system_jpeg() and res["cases"] and variant == "":
+            label += ", system libturbojpeg"
+        return label + (", out= reused (info)" if variant == "out" else "")
     who, method = name.split("_", 1)
     m = res["meta"]
     pil = m["pillow_simd"]["pillow"] if who == "simd" else m["stock_pillow"].get("pillow", "?")
@@ -768,6 +837,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 for n in (
                     "ferroload-codec",
                     "pyturbojpeg",
+                    "simplejpeg",
                     "opencv-python-headless",
                     "imagecodecs",
                     "numpy",

@@ -37,6 +37,9 @@ def test_bench_format_quick_run_measures_every_figure(tmp_path: Path) -> None:
 def test_bench_codec_quick_run_measures_every_figure(tmp_path: Path) -> None:
     data, stdout = quick_run("bench_codec.py", tmp_path, "--no-stock")
     assert set(data) >= {"meta", "cases", "goals"}
+    # the bundled libjpeg-turbo (no system package) is measured beside the default path
+    assert data["cases"]["jpeg256_exact"]["bundled_over_default"] > 0
+    assert any("bundled libjpeg-turbo" in g["goal"] for g in data["goals"])
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
     assert "GOALS" in stdout
 
