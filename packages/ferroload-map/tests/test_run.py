@@ -142,6 +142,28 @@ def test_modality_outputs_are_encoded(ds: Dataset) -> None:
     assert payloads["blob"][:3] == [None, b"\x01", b"\x02"]
 
 
+@pytest.mark.parametrize("pillow_has_webp", [True, False])
+def test_webp_outputs_are_encoded_with_or_without_pillows_libwebp(
+    ds: Dataset, monkeypatch: pytest.MonkeyPatch, pillow_has_webp: bool
+) -> None:
+    """A Pillow built without libwebp still writes .webp outputs (through imagecodecs)."""
+    import imagecodecs
+
+    import ferroload_map._run as run_module
+
+    if not pillow_has_webp or not run_module._pillow_writes_webp():
+        monkeypatch.setattr(run_module, "_pillow_writes_webp", lambda: False)
+    image = np.dstack([np.arange(30, dtype=np.uint8).reshape(5, 6)] * 3)
+
+    def fn(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        return {"thumb": [image] * len(batch["label"])}
+
+    _, _, payloads = run(ds, fn, {"thumb": "webp"})
+    data = payloads["thumb"][0]
+    assert data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    assert imagecodecs.webp_decode(data).shape == (5, 6, 3)
+
+
 @pytest.mark.parametrize(
     ("result", "match", "column"),
     [

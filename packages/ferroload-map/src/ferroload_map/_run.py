@@ -527,6 +527,8 @@ def _encode_image(arr: npt.NDArray[Any], fmt: str, i: int) -> bytes:
         )
     if arr.ndim == 3 and arr.shape[2] == 1:
         arr = arr[:, :, 0]
+    if fmt == "WEBP" and not _pillow_writes_webp():
+        return _webp_encode(arr, i)
     buf = io.BytesIO()
     try:
         Image.fromarray(np.ascontiguousarray(arr)).save(buf, fmt)
@@ -535,6 +537,25 @@ def _encode_image(arr: npt.NDArray[Any], fmt: str, i: int) -> bytes:
             i, f"could not encode an array of shape {arr.shape} as {fmt}: {exc}"
         ) from None
     return buf.getvalue()
+
+
+def _pillow_writes_webp() -> bool:
+    from PIL import features
+
+    return bool(features.check_module("webp"))
+
+
+def _webp_encode(arr: npt.NDArray[Any], i: int) -> bytes:
+    """WebP through imagecodecs' libwebp, for a Pillow built without it (a source build of
+    Pillow-SIMD on a machine without libwebp's headers); Pillow's default quality, 80."""
+    import imagecodecs
+
+    try:
+        return bytes(imagecodecs.webp_encode(np.ascontiguousarray(arr), level=80))
+    except Exception as exc:
+        raise _ValueProblemError(
+            i, f"could not encode an array of shape {arr.shape} as WEBP: {exc}"
+        ) from None
 
 
 def _type_name(t: pa.DataType) -> str:
