@@ -119,8 +119,9 @@ def backends() -> dict[str, str | None]:
 
     Returns:
         One entry per role; None where the fast library is missing (Pillow then does the
-        work). `jpeg` names the libjpeg-turbo in use: the system's (`libturbojpeg.so…`
-        through PyTurboJPEG) when installed, else the one bundled in simplejpeg's wheel.
+        work). `jpeg` names the libjpeg-turbo in use: the system's (`system
+        libturbojpeg.so… (PyTurboJPEG …)`) when installed, else the one bundled in
+        simplejpeg's wheel (`bundled libjpeg-turbo (simplejpeg …)`).
 
     Examples:
         >>> info = backends()
@@ -160,9 +161,9 @@ def backends() -> dict[str, str | None]:
 
 def _jpeg_path(tj: Turbo | None, sj: SimpleJpeg | None) -> str | None:
     if tj is not None:
-        return f"system {_libjpeg_turbo_version(tj)} via PyTurboJPEG {_dist_version('pyturbojpeg')}"
+        return f"system {_libjpeg_turbo_version(tj)} (PyTurboJPEG {_dist_version('pyturbojpeg')})"
     if sj is not None:
-        return f"libjpeg-turbo bundled in simplejpeg {sj.version} (no system libturbojpeg)"
+        return f"bundled libjpeg-turbo (simplejpeg {sj.version})"
     return None
 
 
