@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import ferroload_convert
 from ferroload_convert import (
     BadInputError,
@@ -14,7 +16,7 @@ from ferroload_core import FerroloadError
 
 def test_public_api() -> None:
     # The import-hygiene check (no torch, Ray or PyAV on import) is tests-e2e/test_packaging.py.
-    assert ferroload_convert.__version__ == "0.1.0"
+    assert ferroload_convert.__version__ == version("ferroload-convert")
     assert all(hasattr(ferroload_convert, name) for name in ferroload_convert.__all__)
 
 
