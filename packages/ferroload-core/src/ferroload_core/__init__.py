@@ -5,12 +5,19 @@
 - `available_cpus()`: the cores this process may run on (thread pool defaults).
 - `check_relative_path()`: the one rule for paths read from a dataset; it raises
   `UnsafePathError` for a path that could leave the dataset root.
+- `progress_reporter()`: the one way long calls resolve `progress=True | False | callable`.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core._core import FerroloadError, available_cpus
 from ferroload_core._paths import UnsafePathError, check_relative_path
+from ferroload_core._progress import (
+    ProgressArg,
+    ProgressCallback,
+    progress_reporter,
+    progress_wanted,
+)
 
 try:
     __version__ = version("ferroload-core")
@@ -19,8 +26,12 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 
 __all__ = [
     "FerroloadError",
+    "ProgressArg",
+    "ProgressCallback",
     "UnsafePathError",
     "__version__",
     "available_cpus",
     "check_relative_path",
+    "progress_reporter",
+    "progress_wanted",
 ]

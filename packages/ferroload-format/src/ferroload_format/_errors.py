@@ -51,6 +51,17 @@ class DatasetNameError(FormatError, ValueError):
     """A writer named a dataset differently from the one at its URI."""
 
 
+class DatasetExistsError(FormatError, FileExistsError):
+    """A dataset is already at the destination and the write's `mode` is `"create"` (the
+    default of importers, `copy_to` and `subset`): pass `mode="append"` to add to it or
+    `mode="overwrite"` to replace its content in a new version (the CLI's `--append` /
+    `--overwrite`).
+
+    Attributes:
+        uri: the destination.
+    """
+
+
 class VersionNotFoundError(FormatError, FileNotFoundError):
     """The dataset has no such version."""
 

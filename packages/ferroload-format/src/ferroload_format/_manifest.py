@@ -416,6 +416,17 @@ class Manifest:
         """Samples in this version."""
         return sum(p.num_rows for p in self.index_parts)
 
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of this version, the one count every report uses (`ferroload info`,
+        `log`, the catalog): its tar shards and index parts, those of its layers, and its
+        manifest file. Side indexes (about 1% of a shard) are not recorded in the
+        manifest and not counted."""
+        total = sum(s.size for s in self.shards) + sum(p.size for p in self.index_parts)
+        for layer in self.layers:
+            total += sum(s.size for s in layer.shards) + sum(p.size for p in layer.index_parts)
+        return total + len(self.to_bytes())
+
     def modality(self, name: str) -> Modality | None:
         """The modality called `name`, or None."""
         return next((m for m in self.modalities if m.name == name), None)
