@@ -139,8 +139,8 @@ def test_hf_media_path_to_a_device_is_a_bad_row(tmp_path: Path) -> None:
     report = _in_thread(lambda: import_hf(hf, tmp_path / "ds", on_error="skip"))
     assert report.num_samples == 1
     assert [s.where for s in report.skipped] == [
-        "<datasets.Dataset> (row 1)",
-        "<datasets.Dataset> (row 2)",
+        "<datasets.arrow_dataset.Dataset> (row 1)",
+        "<datasets.arrow_dataset.Dataset> (row 2)",
     ]
     assert "/dev/zero" in report.skipped[0].reason
     assert "character device" in report.skipped[0].reason

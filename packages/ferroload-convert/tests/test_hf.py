@@ -90,9 +90,7 @@ def test_save_to_disk_folders_and_splits(tmp_path: Path) -> None:
     hf = make_hf()
     dd = datasets.DatasetDict(train=hf, test=hf.select([5, 0, 7]))
     dd.save_to_disk(str(tmp_path / "dd"))
-    with pytest.raises(ConvertOptionError, match="train, test"):
-        import_hf(tmp_path / "dd", tmp_path / "ds")
-    with pytest.raises(ConvertOptionError, match="no split 'valid'"):
+    with pytest.raises(ConvertOptionError, match="no split 'valid'; its splits: train, test"):
         import_hf(tmp_path / "dd", tmp_path / "ds", split="valid")
     import_hf(tmp_path / "dd", tmp_path / "ds", split="test")
     check_equal(dd["test"], tmp_path / "ds", ["test-00000000", "test-00000001", "test-00000002"])
@@ -126,7 +124,7 @@ def test_cells_stored_as_paths_are_read_and_missing_files_are_bad_rows(tmp_path:
     with pytest.raises(DatasetNotFoundError):
         Dataset.open(tmp_path / "ds")
     report = import_hf(hf, tmp_path / "ds", on_error="skip")
-    assert [s.where for s in report.skipped] == ["<datasets.Dataset> (row 2)"]
+    assert [s.where for s in report.skipped] == ["<datasets.arrow_dataset.Dataset> (row 2)"]
     ds = Dataset.open(tmp_path / "ds")
     assert ds.column("n").to_pylist() == [0, 1, 3]
     assert ds.column("image_path").to_pylist() == [str(files[i]) for i in (0, 1, 3)]
@@ -143,7 +141,8 @@ def test_damaged_image_row_is_named(tmp_path: Path) -> None:
     )
     with pytest.raises(BadInputError) as err:
         import_hf(bad, tmp_path / "ds")
-    assert "row 2 of <datasets.Dataset>: 'image' is not a usable image" in str(err.value)
+    where = "<datasets.arrow_dataset.Dataset>"
+    assert f"row 2 of {where}: 'image' is not a usable image" in str(err.value)
 
 
 def test_views_and_workers_give_the_same_dataset(tmp_path: Path) -> None:
@@ -155,3 +154,71 @@ def test_views_and_workers_give_the_same_dataset(tmp_path: Path) -> None:
     assert list(one) == list(eight)
     assert one.column("caption").to_pylist() == hf["caption"]
     assert calls[-1] == (150, 150)
+
+
+def test_dataset_dict_imports_every_split_with_a_split_column(tmp_path: Path) -> None:
+    hf = make_hf()
+    dd = datasets.DatasetDict(train=hf, test=hf.select([5, 0, 7]), valid=hf.select([1]))
+    report = import_hf(dd, tmp_path / "all", workers=2)
+    assert report.num_samples == N + 4
+    ds = Dataset.open(tmp_path / "all")
+    assert ds.column("split").to_pylist() == ["train"] * N + ["test"] * 3 + ["valid"]
+    ids = ds.column("sample_id").to_pylist()
+    assert ids[:2] == ["train-00000000", "train-00000001"]
+    assert ids[N:] == ["test-00000000", "test-00000001", "test-00000002", "valid-00000000"]
+    assert ds.column("caption").to_pylist()[N:] == [None, "caption 0", "caption 7", "caption 1"]
+    assert ds.subset("split = 'test'", return_indices=True).tolist() == [N, N + 1, N + 2]
+
+    # saved to disk, only the splits named: the same rows, in the order named
+    dd.save_to_disk(str(tmp_path / "dd"))
+    import_hf(tmp_path / "dd", tmp_path / "two", splits=["valid", "test"])
+    two = Dataset.open(tmp_path / "two")
+    assert two.column("split").to_pylist() == ["valid", "test", "test", "test"]
+    assert two.column("label").to_pylist() == [1, 2, 0, 1]
+    with pytest.raises(ConvertOptionError, match="no split 'dev'; its splits: train, test, valid"):
+        import_hf(dd, tmp_path / "x", splits=["test", "dev"])
+    with pytest.raises(ConvertOptionError, match="not both"):
+        import_hf(dd, tmp_path / "x", split="test", splits=["test"])
+    with pytest.raises(ConvertOptionError, match="splits= is empty"):
+        import_hf(dd, tmp_path / "x", splits=[])
+    with pytest.raises(ConvertOptionError, match="splits= selects splits of a DatasetDict"):
+        import_hf(hf, tmp_path / "x", splits=["train"])
+
+
+def test_ids_from_a_column_stay_unique_across_splits(tmp_path: Path) -> None:
+    part = datasets.Dataset.from_dict({"key": ["a", "b"], "split": ["x", "y"]})
+    dd = datasets.DatasetDict(train=part, test=part)
+    report = import_hf(dd, tmp_path / "ds", id_column="key")
+    ds = Dataset.open(tmp_path / "ds")
+    assert ds.column("sample_id").to_pylist() == ["train-a", "train-b", "test-a", "test-b"]
+    assert ds.column("split").to_pylist() == ["train", "train", "test", "test"]
+    assert ds.column("src_split").to_pylist() == ["x", "y", "x", "y"]  # the input's own column
+    assert report.columns["split"] == "src_split"
+    # one split alone: no split column, ids as the column gives them (prefixed by nothing)
+    import_hf(dd, tmp_path / "one", split="test", id_column="key")
+    one = Dataset.open(tmp_path / "one")
+    assert one.column("sample_id").to_pylist() == ["a", "b"]
+    assert one.column("split").to_pylist() == ["x", "y"]
+
+
+def test_splits_with_other_features_are_refused(tmp_path: Path) -> None:
+    dd = datasets.DatasetDict(
+        train=datasets.Dataset.from_dict({"text": ["a"], "n": [1]}),
+        test=datasets.Dataset.from_dict({"text": ["b"], "n": [0.5]}),
+    )
+    with pytest.raises(ConvertOptionError, match=r"\[test\] has other features .* differ in n"):
+        import_hf(dd, tmp_path / "ds")
+    import_hf(dd, tmp_path / "ds", split="test")  # one at a time works
+    assert Dataset.open(tmp_path / "ds").column("n").to_pylist() == [0.5]
+
+
+def test_unsupported_objects_are_named_by_their_real_type(tmp_path: Path) -> None:
+    hf = datasets.Dataset.from_dict({"text": ["a", "b"]})
+    with pytest.raises(ConvertOptionError) as err:
+        import_hf(hf.to_iterable_dataset(), tmp_path / "ds")
+    assert "not a datasets.iterable_dataset.IterableDataset (a streaming dataset" in str(err.value)
+    with pytest.raises(ConvertOptionError, match=r"not a builtins\.dict$"):
+        import_hf({"text": ["a"]}, tmp_path / "ds")
+    dd = datasets.DatasetDict(train=hf)
+    with pytest.raises(ConvertOptionError, match=r"^<datasets\.dataset_dict\.DatasetDict> has no"):
+        import_hf(dd, tmp_path / "ds", split="test")

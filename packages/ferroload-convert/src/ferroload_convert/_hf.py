@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -28,6 +29,8 @@ from ferroload_format import DEFAULT_SHARD_SIZE
 BATCH_ROWS = 64
 #: Media features read as bytes (never decoded) -> codec hint.
 MEDIA = {"Image": "image", "Audio": "audio", "Video": "video", "Pdf": "raw", "Nifti": "raw"}
+#: The metadata column naming each sample's split when a `DatasetDict`'s splits are imported.
+SPLIT_COLUMN = "split"
 
 
 def import_hf(
@@ -35,6 +38,7 @@ def import_hf(
     dst: str | os.PathLike[str],
     *,
     split: str | None = None,
+    splits: Sequence[str] | None = None,
     id_column: str | None = None,
     name: str | None = None,
     workers: int = DEFAULT_WORKERS,
@@ -44,7 +48,12 @@ def import_hf(
     storage_options: Mapping[str, Any] | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> ImportReport:
-    """Import a Hugging Face dataset: a `save_to_disk` folder or a `datasets.Dataset`.
+    """Import a Hugging Face dataset: a `save_to_disk` folder, a `Dataset` or a `DatasetDict`.
+
+    A `DatasetDict` is imported whole: every split (or those `splits` names), one after
+    the other, into one dataset with a `split` metadata column holding each sample's
+    split (an input column called `split` becomes `src_split`). `split=` imports one
+    split alone, without that column. The splits must have the same features.
 
     Columns become:
 
@@ -61,14 +70,17 @@ def import_hf(
     A modality name is the column name lowercased, made valid; a metadata column that
     clashes with a modality or a reserved name gets `src_` in front; `columns` in the
     report lists the mapping. Sample ids come from `id_column` (sanitized), else the row
-    number (`<split>-00000042`). Rows are read in Arrow batches; `workers` threads
-    convert and check them.
+    number (`<split>-00000042`); when several splits are imported, an `id_column` value
+    gets its split in front too (`train-<id>`), so ids stay unique across splits. Rows
+    are read in Arrow batches; `workers` threads convert and check them.
 
     Args:
         src: a `save_to_disk` folder (of a `Dataset` or a `DatasetDict`), or a
             `datasets.Dataset` / `datasets.DatasetDict` in memory.
         dst: the dataset URI.
-        split: the split of a `DatasetDict` (needed when it has more than one).
+        split: one split of a `DatasetDict` to import alone (no `split` column).
+        splits: the splits of a `DatasetDict` to import, with a `split` column
+            (default: all of them).
         id_column: a column whose values become the sample ids.
         name: the dataset name (default: the last part of `dst`).
         workers: threads converting batches of rows.
@@ -88,7 +100,8 @@ def import_hf(
         MissingDependencyError: if `datasets` is not installed
             (`pip install 'ferroload-convert[hf]'`).
         InputNotFoundError: if the folder does not exist or is not a `save_to_disk` folder.
-        ConvertOptionError: for a missing or unknown split, or an unknown `id_column`.
+        ConvertOptionError: for an unknown split, splits with different features, an
+            unknown `id_column`, or an object that is not a dataset (named by its type).
         BadInputError: for a bad row (with `on_error="raise"`).
 
     Examples:
@@ -99,14 +112,18 @@ def import_hf(
         >>> from ferroload_format import Dataset
         >>> Dataset.open("memory://docs/hf-import").get(1)
         {'sample_id': '00000001', 'text': 'b', 'score': 1.0}
+        >>> dd = datasets.DatasetDict(train=hf, test=hf.select([0]))
+        >>> import_hf(dd, "memory://docs/hf-import-dict").num_samples
+        3
+        >>> Dataset.open("memory://docs/hf-import-dict").get(2)
+        {'sample_id': 'test-00000000', 'text': 'a', 'score': 0.5, 'split': 'test'}
     """
     check_common(on_error, workers)
     check_max_bytes(max_file_bytes)
-    ds, split, where = _load(src, split)
-    columns, modalities = _plan(ds, id_column)
-    total = len(ds)
-    width = max(8, len(str(max(total - 1, 0))))
-    prefix = f"{split}-" if split else ""
+    parts, split_column = _load(src, split, splits)
+    columns, modalities = _plan(parts, id_column, split_column)
+    total = sum(len(part.ds) for part in parts)
+    width = max(8, len(str(max(max(len(part.ds) for part in parts) - 1, 0))))
     with ImportSession(
         dst,
         name=name,
@@ -121,17 +138,25 @@ def import_hf(
         convert = functools.partial(
             convert_rows, columns=columns, id_column=id_column, max_file_bytes=max_file_bytes
         )
-        id_format = f"{prefix}{{:0{width}d}}"
-        batches = (Batch(where, id_format, start, table) for start, table in _batches(ds))
-        for _, rows in ordered_map(batches, convert, workers=workers, window=workers + 2):
-            if isinstance(rows, Failed):
-                raise rows.error
-            for row in rows:
-                if isinstance(row, BadInputError):
-                    session.bad(row)
-                else:
-                    session.add(row.name, row.data, row.meta)
-            session.advance(len(rows))
+        for part in parts:
+            prefix = f"{part.split}-" if part.split else ""
+            id_format = f"{prefix}{{:0{width}d}}"
+            # several splits: an id column's values get the split in front (unique ids)
+            id_prefix = prefix if split_column and id_column is not None else ""
+            batches = (
+                Batch(part.where, id_format, start, table) for start, table in _batches(part.ds)
+            )
+            for _, rows in ordered_map(batches, convert, workers=workers, window=workers + 2):
+                if isinstance(rows, Failed):
+                    raise rows.error
+                for row in rows:
+                    if isinstance(row, BadInputError):
+                        session.bad(row)
+                        continue
+                    if split_column:
+                        row.meta[SPLIT_COLUMN] = part.split
+                    session.add(id_prefix + row.name, row.data, row.meta)
+                session.advance(len(rows))
         mapping = {c.source: ", ".join(c.names) for c in columns}
         return session.finish(mapping)
 
@@ -147,10 +172,33 @@ def _datasets() -> Any:
     return datasets
 
 
-def _load(src: Any, split: str | None) -> tuple[Any, str | None, str]:
-    """(the `datasets.Dataset`, its split name, how errors name it)."""
+@dataclass(frozen=True)
+class _Part:
+    """One split to import: the `datasets.Dataset`, its split name, how errors name it."""
+
+    ds: Any
+    split: str | None
+    where: str
+
+
+def type_name(obj: object) -> str:
+    """The qualified name of `obj`'s type: `datasets.dataset_dict.DatasetDict`."""
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _load(src: Any, split: str | None, splits: Sequence[str] | None) -> tuple[list[_Part], bool]:
+    """(the splits to import, whether they get a `split` column)."""
     datasets = _datasets()
-    where = "<datasets.Dataset>"
+    if split is not None and splits is not None:
+        raise ConvertOptionError(
+            "pass split= (one split, no split column) or splits= (several, with a split "
+            "column), not both",
+            column="splits",
+        )
+    if splits is not None:
+        splits = [splits] if isinstance(splits, str) else list(dict.fromkeys(splits))
+        if not splits:
+            raise ConvertOptionError("splits= is empty; name at least one split", column="splits")
     obj = src
     if isinstance(src, str | os.PathLike):
         where = os.fspath(src)
@@ -164,35 +212,61 @@ def _load(src: Any, split: str | None) -> tuple[Any, str | None, str]:
             raise InputNotFoundError(
                 f"{where} is not a folder written by save_to_disk: {exc}", path=where
             ) from exc
+    else:
+        where = f"<{type_name(src)}>"
     if isinstance(obj, datasets.DatasetDict):
-        splits = list(obj)
-        if split is None and len(splits) == 1:
-            split = splits[0]
-        if split is None or split not in obj:
-            problem = "has several splits" if split is None else f"has no split {split!r}"
-            raise ConvertOptionError(
-                f"{where} {problem}: {', '.join(splits)}; pass split= to choose one",
-                path=where,
-                column="split",
-            )
-        return obj[split], split, f"{where} [{split}]"
+        names = list(obj)
+        wanted = [split] if split is not None else splits if splits is not None else names
+        for name in wanted:
+            if name not in obj:
+                raise ConvertOptionError(
+                    f"{where} has no split {name!r}; its splits: {', '.join(names) or 'none'}",
+                    path=where,
+                    column="split",
+                )
+        if not wanted:
+            raise ConvertOptionError(f"{where} has no split to import", path=where)
+        return [_Part(obj[name], name, f"{where} [{name}]") for name in wanted], split is None
     if isinstance(obj, datasets.Dataset):
+        if splits is not None:
+            raise ConvertOptionError(
+                f"{where} is a single split (a datasets.Dataset); splits= selects splits of "
+                "a DatasetDict",
+                path=where,
+                column="splits",
+            )
         own = str(obj.split) if obj.split is not None else None
         if split is not None and own is not None and split != own:
             raise ConvertOptionError(
                 f"{where} is split {own!r}, not {split!r}", path=where, column="split"
             )
-        return obj, split or own, where
+        return [_Part(obj, split or own, where)], False
+    streaming = "Iterable" in type(obj).__name__
+    hint = " (a streaming dataset: materialize it first, e.g. load_dataset(..., streaming=False))"
     raise ConvertOptionError(
-        f"import_hf reads a save_to_disk folder, a datasets.Dataset or a DatasetDict, not "
-        f"{type(obj).__name__} (materialize a streaming dataset first)",
+        f"import_hf reads a save_to_disk folder, a datasets.Dataset or a "
+        f"datasets.DatasetDict, not a {type_name(obj)}{hint if streaming else ''}",
         column="src",
     )
 
 
-def _plan(ds: Any, id_column: str | None) -> tuple[list[Column], list[tuple[str, str, str, str]]]:
-    """How each column is imported, and the modalities to declare."""
+def _plan(
+    parts: Sequence[_Part], id_column: str | None, split_column: bool
+) -> tuple[list[Column], list[tuple[str, str, str, str]]]:
+    """How each column is imported, and the modalities to declare (the splits must have
+    the same features)."""
     datasets = _datasets()
+    ds = parts[0].ds
+    for part in parts[1:]:
+        if part.ds.features != ds.features:
+            a, b = dict(ds.features), dict(part.ds.features)
+            diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+            raise ConvertOptionError(
+                f"{part.where} has other features than {parts[0].where} (they differ in "
+                f"{', '.join(diff)}); import the splits separately with split=",
+                path=part.where,
+                column=diff[0] if diff else None,
+            )
     if id_column is not None and id_column not in ds.column_names:
         raise ConvertOptionError(
             f"id_column {id_column!r} is not a column; columns: {', '.join(ds.column_names)}",
@@ -201,7 +275,7 @@ def _plan(ds: Any, id_column: str | None) -> tuple[list[Column], list[tuple[str,
     table: pa.Table = ds.data.table if hasattr(ds.data, "table") else ds.data
     columns: list[Column] = []
     modalities: list[tuple[str, str, str, str]] = []
-    taken: set[str] = set()
+    taken: set[str] = {SPLIT_COLUMN} if split_column else set()
     for col, feature in ds.features.items():
         kind = type(feature).__name__
         storage = table.schema.field(col).type
