@@ -126,7 +126,9 @@ def test_package_installs_and_passes_its_tests_alone(
     _run(python, "-c", f"import {module}", env=env)
     if dist in EXTRAS:  # its tests cover the extras too
         _run(*sync, *EXTRAS[dist], env=env)
-    tools = [f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout", "hypothesis")]
+    # pytest-xdist: the root pytest settings pass -n; the run inside is serial (-n 0), the
+    # outer suite already runs two of these at once.
+    tools = [f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis")]  # fmt: skip
     tools.append(f"moto[server]=={version('moto')}")  # the S3 server the s3 tests start
     tools += [f"{name}=={version(name)}" for name in TEST_TOOLS.get(dist, [])]
     if dist in NEEDS_PIL:
@@ -136,4 +138,4 @@ def test_package_installs_and_passes_its_tests_alone(
     if pil == "pillow":
         assert "pillow-simd" not in _run(uv, "pip", "list", "--python", python, env=env).lower()
     _run(python, "-m", "pytest", folder + "/tests", "-q", "-p", "no:cacheprovider",
-         "-m", "not slow and not gpu", env=env)  # fmt: skip
+         "-m", "not slow and not gpu", "-n", "0", env=env)  # fmt: skip
