@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import tarfile
+import tempfile
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -45,8 +46,9 @@ from ferroload_convert._report import (
 )
 from ferroload_convert._session import ImportSession
 from ferroload_convert._sniff import check_image, is_image_ext, kind_of
-from ferroload_convert._sources import Source, input_files
+from ferroload_convert._sources import InputFile, Source, source_files
 from ferroload_format import DEFAULT_SHARD_SIZE
+from ferroload_store import StoreError
 
 #: Metadata of a sample imported from WebDataset: the original key, the tar it came from
 #: (relative to the source folder), and its members in tar order as `{ext, modality}`
@@ -71,6 +73,8 @@ _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SKIP_META = re.compile(r"__[^/]*__($|/)")
 _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 _BLOCK = 512
+# Bytes per range request when a tar is copied from an object store
+_SPOOL_CHUNK = 8 << 20
 # What reading a damaged (or damaged compressed) tar raises
 _READ_ERRORS = (OSError, EOFError, tarfile.TarError, lzma.LZMAError, zlib.error)
 
@@ -121,9 +125,16 @@ def import_webdataset(
     more than `max_inflate_ratio` times its size (plus 1 MiB) is a bad input as a whole:
     reading stops at the limit.
 
+    Sources are WebDataset's: a brace pattern (`train-{0000..0003}.tar`, `{a,b}.tar`,
+    as `braceexpand` expands it, zero-padding kept), several joined by `::`, or a list;
+    each may be local or an object-store URL (`s3://…`, `gs://…`, `az://…`,
+    `memory://…`: an object, a prefix searched, or a glob over one prefix). A tar in an
+    object store is streamed in 8 MiB range reads into a temporary file, read there
+    with the same checks and limits as a local one, and removed: memory stays bounded.
+
     Args:
-        src: a tar (`.tar`, `.tar.gz`, `.tgz`), a folder searched for them, a glob, or a
-            list of these.
+        src: a tar (`.tar`, `.tar.gz`, `.tgz`), a folder (or URL prefix) searched for
+            them, a glob, a brace pattern, or a list of these; local or URLs.
         dst: the dataset URI.
         name: the dataset name (default: the last part of `dst`).
         workers: tars read at once (each by one thread).
@@ -131,7 +142,7 @@ def import_webdataset(
             committed), or is left out and listed in the report (`"skip"`, `"warn"`).
         shard_size: target bytes per ferroload shard.
         progress: `progress(done, None)` in samples (the total is not known up front).
-        storage_options: backend options of `dst`.
+        storage_options: backend options of `dst` and of the sources' object stores.
         max_file_bytes: the largest member read (default 2 GiB).
         max_inflate_ratio: how many times its size a compressed tar may inflate to
             (default 100).
@@ -140,12 +151,12 @@ def import_webdataset(
         What was imported; `columns` maps each extension to its modality.
 
     Raises:
-        InputNotFoundError: if `src` matches no tar.
+        InputNotFoundError: if `src` (or a name a pattern expands to) matches no tar.
         BadInputError: for a damaged tar, a duplicate member, a damaged image member, a
             tar that is not a regular file, a member over `max_file_bytes` or a tar that
             inflates beyond `max_inflate_ratio` (with `on_error="raise"`).
         ConvertOptionError: for a bad `on_error`, `workers`, `max_file_bytes` or
-            `max_inflate_ratio`.
+            `max_inflate_ratio`, or a brace pattern standing for over a million names.
 
     Examples:
         >>> import io, tarfile, tempfile, os
@@ -169,7 +180,9 @@ def import_webdataset(
             column="max_inflate_ratio",
         )
     read = functools.partial(_read_tar, max_bytes=max_file_bytes, ratio=max_inflate_ratio)
-    tars = input_files(src, suffixes=TAR_SUFFIXES, what="WebDataset tars")
+    tars = source_files(
+        src, suffixes=TAR_SUFFIXES, what="WebDataset tars", storage_options=storage_options
+    )
     with ImportSession(
         dst,
         name=name,
@@ -179,7 +192,7 @@ def import_webdataset(
         progress=progress,
     ) as session:
         names = _Modalities(session)
-        for (_, rel, _), item in ordered_streams(tars, read, workers=workers, buffer=32):
+        for tar, item in ordered_streams(tars, read, workers=workers, buffer=32):
             if isinstance(item, _Ignored):
                 session.ignore(item.name)
                 continue
@@ -190,7 +203,7 @@ def import_webdataset(
             else:
                 data: dict[str, bytes] = {}
                 members = []
-                meta: dict[str, Any] = {"wds_key": item.key, "wds_shard": rel}
+                meta: dict[str, Any] = {"wds_key": item.key, "wds_shard": tar.name}
                 for ext, payload in item.members:
                     modality = names.of(ext)
                     data[modality] = payload
@@ -282,11 +295,28 @@ class _Inflated:
         return data
 
 
+def _spool(item: InputFile, stack: contextlib.ExitStack) -> str:
+    """A local copy of a tar in an object store: streamed in `_SPOOL_CHUNK` ranges into a
+    temporary file (removed with `stack`), so memory stays bounded however large it is."""
+    assert item.store is not None
+    tmp = stack.enter_context(
+        tempfile.NamedTemporaryFile(prefix="ferroload-wds-", suffix=".tar")  # noqa: SIM115
+    )
+    try:
+        for start in range(0, item.size, _SPOOL_CHUNK):
+            tmp.write(item.store.get_range(item.key, start, min(_SPOOL_CHUNK, item.size - start)))
+        tmp.flush()
+    except StoreError as exc:
+        raise BadInputError(f"cannot read {item.path}: {exc}", path=item.path) from exc
+    return tmp.name
+
+
 def _open_tar(
-    path: str, root: str | None, ratio: float, stack: contextlib.ExitStack
+    path: str, local: str, root: str | None, ratio: float, stack: contextlib.ExitStack
 ) -> tuple[Any, bool]:
-    """(the tar, whether it is compressed), opened bounded; closed with `stack`."""
-    f = stack.enter_context(open_regular(path, max_bytes=sys.maxsize, root=root))
+    """(the tar `path`, read from the file `local`, whether it is compressed), opened
+    bounded; closed with `stack`."""
+    f = stack.enter_context(open_regular(local, max_bytes=sys.maxsize, root=root))
     head = f.read(6)
     f.seek(0)
     if not head.startswith(_COMPRESSED):
@@ -304,17 +334,18 @@ def _open_tar(
 
 
 def _read_tar(
-    item: tuple[str, str, str | None], *, max_bytes: int, ratio: float
+    item: InputFile, *, max_bytes: int, ratio: float
 ) -> Iterator[_Sample | _Ignored | Failed]:
     """The samples of one tar, grouped by key in first-seen order (runs on the pool)."""
-    path = item[0]
-    check_utf8_name(path, item[1])  # the tar's own name is recorded as wds_shard
+    path = item.path
+    check_utf8_name(path, item.name)  # the tar's own name is recorded as wds_shard
     with contextlib.ExitStack() as stack:
+        local = path if item.store is None else _spool(item, stack)
         try:
-            tar, compressed = _open_tar(path, item[2], ratio, stack)
+            tar, compressed = _open_tar(path, local, item.root, ratio, stack)
         except _READ_ERRORS as exc:
             raise BadInputError(f"cannot open {path} as a tar: {exc}", path=path) from exc
-        for key, group in _scan(tar, path, compressed).items():
+        for key, group in _scan(tar, path, local, compressed).items():
             if isinstance(group, _Ignored):
                 yield group
                 continue
@@ -375,7 +406,7 @@ def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, max_byt
 
 
 def _scan(
-    tar: tarfile.TarFile, path: str, compressed: bool
+    tar: tarfile.TarFile, path: str, local: str, compressed: bool
 ) -> dict[str, list[tuple[str, tarfile.TarInfo]] | _Ignored]:
     """(extension, member) grouped by key, in first-seen order, from the headers only.
 
@@ -387,7 +418,7 @@ def _scan(
     except _READ_ERRORS as exc:
         raise BadInputError(f"{path} is not a readable tar: {exc}", path=path) from exc
     if not compressed:
-        _check_complete(tar, infos, path)
+        _check_complete(tar, infos, path, local)
     groups: dict[str, list[tuple[str, tarfile.TarInfo]] | _Ignored] = {}
     seen: set[str] = set()
     for info in infos:
@@ -409,9 +440,11 @@ def _scan(
     return groups
 
 
-def _check_complete(tar: tarfile.TarFile, infos: list[tarfile.TarInfo], path: str) -> None:
+def _check_complete(
+    tar: tarfile.TarFile, infos: list[tarfile.TarInfo], path: str, local: str
+) -> None:
     """Every member's data is in the file and the archive ends with its zero block."""
-    size = os.path.getsize(path)
+    size = os.path.getsize(local)
     for info in infos:
         if info.isreg() and info.offset_data + info.size > size:
             raise BadInputError(
