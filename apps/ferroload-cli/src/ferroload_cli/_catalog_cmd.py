@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ferroload_catalog import Catalog, CatalogEntry, CatalogEntryExistsError
 from ferroload_cli import _render as r
 from ferroload_cli._app import Json, StorageOptions, app, storage_options
+
+if TYPE_CHECKING:  # imported when a command runs: `ferroload --help` stays fast
+    from ferroload_catalog import CatalogEntry
 
 catalog_app = typer.Typer(
     help="The dataset catalog: names for dataset URIs (FERROLOAD_CATALOG overrides the file).",
@@ -66,6 +68,8 @@ def add(
     storage_option: StorageOptions = None,
 ) -> None:
     """Register the dataset at URI under NAME (the dataset is opened to check it)."""
+    from ferroload_catalog import Catalog, CatalogEntryExistsError
+
     try:
         entry = Catalog().add(
             name, uri, description=description, tags=tag or (), replace=replace,
@@ -86,6 +90,8 @@ def ls(
     json: Json = False,
 ) -> None:
     """Every entry, sorted by name."""
+    from ferroload_catalog import Catalog
+
     entries = Catalog().list(tag=tag)
     if json:
         r.print_json([_dict(e) for e in entries])
@@ -109,6 +115,8 @@ def show(
     storage_option: StorageOptions = None,
 ) -> None:
     """One entry, refreshed first from the dataset's latest version."""
+    from ferroload_catalog import Catalog
+
     catalog = Catalog()
     if no_refresh:
         entry = catalog.get(name)
@@ -125,12 +133,16 @@ def tag(
     json: Json = False,
 ) -> None:
     """Add tags to an entry, or remove them."""
+    from ferroload_catalog import Catalog
+
     _show(Catalog().tag(name, *tags, remove=remove), json=json)
 
 
 @catalog_app.command("rm")
 def rm(name: Name, json: Json = False) -> None:
     """Remove an entry (the dataset itself is untouched)."""
+    from ferroload_catalog import Catalog
+
     Catalog().remove(name)
     if json:
         r.print_json({"removed": name})
