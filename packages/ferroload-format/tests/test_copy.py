@@ -10,6 +10,7 @@ import pytest
 
 from ferroload_format import (
     Dataset,
+    DatasetExistsError,
     DatasetNotFoundError,
     DuplicateSampleError,
     SchemaConflictError,
@@ -50,14 +51,66 @@ def test_copy_of_a_subset_keeps_bytes_metadata_types_and_order(uri: str) -> None
     assert [v.version for v in out.versions()] == [1]
 
 
-def test_copy_into_an_existing_dataset_appends(tmp_path: Path) -> None:
+def test_copy_into_an_existing_dataset_needs_a_mode(tmp_path: Path) -> None:
     ds = _source(str(tmp_path / "src"), n=30)
     ds.subset("label = 0").copy_to(tmp_path / "dst")
-    out = ds.subset("label = 2").copy_to(tmp_path / "dst")
+    with pytest.raises(DatasetExistsError, match="mode='append'") as info:
+        ds.subset("label = 2").copy_to(tmp_path / "dst")
+    assert info.value.uri == Dataset.open(tmp_path / "dst").uri
+    assert Dataset.open(tmp_path / "dst").version == 1  # nothing was written
+    out = ds.subset("label = 2").copy_to(tmp_path / "dst", mode="append")
     assert out.version == 2
     assert out.column("sample_id").to_pylist() == [
         f"s{i:05d}" for i in [*range(0, 30, 3), *range(2, 30, 3)]
     ]
+    out = ds.subset("label = 1").copy_to(tmp_path / "dst", mode="overwrite")
+    assert (out.version, out.manifest.operation) == (3, "overwrite")
+    assert out.column("sample_id").to_pylist() == [f"s{i:05d}" for i in range(1, 30, 3)]
+    assert len(Dataset.open(tmp_path / "dst", version=2)) == 20  # history kept
+
+
+def test_appending_a_copy_keeps_the_destinations_name(tmp_path: Path) -> None:
+    ds = _source(str(tmp_path / "src"), n=9)
+    ds.subset("label = 0").copy_to(tmp_path / "dst", name="mine")
+    out = ds.subset("label = 1").copy_to(tmp_path / "dst", mode="append")
+    assert (out.name, len(out)) == ("mine", 6)
+    out = ds.subset("label = 2").copy_to(tmp_path / "new", mode="append")
+    assert (out.name, len(out)) == ("src", 3)  # a new destination takes the source's
+
+
+@pytest.mark.parametrize("mode", ["create", "append", "overwrite"])
+def test_an_empty_view_copies_to_an_empty_dataset(tmp_path: Path, mode: str) -> None:
+    ds = _source(str(tmp_path / "src"), n=12)
+    empty = ds.subset("label = 99")
+    out = empty.copy_to(tmp_path / "empty", mode=mode)  # type: ignore[arg-type]
+    assert (out.version, len(out), out.num_shards) == (1, 0, 0)
+    assert out.schema.equals(ds.schema) and out.verify().ok
+    assert list(out) == []
+
+
+def test_an_empty_view_overwriting_empties_the_dataset(tmp_path: Path) -> None:
+    ds = _source(str(tmp_path / "src"), n=12)
+    ds.copy_to(tmp_path / "dst")
+    out = ds.subset("label = 99").copy_to(tmp_path / "dst", mode="overwrite")
+    assert (out.version, len(out)) == (2, 0)
+    # appending nothing to an existing dataset commits nothing
+    out = ds.subset("label = 99").copy_to(tmp_path / "dst", mode="append")
+    assert out.version == 2
+
+
+def test_copy_progress_true_draws_a_bar_false_nothing(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    ds = _source(str(tmp_path / "src"), n=20)
+    ds.copy_to(tmp_path / "a", progress=True)
+    err = capfd.readouterr().err
+    assert "copy" in err and "20/20" in err and "sample" in err
+    ds.copy_to(tmp_path / "b", progress=False)
+    assert capfd.readouterr().err == ""
+    seen: list[tuple[int, int | None]] = []
+    ds.copy_to(tmp_path / "c", progress=lambda done, total: seen.append((done, total)))
+    assert seen[0] == (0, 20) and seen[-1] == (20, 20)
+    assert capfd.readouterr().err == ""
 
 
 def test_a_view_repeating_a_sample_cannot_be_copied_and_leaves_nothing(tmp_path: Path) -> None:

@@ -88,3 +88,15 @@ def test_side_index_alone_locates_every_member(uri: str, write: WriteFn) -> None
             assert xxhash.xxh3_64_intdigest(data) == r["checksum"]
             found[r["member"]] = data
     assert found == {f"s{i:05d}.image.jpg": payload(i) for i in range(25)}
+
+
+def test_verify_progress_true_draws_a_bar_and_false_nothing(
+    local_uri: str, write: WriteFn, capfd: pytest.CaptureFixture[str]
+) -> None:
+    ds = write(local_uri, 40)
+    capfd.readouterr()
+    assert ds.verify(progress=True).ok
+    err = capfd.readouterr().err
+    assert "verify" in err and f"{ds.num_shards}/{ds.num_shards}" in err and "shard" in err
+    assert ds.verify(progress=False).ok
+    assert capfd.readouterr().err == ""

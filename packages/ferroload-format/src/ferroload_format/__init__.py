@@ -62,7 +62,7 @@ from ferroload_format._manifest import (
 from ferroload_format._types import MAX_METADATA_DEPTH
 from ferroload_format._verify import Problem, VerifyReport
 from ferroload_format._versions import latest_version, list_versions, read_manifest
-from ferroload_format._writer import DEFAULT_SHARD_SIZE, Writer
+from ferroload_format._writer import DEFAULT_SHARD_SIZE, WriteMode, Writer
 
 try:
     __version__ = version("ferroload-format")
@@ -118,6 +118,7 @@ __all__ = [
     "VerifyReport",
     "VersionInfo",
     "VersionNotFoundError",
+    "WriteMode",
     "Writer",
     "WriterClosedError",
     "__version__",

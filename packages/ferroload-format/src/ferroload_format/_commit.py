@@ -19,11 +19,14 @@ import pyarrow.compute as pc
 
 from ferroload_format._errors import (
     CommitConflictError,
+    DatasetExistsError,
     DatasetNotFoundError,
     DuplicateSampleError,
+    VersionNotFoundError,
 )
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
 from ferroload_format._manifest import (
+    INDEX_DIR,
     SHARDS_DIR,
     IndexPart,
     Manifest,
@@ -63,7 +66,10 @@ class PendingCommit:
         modalities: modalities of the written part, in column order.
         shards: shards written (their `version` is set at commit).
         table: the index part as an Arrow table.
-        operation: recorded in the manifest (`create`, `append`).
+        operation: recorded in the manifest (`create`, `append`, `overwrite`).
+        mode: the writer's mode: `append` adds to the latest version (or creates it);
+            `create` fails if a version exists at commit time; `overwrite` replaces the
+            content of `base_version` and fails if another version was committed since.
     """
 
     name: str
@@ -75,6 +81,7 @@ class PendingCommit:
     operation: str = "append"
     row_group_size: int = ROW_GROUP_SIZE
     extensions: dict[str, Any] = field(default_factory=dict)
+    mode: str = "append"
 
 
 def ensure_published(store: Store, manifest: Manifest) -> list[str]:
@@ -242,10 +249,16 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
     Returns:
         The committed manifest.
 
+    An `overwrite` commits only on top of the version it started from (another version
+    committed since would be silently dropped), then retires the parts it replaced
+    (`retire_replaced_parts`).
+
     Raises:
         DuplicateSampleError: a sample id the dataset already had when the writer started.
         CommitConflictError: a concurrent commit added one of the same sample ids, or
-            created the dataset with a different schema.
+            created the dataset with a different schema, or committed a version after an
+            overwrite started.
+        DatasetExistsError: a `create` found a committed version.
     """
     staged = staged_part_path(pending.txn)
     table = pending.table
@@ -256,7 +269,24 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
     checked_upto = 0
     for _attempt in range(MAX_COMMIT_ATTEMPTS):
         latest = _latest(store)
-        if latest is not None:
+        if latest is not None and pending.mode == "create":
+            raise DatasetExistsError(
+                f"a concurrent writer created a dataset at {store.uri} (version "
+                f"{latest.version}) first; nothing of this write was committed. Pass "
+                "mode='append' to add to it or mode='overwrite' to replace its content "
+                "(CLI: --append / --overwrite)",
+                uri=store.uri,
+            )
+        if latest is not None and pending.mode == "overwrite":
+            if latest.version != pending.base_version:
+                raise CommitConflictError(
+                    f"version {latest.version} of {store.uri} was committed after this "
+                    f"overwrite started from version {pending.base_version}; overwriting "
+                    "would silently drop it, so nothing of this write was committed",
+                    uri=store.uri,
+                )
+            ensure_published(store, latest)
+        elif latest is not None:
             ensure_published(store, latest)
             conformed = _conform(pending, latest, store)
             if conformed is not table:
@@ -296,7 +326,58 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
         store.delete(staged)
     except OSError:
         logger.warning("could not remove staged part %s; gc will", staged, exc_info=True)
+    if manifest.operation == "overwrite":
+        try:
+            retire_replaced_parts(store, manifest)
+        except OSError:
+            logger.warning(
+                "could not retire replaced parts of %s; gc will", store.uri, exc_info=True
+            )
     return manifest
+
+
+def _part_version(key: str) -> int | None:
+    """The version of a published base part's key (`index/part-NNNNNNNNNN.parquet`)."""
+    digits = key.removeprefix(f"{INDEX_DIR}part-").removesuffix(".parquet")
+    if len(digits) == 10 and digits.isdigit() and part_path(int(digits)) == key:
+        return int(digits)
+    return None
+
+
+def replaced_before(manifest: Manifest) -> int:
+    """The oldest version whose base index part `manifest` still lists: parts of earlier
+    versions hold content that an overwrite replaced."""
+    return min((p.version for p in manifest.index_parts), default=manifest.version)
+
+
+def retire_replaced_parts(store: Store, latest: Manifest) -> list[str]:
+    """Take the index parts that an overwrite replaced out of the `index/part-*` glob.
+
+    Each published part of a version older than `replaced_before(latest)` is copied back
+    to its staged path (from where ferroload's readers of that old version read it) and
+    then deleted from `index/`, so that the glob shows exactly the parts of the latest
+    version. Parts of newer versions are never touched (a concurrent append may be
+    publishing one). Returns the retired paths.
+    """
+    first = replaced_before(latest)
+    retired = []
+    for obj in store.list(INDEX_DIR):
+        version = _part_version(obj.path)
+        if version is None or version >= first:
+            continue
+        try:
+            old = latest if version == latest.version else read_manifest(store, version)
+        except VersionNotFoundError:
+            continue  # an expired version's part: a leftover that gc deletes
+        part = next((p for p in old.index_parts if p.path == obj.path), None)
+        if part is None:
+            continue
+        if not store.exists(part.staged):
+            store.put(part.staged, store.get(part.path))
+        store.delete([part.path])
+        retired.append(part.path)
+        logger.info("retired index part %s of %s (replaced by an overwrite)", part.path, store.uri)
+    return retired
 
 
 def _next_manifest(
@@ -312,6 +393,22 @@ def _next_manifest(
         for s in pending.shards
     )
     part = IndexPart(part_path(version), staged, table.num_rows, len(part_bytes), version)
+    if pending.mode == "overwrite" and latest is not None:
+        return latest.derive(
+            name=pending.name,
+            version=version,
+            parent_version=latest.version,
+            created_at=utc_now(),
+            txn=pending.txn,
+            operation="overwrite",
+            modalities=pending.modalities,
+            metadata=tuple(table.schema)[2 + len(pending.modalities) :],
+            shards=shards,
+            index_parts=(part,),
+            statistics=_statistics(None, table, pending, len(part_bytes)),
+            extensions=dict(pending.extensions),
+            layers=(),
+        )
     stats = _statistics(latest, table, pending, len(part_bytes))
     if latest is None:
         metadata = tuple(table.schema)[2 + len(pending.modalities) :]

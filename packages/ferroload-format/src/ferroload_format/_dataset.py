@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import xxhash
 
+from ferroload_core import ProgressArg
 from ferroload_format._errors import (
     ChecksumMismatchError,
     ColumnNotFoundError,
@@ -33,6 +34,7 @@ from ferroload_store import (
 
 if TYPE_CHECKING:
     from ferroload_format._verify import VerifyReport
+    from ferroload_format._writer import WriteMode
 
 IndexLike = int | np.integer[Any]
 _ITER_CHUNK = 256
@@ -637,28 +639,38 @@ class Dataset:
         name: str | None = None,
         shard_size: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        progress: Callable[[int, int], None] | None = None,
+        mode: WriteMode = "create",
+        progress: ProgressArg = None,
     ) -> Dataset:
         """Materialize this dataset or view as a new dataset at `uri`, in this order.
 
         The samples' payloads are copied byte for byte into new shards and their metadata
         keeps its Arrow types; the result no longer depends on the source. Layer columns
-        (see `layers`) are not copied: a layer belongs to its base version. Appending to an
-        existing dataset at `uri` works when the schemas agree.
+        (see `layers`) are not copied: a layer belongs to its base version. A view with no
+        sample (a WHERE that matched nothing) makes an empty dataset (0 samples).
 
         Args:
             uri: where to write (any URI `Writer` takes).
-            name: the new dataset's name (default: the source's).
+            name: the new dataset's name (default: the source's; when appending or
+                overwriting, the destination's).
             shard_size: target tar shard size in bytes (default: `Writer`'s, 256 MiB).
             storage_options: backend options for `uri`.
-            progress: called as `progress(samples_done, total)` after each batch.
+            mode: what to do with a dataset already at `uri`: `"create"` (the default)
+                refuses it, `"append"` adds these samples to it (the schemas must agree),
+                `"overwrite"` replaces its content in a new version (history kept; see
+                `Writer`).
+            progress: `True` draws a bar of samples copied, `False` nothing, None (the
+                default) a bar when standard error is a terminal; a callable is called
+                as `progress(samples_done, total)` (see `ferroload_core.progress_reporter`).
 
         Returns:
             The new dataset, opened at its committed version.
 
         Raises:
-            DuplicateSampleError: a view that repeats a sample (ids must stay unique).
-            SchemaConflictError: `uri` holds a dataset with another schema.
+            DatasetExistsError: `mode="create"` and a dataset is already at `uri`.
+            DuplicateSampleError: a view that repeats a sample (ids must stay unique), or
+                an append of samples the destination already has.
+            SchemaConflictError: an append to a dataset with another schema.
 
         Examples:
             >>> from ferroload_format import Writer
@@ -673,11 +685,11 @@ class Dataset:
         from ferroload_format._copy import copy_dataset
         from ferroload_format._writer import DEFAULT_SHARD_SIZE
 
-        copy_dataset(
+        version = copy_dataset(
             self, uri, name=name, shard_size=shard_size or DEFAULT_SHARD_SIZE,
-            storage_options=storage_options, progress=progress,
+            storage_options=storage_options, mode=mode, progress=progress,
         )  # fmt: skip
-        return Dataset.open(uri, storage_options=storage_options)
+        return Dataset.open(uri, version=version, storage_options=storage_options)
 
     def sql(self, query: str, *, timeout: float = 30.0) -> pa.Table:
         """Run one SELECT over the index and return its result as an Arrow table.
@@ -728,15 +740,17 @@ class Dataset:
         self,
         *,
         raise_on_error: bool = False,
-        progress: Callable[[int, int], None] | None = None,
+        progress: ProgressArg = None,
     ) -> VerifyReport:
         """Check every shard and payload of this version against the index and checksums.
 
         Args:
             raise_on_error: raise `DatasetDamagedError` (listing the problems) instead of
                 returning a report with problems.
-            progress: called as `progress(shards_done, total)` before each shard (layer
-                shards included) and once at the end.
+            progress: `True` draws a bar of shards checked (layer shards included),
+                `False` nothing, None (the default) a bar when standard error is a
+                terminal; a callable is called as `progress(shards_done, total)` before
+                each shard and once at the end.
 
         Returns:
             A report: `ok`, the problems found (each naming shard, sample and column),

@@ -1,4 +1,5 @@
-"""`gc`: publish what a dead writer committed, delete what nothing committed references."""
+"""`gc`: publish what a dead writer committed, expire old versions when asked, delete what
+nothing committed references."""
 
 from __future__ import annotations
 
@@ -13,9 +14,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ferroload_format._commit import ensure_published
+from ferroload_format._commit import ensure_published, replaced_before, retire_replaced_parts
 from ferroload_format._layer_parts import PARTITION_META, PARTITION_RE
-from ferroload_format._manifest import INDEX_DIR, LAYERS_DIR, SHARDS_DIR, STAGING_DIR
+from ferroload_format._manifest import (
+    INDEX_DIR,
+    LAYERS_DIR,
+    SHARDS_DIR,
+    STAGING_DIR,
+    Manifest,
+    version_path,
+)
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import ObjectInfo, Store, StoreError, open_store
 
@@ -35,12 +43,17 @@ class GcReport:
     published: list[str] = field(default_factory=list)
     kept_young: int = 0
     dry_run: bool = False
+    expired: list[int] = field(default_factory=list)
+    """Versions whose manifests `keep_versions` expired (deleted)."""
+    retired: list[str] = field(default_factory=list)
+    """Index parts an overwrite replaced, taken out of the `index/part-*` glob."""
 
 
 def gc(
     uri: str | os.PathLike[str],
     *,
     grace: timedelta = DEFAULT_GRACE,
+    keep_versions: int | None = None,
     dry_run: bool = False,
     storage_options: Mapping[str, Any] | None = None,
 ) -> GcReport:
@@ -52,13 +65,20 @@ def gc(
     `grace`. Under `layers/` it does the same for layer shards and index parts, and
     deletes a layer's staging folder (a map that was never committed) once everything in
     it is older than `grace`; the shards of a staging folder it keeps are kept too.
-    Committed versions are never touched. On a local root, nothing reached through a
+    Committed versions are kept unless `keep_versions` is given: then the manifests of
+    versions older than the newest `keep_versions` are deleted (oldest first) once the
+    version after each was committed more than `grace` ago, and what only they referenced
+    (e.g. the shards of content an overwrite replaced) becomes a leftover deleted in the
+    same run. It also finishes an overwrite that died before taking the index parts it
+    replaced out of the `index/part-*` glob. On a local root, nothing reached through a
     symlink is listed, deleted or published (docs/format.md, "Paths").
 
     Args:
         uri: the dataset root.
         grace: leave younger leftovers alone (a writer may still be working on them).
             Use `timedelta(0)` only when no writer is running.
+        keep_versions: keep only the newest this many versions (at least 1); None (the
+            default) keeps every committed version readable.
         dry_run: report what would be deleted, change nothing.
         storage_options: backend options for obstore.
 
@@ -67,17 +87,36 @@ def gc(
 
     Raises:
         DatasetNotFoundError: if `uri` holds no dataset.
+        ValueError: for a `keep_versions` below 1.
         UnsafePathError: if a manifest names a path that could leave the root (a staged
             part outside it is never published).
     """
+    if keep_versions is not None and (
+        not isinstance(keep_versions, int) or isinstance(keep_versions, bool) or keep_versions < 1
+    ):
+        raise ValueError(f"keep_versions must be a positive int or None, got {keep_versions!r}")
     store = open_store(uri, storage_options=storage_options)
     latest = read_manifest(store)
     report = GcReport(store.uri, dry_run=dry_run)
     if not dry_run:
         report.published = ensure_published(store, latest)
+    cutoff = datetime.now(UTC) - grace
+    manifests = {
+        v: latest if v == latest.version else read_manifest(store, v) for v in list_versions(store)
+    }
+    if keep_versions is not None:
+        report.expired = _expired(manifests, latest, keep_versions, cutoff)
+        if report.expired and not dry_run:
+            for v in report.expired:  # oldest first: a crash leaves a shorter history
+                store.delete([version_path(v)])
+            logger.info("gc expired versions %s of %s", report.expired, store.uri)
+        for v in report.expired:
+            del manifests[v]
+    if not dry_run:
+        report.retired = retire_replaced_parts(store, latest)
+    first = replaced_before(latest)
     referenced: set[str] = set()
-    for v in list_versions(store):
-        m = latest if v == latest.version else read_manifest(store, v)
+    for m in manifests.values():
         shards = [*m.shards, *(s for la in m.layers for s in la.shards)]
         for s in shards:
             referenced.update((s.path, s.side_index))
@@ -85,7 +124,8 @@ def gc(
             referenced.add(p.path)
             if dry_run and p.version == latest.version:
                 referenced.add(p.staged)
-    cutoff = datetime.now(UTC) - grace
+        # a part that an overwrite replaced lives at its staged path (retire_replaced_parts)
+        referenced.update(p.staged for p in m.index_parts if p.version < first)
     doomed = []
     layer_objects = store.list(LAYERS_DIR)
     in_progress = _in_progress_layers(store, layer_objects, cutoff)
@@ -108,6 +148,29 @@ def gc(
             store.uri,
         )
     return report
+
+
+def _expired(
+    manifests: dict[int, Manifest], latest: Manifest, keep: int, cutoff: datetime
+) -> list[int]:
+    """Versions older than the newest `keep` whose successor was committed before
+    `cutoff`, oldest first (a version is kept while its successor is younger: a reader may
+    have opened it just before)."""
+    versions = sorted(manifests)
+    out = []
+    for i, v in enumerate(versions[:-keep]):
+        if v == latest.version or _committed_at(manifests[versions[i + 1]]) > cutoff:
+            break
+        out.append(v)
+    return out
+
+
+def _committed_at(manifest: Manifest) -> datetime:
+    """When `manifest` was committed (its `created_at`; unreadable: now, i.e. young)."""
+    try:
+        return datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.now(UTC)
 
 
 def _staging_folder(path: str) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,7 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from ferroload_core import UnsafePathError, check_relative_path
+from ferroload_core import (
+    ProgressArg,
+    ProgressCallback,
+    UnsafePathError,
+    check_relative_path,
+    progress_reporter,
+)
 from ferroload_format._errors import DatasetDamagedError, FormatError, ManifestError
 from ferroload_format._index import IndexColumns, ModalityArrays, read_part_table
 from ferroload_format._manifest import LayerInfo, Manifest, ShardInfo
@@ -165,10 +170,17 @@ def verify_dataset(
     store: Store,
     manifest: Manifest,
     index: IndexColumns,
-    progress: Callable[[int, int], None] | None = None,
+    progress: ProgressArg = None,
 ) -> VerifyReport:
     """Check every shard and payload of `manifest`, its layers' included; see
-    `Dataset.verify`."""
+    `Dataset.verify` (`progress` counts shards, through `progress_reporter`)."""
+    with progress_reporter(progress, desc="verify", unit="shard") as tick:
+        return _verify(store, manifest, index, tick)
+
+
+def _verify(
+    store: Store, manifest: Manifest, index: IndexColumns, progress: ProgressCallback
+) -> VerifyReport:
     report = VerifyReport(store.uri, manifest.version)
     for part in manifest.index_parts:
         try:
@@ -185,8 +197,7 @@ def verify_dataset(
     owners = [(s, manifest.modalities) for s in manifest.shards]
     owners += [(s, layer.modalities) for layer in manifest.layers for s in layer.shards]
     for code, (shard, modalities) in enumerate(owners):
-        if progress is not None:
-            progress(code, len(owners))
+        progress(code, len(owners))
         report.shards_checked += 1
         if not _check_shard_object(store, shard, report):
             continue
@@ -212,8 +223,7 @@ def verify_dataset(
                         )
                     )
             _check_payloads(store, shard, mod.name, a, rows, ids, report)
-    if progress is not None:
-        progress(len(owners), len(owners))
+    progress(len(owners), len(owners))
     return report
 
 

@@ -6,13 +6,14 @@ import logging
 import os
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from ferroload_format import _commit
 from ferroload_format._commit import PendingCommit, commit
 from ferroload_format._errors import (
+    DatasetExistsError,
     DatasetNameError,
     DatasetNotFoundError,
     DuplicateSampleError,
@@ -45,12 +46,41 @@ logger = logging.getLogger(__name__)
 DEFAULT_SHARD_SIZE = 256 << 20
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
+#: How a write treats a dataset already at its destination: `create` refuses it, `append`
+#: adds to it (creating it when absent), `overwrite` replaces its content in a new version.
+WriteMode = Literal["create", "append", "overwrite"]
+WRITE_MODES: tuple[WriteMode, ...] = ("create", "append", "overwrite")
+
+
+def check_mode(mode: object) -> WriteMode:
+    """`mode` if it is one of `WRITE_MODES`, else a `ValueError` that lists them."""
+    if mode not in WRITE_MODES:
+        raise ValueError(f"mode must be 'create', 'append' or 'overwrite', got {mode!r}")
+    return mode
+
+
+def exists_error(uri: str, manifest: Manifest) -> DatasetExistsError:
+    """The error of a `mode="create"` write whose destination holds `manifest`'s dataset."""
+    return DatasetExistsError(
+        f"{uri} already holds dataset {manifest.name!r} (version {manifest.version}, "
+        f"{manifest.num_samples} samples); pass mode='append' to add to it or "
+        "mode='overwrite' to replace its content in a new version (CLI: --append / "
+        "--overwrite)",
+        uri=uri,
+    )
+
 
 class Writer:
     """Writes samples into tar shards and commits them as one new dataset version.
 
-    Opening a `Writer` on an existing dataset appends to it: the new samples become the
-    next version, with the same modalities and metadata schema. Nothing is visible to
+    `mode` says what to do with a dataset already at `uri`. `"append"` (the default) adds
+    to it: the new samples become the next version, with the same modalities and metadata
+    schema (without a dataset, the writer creates one). `"create"` refuses an existing
+    dataset with `DatasetExistsError` before anything is written. `"overwrite"` commits a
+    new version that holds only what this writer adds (any modalities and metadata): the
+    older versions stay readable (`Dataset.open(uri, version=N)`) and their shards stay
+    on storage until `gc(uri, keep_versions=…)` expires them. A `create` or `overwrite`
+    that adds nothing commits an empty version (0 samples). Nothing is visible to
     readers until `close()` commits; an exception inside a `with` block, or `abort()`,
     commits nothing. A writer is not thread-safe; concurrent writers (threads, processes
     or machines) each use their own and either both land or one gets a
@@ -58,15 +88,18 @@ class Writer:
 
     Args:
         uri: dataset root: a local path, `memory://…`, `s3://…`, `gs://…`, `az://…`.
-        name: dataset name (default: the last component of `uri`). When appending, it
-            must match the existing name (or be None).
+        name: dataset name (default: the last component of `uri`, or the existing
+            dataset's). When appending, it must match the existing name (or be None).
+        mode: `"append"`, `"create"` or `"overwrite"` (see above).
         shard_size: target bytes per tar shard (default 256 MiB).
         row_group_size: rows per Parquet row group of the index part.
         storage_options: backend options for obstore (credentials, endpoint, …).
 
     Raises:
-        DatasetNameError: if `name` differs from the existing dataset's name.
+        DatasetExistsError: with `mode="create"`, if a dataset is already at `uri`.
+        DatasetNameError: when appending, if `name` differs from the existing name.
         ManifestError: if the existing dataset cannot be read.
+        ValueError: for an unknown `mode`.
 
     Examples:
         >>> w = Writer("memory://docs/writer-example", "demo")
@@ -84,7 +117,10 @@ class Writer:
         shard_size: int = DEFAULT_SHARD_SIZE,
         row_group_size: int = ROW_GROUP_SIZE,
         storage_options: Mapping[str, Any] | None = None,
+        mode: WriteMode = "append",
     ) -> None:
+        self.mode: WriteMode = check_mode(mode)
+        """How this writer treats an existing dataset (`create`, `append`, `overwrite`)."""
         if not isinstance(shard_size, int) or shard_size <= 0:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
         if not isinstance(row_group_size, int) or row_group_size <= 0:
@@ -95,24 +131,31 @@ class Writer:
             base: Manifest | None = read_manifest(self._store)
         except DatasetNotFoundError:
             base = None
-        if base is not None and name is not None and name != base.name:
+        if base is not None and mode == "create":
+            raise exists_error(self.uri, base)
+        if base is not None and name is not None and name != base.name and mode == "append":
             raise DatasetNameError(
                 f"{self.uri} holds dataset {base.name!r}, not {name!r}; pass name=None or "
                 f"{base.name!r} to append to it",
                 uri=self.uri,
             )
         self.name = base.name if base is not None else (name or _default_name(self.uri))
+        if base is not None and mode == "overwrite" and name is not None:
+            self.name = name
         self._base = base
+        # the schema this write must keep: an overwrite starts from an empty one
+        schema = base if mode == "append" else None
+        self._schema_base = schema
         self.txn = new_txn_id()
         self._shard_size = shard_size
         self._row_group_size = row_group_size
         self._modalities: dict[str, Modality] = {
-            m.name: m for m in (base.modalities if base else ())
+            m.name: m for m in (schema.modalities if schema else ())
         }
         self._builder = IndexBuilder(
             list(self._modalities),
-            base.metadata if base else (),
-            locked=base is not None,
+            schema.metadata if schema else (),
+            locked=schema is not None,
             uri=self.uri,
             row_group_size=row_group_size,
         )
@@ -134,6 +177,11 @@ class Writer:
         self._failed = False
         self.version: int | None = None
         """The version `close()` committed (None before that, or when nothing was added)."""
+
+    @property
+    def base_version(self) -> int | None:
+        """The version this writer started from (None when it creates the dataset)."""
+        return self._base.version if self._base is not None else None
 
     # ----------------------------------------------------------------- declaring
 
@@ -173,7 +221,7 @@ class Writer:
                     column=modality,
                 )
             return
-        if self._base is not None:
+        if self._schema_base is not None:
             raise SchemaConflictError(
                 f"{self.uri} has modalities {list(self._modalities) or 'none'}; an append "
                 f"cannot add modality {modality!r}",
@@ -378,18 +426,22 @@ class Writer:
         """Finish the shards and commit them as a new version.
 
         Returns:
-            The committed version, or None when no sample was added (nothing is committed).
+            The committed version, or None when no sample was added to an `append`
+            (nothing is committed; a `create` or `overwrite` commits an empty version).
 
         Raises:
             DuplicateSampleError: a sample id the dataset already had.
             CommitConflictError: a concurrent commit collided with this one (nothing of
-                this writer was committed).
+                this writer was committed): for an `overwrite`, any version committed
+                after it started.
+            DatasetExistsError: with `mode="create"`, a concurrent writer created the
+                dataset first.
         """
         if self._closed:
             return self.version
         self._check_open()
         try:
-            if self._builder.num_rows == 0:
+            if self._builder.num_rows == 0 and self.mode == "append":
                 if self._shard is not None:
                     self._shard.abort()
                 self._closed = True
@@ -404,8 +456,9 @@ class Writer:
                 modalities=self.modalities,
                 shards=self._shards,
                 table=self._builder.table([s.path for s in self._shards]),
-                operation="append" if self._base else "create",
+                operation=_operation(self.mode, self._base),
                 row_group_size=self._row_group_size,
+                mode=self.mode,
             )
             manifest = commit(self._store, pending)
         except BaseException:
@@ -466,6 +519,13 @@ def write_side_index(store: Store, path: str, members: ShardMembers) -> None:
         }
     )
     store.put(path, write_part(side))
+
+
+def _operation(mode: WriteMode, base: Manifest | None) -> str:
+    """What the manifest records: `create`, `append` or `overwrite`."""
+    if base is None:
+        return "create"
+    return "overwrite" if mode == "overwrite" else "append"
 
 
 def _default_name(uri: str) -> str:
