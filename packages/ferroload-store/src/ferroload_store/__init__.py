@@ -37,6 +37,12 @@ from ferroload_store._ranges import (
     coalesce_ranges,
     split_reads,
 )
+from ferroload_store._storage_options import (
+    SECRET_KEYS,
+    StorageOptionsError,
+    is_secret_option,
+    normalize_storage_options,
+)
 from ferroload_store._store import ObjectInfo, Store, StoreStats, open_store
 from ferroload_store._uri import ParsedURI, parse_uri
 from ferroload_store._writers import ObjectWriter
@@ -50,6 +56,7 @@ __all__ = [
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_READ",
     "DEFAULT_PART_SIZE",
+    "SECRET_KEYS",
     "BlockCache",
     "CacheConfigError",
     "CacheError",
@@ -67,6 +74,7 @@ __all__ = [
     "ParsedURI",
     "RangeFile",
     "ReadParts",
+    "StorageOptionsError",
     "Store",
     "StoreError",
     "StoreStats",
@@ -74,6 +82,8 @@ __all__ = [
     "UnsupportedOperationError",
     "__version__",
     "coalesce_ranges",
+    "is_secret_option",
+    "normalize_storage_options",
     "open_store",
     "parse_size",
     "parse_uri",

@@ -48,6 +48,7 @@ from ferroload_store._nofollow import SymlinkSwappedError, open_below, unlink_be
 from ferroload_store._options import IOOptions
 from ferroload_store._ranges import DEFAULT_MAX_READ, coalesce_ranges
 from ferroload_store._remote import RemoteEngine, check_not_forked, mark_runtime_used, translate
+from ferroload_store._storage_options import normalize_storage_options
 from ferroload_store._uri import ParsedURI, parse_uri
 from ferroload_store._writers import LocalFileWriter, ObjectWriter, ObstoreWriter
 
@@ -173,7 +174,11 @@ class Store:
         self._versions: dict[str, tuple[int, str]] = {}
         self._dir_misses: dict[str, int] = {}
         self._parsed = parsed
-        self._storage_options = dict(storage_options or {})
+        self._storage_options = (
+            normalize_storage_options(parsed.location, storage_options)
+            if parsed.kind == "object"
+            else dict(storage_options or {})
+        )
         self._io = io if io is not None else IOOptions()
         if not isinstance(self._io, IOOptions):
             raise TypeError(f"io must be an IOOptions, got {type(io).__name__}")
@@ -1007,7 +1012,10 @@ def open_store(
             `gs://…`, `az://…` (or another Azure form obstore accepts), or `https://…`
             (read-only).
         storage_options: obstore configuration for object stores: credentials,
-            `endpoint`, `region`, `skip_signature`, …, as obstore's `from_url` takes them.
+            `endpoint`, `region`, `skip_signature`, …, as obstore's `from_url` takes them;
+            fsspec's spellings (s3fs `key`, `secret`, `anon`, `client_kwargs`, gcsfs
+            `token`, adlfs `connection_string`, …) are translated to them (see
+            [`normalize_storage_options`][ferroload_store.normalize_storage_options]).
             HTTP client keys (`allow_http`, `timeout`, `proxy_url`, …) may sit among them
             or under `client_options`; `retry_config` passes through to obstore (which
             then retries on its own as well). Unset keys come from the environment
@@ -1025,6 +1033,7 @@ def open_store(
 
     Raises:
         InvalidURIError: if the URI has an unknown scheme or is empty.
+        StorageOptionsError: (a `ValueError`) for a storage option no store knows.
         StoreError: if obstore rejects the URI or the storage options.
 
     Examples:
