@@ -152,7 +152,7 @@ def test_same_dataset_whatever_the_workers_and_progress_reaches_total(tmp_path: 
 def test_import_appends_to_an_existing_dataset(tmp_path: Path) -> None:
     make_folder(tmp_path / "src")
     import_image_folder(tmp_path / "src", tmp_path / "ds")
-    report = import_image_folder(tmp_path / "src", tmp_path / "ds")
+    report = import_image_folder(tmp_path / "src", tmp_path / "ds", mode="append")
     assert report.version == 2
     ids = Dataset.open(tmp_path / "ds").column("sample_id").to_pylist()
     assert len(ids) == 18 and len(set(ids)) == 18

@@ -274,7 +274,7 @@ def test_compressed_tars_and_resharding(tmp_path: Path) -> None:
     export_webdataset(tmp_path / "ds", tmp_path / "out2", samples_per_shard=2)
     assert [len(m) for m in tars_of(tmp_path / "out2").values()] == [2, 2, 1]
     # keys repeated across original tars cannot share a re-sharded tar
-    import_webdataset([tmp_path / "plain.tar"], tmp_path / "ds")
+    import_webdataset([tmp_path / "plain.tar"], tmp_path / "ds", mode="append")
     with pytest.raises(ConvertOptionError, match="samples_per_shard=None"):
         export_webdataset(tmp_path / "ds", tmp_path / "out3", samples_per_shard=10)
     assert not (tmp_path / "out3").exists()  # nothing of the failed export remains

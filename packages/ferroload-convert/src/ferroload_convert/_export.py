@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ferroload_convert._errors import OutputExistsError, UnsafeNameError
 from ferroload_convert._report import Progress
-from ferroload_core import UnsafePathError, check_relative_path
+from ferroload_core import UnsafePathError, check_relative_path, progress_reporter
 from ferroload_format import Dataset
 
 #: Samples read per `get_many` call (reads of one chunk are coalesced per shard).
@@ -35,45 +35,88 @@ def open_source(
     return ds.subset(where) if where is not None else ds
 
 
-def prepare_dst(dst: str | os.PathLike[str]) -> Path:
-    """Check the destination folder: it must not exist, or be an empty folder.
+def prepare_dst(dst: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Check the destination folder: it must not exist, or be an empty folder, or (with
+    `overwrite`) a folder that is not a ferroload dataset.
 
     Raises:
-        OutputExistsError: if `dst` is a file, or a folder that is not empty.
+        OutputExistsError: if `dst` is a file, a folder that is not empty (unless
+            `overwrite`), or a ferroload dataset (always).
     """
     out = Path(dst)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if not out.exists() and not out.is_symlink():
+        return out
+    if out.is_symlink() or not out.is_dir():
         raise OutputExistsError(
-            f"{out} is not an empty folder; exporters never overwrite: choose a new or "
-            "empty folder",
+            f"{out} is a file or a link, not a folder; exporters write a folder: choose a "
+            "new or empty folder",
+            path=str(out),
+        )
+    held = _dataset_below(out) if overwrite else (out if (out / "_ferroload").exists() else None)
+    if held is not None:
+        raise OutputExistsError(
+            f"{out} holds a ferroload dataset ({held}); exporters never replace one (even "
+            "with overwrite=True / --overwrite): choose another folder",
+            path=str(out),
+        )
+    if not overwrite and any(out.iterdir()):
+        raise OutputExistsError(
+            f"{out} is not an empty folder: choose a new or empty folder, or pass "
+            "overwrite=True (CLI: --overwrite) to replace its content once the export "
+            "is complete",
             path=str(out),
         )
     return out
 
 
+def _dataset_below(folder: Path) -> Path | None:
+    """The first ferroload dataset root at or below `folder` (symlinks not followed)."""
+    for root, dirs, _ in os.walk(folder):
+        if "_ferroload" in dirs:
+            return Path(root)
+    return None
+
+
 class StagedDir:
     """A temporary folder next to the destination `dst` that an export writes into, and
     that `commit()` renames to `dst` once the export is complete; `abort()` removes it,
-    so a failed export leaves nothing behind."""
+    so a failed export leaves nothing behind. With `overwrite`, `commit()` first moves an
+    existing `dst` aside and deletes it only once the new folder is in place: a failed
+    export leaves the old content as it was."""
 
-    def __init__(self, dst: Path) -> None:
+    def __init__(self, dst: Path, *, overwrite: bool = False) -> None:
         self.dst = dst
+        self.overwrite = overwrite
         dst.parent.mkdir(parents=True, exist_ok=True)
         self.path = Path(
             tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
         )
 
     def commit(self) -> None:
-        """Move the finished folder into place (replacing `dst` if it is an empty folder)."""
+        """Move the finished folder into place (replacing `dst` if it is an empty folder,
+        or any folder with `overwrite`)."""
+        old: Path | None = None
+        if self.overwrite and self.dst.is_dir() and not self.dst.is_symlink():
+            prepare_dst(self.dst, overwrite=True)  # still not a dataset
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".old", dir=self.dst.parent)
+            )
+            os.replace(self.dst, old / "content")
         try:
             os.replace(self.path, self.dst)
         except OSError as exc:
+            if old is not None:
+                os.replace(old / "content", self.dst)
+                old.rmdir()
             self.abort()
             raise OutputExistsError(
-                f"{self.dst} appeared or filled up during the export; exporters never "
-                f"overwrite: choose a new or empty folder ({exc.strerror or exc})",
+                f"{self.dst} appeared or filled up during the export: choose a new or "
+                f"empty folder, or pass overwrite=True (CLI: --overwrite) "
+                f"({exc.strerror or exc})",
                 path=str(self.dst),
             ) from exc
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
     def abort(self) -> None:
         """Remove everything written."""
@@ -83,20 +126,22 @@ class StagedDir:
 def read_chunks(
     ds: Dataset,
     columns: Sequence[str],
-    progress: Progress | None,
+    progress: Progress,
     *,
     order: npt.NDArray[np.int64] | None = None,
+    desc: str = "export",
 ) -> Iterator[list[dict[str, Any]]]:
-    """Samples of `ds` (positions `order`, default all in order) in chunks, with progress."""
+    """Samples of `ds` (positions `order`, default all in order) in chunks, reporting
+    samples done through `progress_reporter(progress)`."""
     positions = np.arange(len(ds), dtype=np.int64) if order is None else order
     total = len(positions)
-    for start in range(0, total, READ_CHUNK):
-        part = positions[start : start + READ_CHUNK]
-        yield ds.get_many(part, list(columns))
-        if progress is not None:
-            progress(start + len(part), total)
-    if progress is not None and total == 0:
-        progress(0, 0)
+    with progress_reporter(progress, desc=desc, unit="sample", total=total) as report:
+        for start in range(0, total, READ_CHUNK):
+            part = positions[start : start + READ_CHUNK]
+            yield ds.get_many(part, list(columns))
+            report(start + len(part), total)
+        if total == 0:
+            report(0, 0)
 
 
 def safe_relative(name: str) -> PurePosixPath | None:

@@ -23,7 +23,7 @@ from ferroload_convert._pipeline import Failed, ordered_map
 from ferroload_convert._report import DEFAULT_WORKERS, ImportReport, OnError, Progress, check_common
 from ferroload_convert._rows import Batch, Column, convert_rows, media_ext
 from ferroload_convert._session import ImportSession
-from ferroload_format import DEFAULT_SHARD_SIZE
+from ferroload_format import DEFAULT_SHARD_SIZE, WriteMode
 
 #: Rows converted per task (several tasks per worker are in flight).
 BATCH_ROWS = 64
@@ -47,6 +47,7 @@ def import_hf(
     progress: Progress | None = None,
     storage_options: Mapping[str, Any] | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    mode: WriteMode = "create",
 ) -> ImportReport:
     """Import a Hugging Face dataset: a `save_to_disk` folder, a `Dataset` or a `DatasetDict`.
 
@@ -88,15 +89,22 @@ def import_hf(
             `BadInputError` (`"raise"`, nothing is committed), or is left out and
             listed (`"skip"`, `"warn"`).
         shard_size: target bytes per tar shard.
-        progress: `progress(done, total)` in rows.
+        progress: `True` draws a bar of rows on standard error, `False` nothing, None
+            (the default) a bar when standard error is a terminal; a callable is called
+            as `progress(done, total)` in rows.
         storage_options: backend options of `dst`.
         max_file_bytes: the largest media file read for a cell stored as a path
             (default 2 GiB); a larger one makes the row bad.
+        mode: what to do with a dataset already at `dst`: `"create"` (the default)
+            refuses it with `DatasetExistsError`; `"append"` adds to it (the schemas
+            must agree; an id it already has gets a `#2` suffix); `"overwrite"` replaces
+            its content in a new version (history kept).
 
     Returns:
         What was imported; `columns` maps each input column to its dataset column(s).
 
     Raises:
+        DatasetExistsError: with `mode="create"`, if a dataset is already at `dst`.
         MissingDependencyError: if `datasets` is not installed
             (`pip install 'ferroload-convert[hf]'`).
         InputNotFoundError: if the folder does not exist or is not a `save_to_disk` folder.
@@ -132,6 +140,9 @@ def import_hf(
         on_error=on_error,
         progress=progress,
         total=total,
+        mode=mode,
+        desc="import hf",
+        unit="row",
     ) as session:
         for modality, ext, kind, hint in modalities:
             session.declare(modality, ext, kind, hint)

@@ -39,7 +39,7 @@ from ferroload_convert._report import (
 )
 from ferroload_convert._session import ImportSession
 from ferroload_convert._sniff import IMAGE_EXTS, check_image, sniff_ext
-from ferroload_format import DEFAULT_SHARD_SIZE, Dataset
+from ferroload_format import DEFAULT_SHARD_SIZE, Dataset, WriteMode
 
 
 def import_image_folder(
@@ -50,9 +50,10 @@ def import_image_folder(
     workers: int = DEFAULT_WORKERS,
     on_error: OnError = "raise",
     shard_size: int = DEFAULT_SHARD_SIZE,
-    progress: Progress | None = None,
+    progress: Progress = None,
     storage_options: Mapping[str, Any] | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    mode: WriteMode = "create",
 ) -> ImportReport:
     """Import an image folder: one class per subfolder of `src`, images at any depth below.
 
@@ -74,22 +75,29 @@ def import_image_folder(
 
     Args:
         src: the root folder.
-        dst: the dataset URI (a new dataset, or an existing one with the same modality
-            to append to).
+        dst: the dataset URI (a new dataset unless `mode` says otherwise).
         name: the dataset name (default: the last part of `dst`).
         workers: threads reading and checking files.
         on_error: a bad image raises `BadInputError` (`"raise"`, nothing is committed),
             or is left out and listed in the report (`"skip"`; `"warn"` also logs it).
         shard_size: target bytes per tar shard.
-        progress: `progress(done, total)` in files, called from the calling thread.
+        progress: `True` draws a bar of files on standard error, `False` nothing, None
+            (the default) a bar when standard error is a terminal; a callable is called
+            as `progress(done, total)` in files, from the calling thread.
         storage_options: backend options of `dst`.
         max_file_bytes: the largest image file read (default 2 GiB); a larger one is a
             bad input.
+        mode: what to do with a dataset already at `dst`: `"create"` (the default)
+            refuses it with `DatasetExistsError` before reading anything; `"append"` adds
+            to it (same modality; an id it already has gets a `#2` suffix);
+            `"overwrite"` replaces its content in a new version (history kept, see
+            `ferroload_format.Writer`).
 
     Returns:
         What was imported, skipped and ignored.
 
     Raises:
+        DatasetExistsError: with `mode="create"`, if a dataset is already at `dst`.
         InputNotFoundError: if `src` is not a folder, or holds no class folder with images.
         BadInputError: for an unreadable or damaged image, a file that is not a regular
             file, one over `max_file_bytes`, or a symlink out of `src` (with
@@ -143,6 +151,9 @@ def import_image_folder(
         on_error=on_error,
         progress=progress,
         total=len(files),
+        mode=mode,
+        desc="import imagefolder",
+        unit="file",
     ) as session:
         session.ignore(f"{len(ignored)} files that are not images in class folders", len(ignored))
         session.declare("image", ext, "tensor", "image")
@@ -221,8 +232,9 @@ def export_image_folder(
     *,
     modality: str | None = None,
     where: str | None = None,
-    progress: Progress | None = None,
+    progress: Progress = None,
     storage_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> ExportReport:
     """Export a dataset's images as an image folder: `dst/<class>/<file>`.
 
@@ -242,14 +254,20 @@ def export_image_folder(
         dst: a new or empty local folder.
         modality: the modality to write (default: the dataset's only image modality).
         where: a SQL filter over the index (see `Dataset.subset`), e.g. `"label < 10"`.
-        progress: `progress(done, total)` in samples.
+        progress: `True` draws a bar of samples on standard error, `False` nothing, None
+            (the default) a bar when standard error is a terminal; a callable is called
+            as `progress(done, total)` in samples.
         storage_options: backend options of `src`.
+        overwrite: replace a `dst` folder that is not empty: the export is written next
+            to it and swapped in once complete (the old content is deleted only then; a
+            failed export leaves it as it was). A folder holding a ferroload dataset is
+            never replaced.
 
     Returns:
         What was written; samples without the modality are listed as skipped.
 
     Raises:
-        OutputExistsError: if `dst` is not empty.
+        OutputExistsError: if `dst` is not empty (and not `overwrite`), or is a dataset.
         ConvertOptionError: if `modality` is not a modality of the dataset, or there is no
             single image modality to choose.
 
@@ -268,15 +286,17 @@ def export_image_folder(
     start = time.perf_counter()
     ds = open_source(src, where, storage_options)
     mod = _image_modality(ds, modality)
-    out = prepare_dst(dst)
+    out = prepare_dst(dst, overwrite=overwrite)
     meta = [c for c in ("class_name", "label", "path") if c in ds.metadata_columns]
     declared = next(m.ext for m in ds.modalities if m.name == mod)
     targets = _Targets()
     skipped: list[SkippedInput] = []
     num_bytes = 0
-    staged = StagedDir(out)
+    staged = StagedDir(out, overwrite=overwrite)
     try:
-        for chunk in read_chunks(ds, ["sample_id", mod, *meta], progress):
+        for chunk in read_chunks(
+            ds, ["sample_id", mod, *meta], progress, desc="export imagefolder"
+        ):
             for sample in chunk:
                 data = sample[mod]
                 if data is None:

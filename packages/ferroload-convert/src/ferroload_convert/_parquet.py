@@ -19,7 +19,7 @@ from ferroload_convert._rows import Batch, Column, Row, convert_rows, ext_of, fi
 from ferroload_convert._session import ImportSession
 from ferroload_convert._sniff import is_image_ext, kind_of
 from ferroload_convert._sources import Source, input_files
-from ferroload_format import DEFAULT_SHARD_SIZE
+from ferroload_format import DEFAULT_SHARD_SIZE, WriteMode
 
 #: Rows per record batch read from a file (each active file runs at most 2 batches ahead).
 BATCH_ROWS = 64
@@ -36,8 +36,9 @@ def import_parquet(
     workers: int = DEFAULT_WORKERS,
     on_error: OnError = "raise",
     shard_size: int = DEFAULT_SHARD_SIZE,
-    progress: Progress | None = None,
+    progress: Progress = None,
     storage_options: Mapping[str, Any] | None = None,
+    mode: WriteMode = "create",
 ) -> ImportReport:
     """Import Parquet files: binary columns become modalities, the others metadata.
 
@@ -62,13 +63,20 @@ def import_parquet(
             raises `BadInputError` (`"raise"`, nothing is committed), or is left out and
             listed (`"skip"`, `"warn"`).
         shard_size: target bytes per tar shard.
-        progress: `progress(done, total)` in rows.
+        progress: `True` draws a bar of rows on standard error, `False` nothing, None
+            (the default) a bar when standard error is a terminal; a callable is called
+            as `progress(done, total)` in rows.
         storage_options: backend options of `dst`.
+        mode: what to do with a dataset already at `dst`: `"create"` (the default)
+            refuses it with `DatasetExistsError`; `"append"` adds to it (the schemas
+            must agree; an id it already has gets a `#2` suffix); `"overwrite"` replaces
+            its content in a new version (history kept).
 
     Returns:
         What was imported; `columns` maps each input column to its dataset column.
 
     Raises:
+        DatasetExistsError: with `mode="create"`, if a dataset is already at `dst`.
         InputNotFoundError: if `src` matches no file.
         ConvertOptionError: for an `id_column` or binary column the files do not have.
         BadInputError: for an unreadable file, a file with two columns of one name, or a
@@ -95,6 +103,9 @@ def import_parquet(
         storage_options=storage_options,
         on_error=on_error,
         progress=progress,
+        mode=mode,
+        desc="import parquet",
+        unit="row",
     ) as session:
         readable: list[tuple[str, str, pq.FileMetaData]] = []
         fields: dict[str, pa.DataType] = {}

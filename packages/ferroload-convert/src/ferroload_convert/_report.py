@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from ferroload_convert._errors import ConvertOptionError
+from ferroload_core import ProgressArg
 
 #: What to do with a bad input: raise `BadInputError`, leave it out, or leave it out
 #: and log a warning.
 OnError = Literal["raise", "skip", "warn"]
-#: `progress(done, total)`: inputs done so far and their total (None while unknown).
-Progress = Callable[[int, int | None], object]
+#: What `progress=` takes (`ferroload_core.ProgressArg`): True (a bar), False (nothing),
+#: None (a bar when standard error is a terminal) or `progress(done, total)`, inputs done
+#: so far and their total (None while unknown).
+Progress = ProgressArg
 #: Threads that read and check inputs by default.
 DEFAULT_WORKERS = 8
 #: Skipped inputs listed in a report (all of them are counted).
@@ -38,7 +41,8 @@ class ImportReport:
 
     Attributes:
         uri: the destination dataset.
-        version: the version the import committed; None when it added nothing.
+        version: the version the import committed (with nothing to add, a new or
+            overwritten dataset gets an empty version); None when an append added nothing.
         num_samples: samples added.
         num_bytes: payload bytes added (all modalities).
         num_skipped: bad inputs left out (`on_error="skip"` / `"warn"`).

@@ -7,8 +7,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from contextlib import ExitStack
 from types import TracebackType
 from typing import Any
+
+import pyarrow as pa
 
 from ferroload_convert._errors import BadInputError
 from ferroload_convert._ids import IdAllocator
@@ -19,7 +22,8 @@ from ferroload_convert._report import (
     Progress,
     SkippedInput,
 )
-from ferroload_format import Dataset, DatasetNotFoundError, Writer
+from ferroload_core import progress_reporter
+from ferroload_format import Dataset, DatasetNotFoundError, WriteMode, Writer
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +37,19 @@ class ImportSession:
     import commits nothing.
 
     Args:
-        dst: the dataset URI (a new dataset, or an existing one to append to).
+        dst: the dataset URI.
         name: the dataset name (`Writer`'s default when None).
         shard_size: the writer's target shard size.
         storage_options: backend options of `dst`.
         on_error: what `bad()` does.
-        progress: `progress(done, total)`, called from this thread.
+        progress: the importer's `progress=` (`ferroload_core.progress_reporter`): a bar,
+            nothing, or `progress(done, total)` called from this thread.
         total: inputs to do, when known up front.
+        mode: what to do with a dataset at `dst` (`Writer`'s `mode`): `create` refuses
+            it (`DatasetExistsError`), `append` adds to it (repeated ids get a suffix),
+            `overwrite` replaces its content in a new version.
+        desc: the progress bar's label.
+        unit: what the bar counts.
     """
 
     def __init__(
@@ -50,22 +60,32 @@ class ImportSession:
         shard_size: int,
         storage_options: Mapping[str, Any] | None,
         on_error: OnError,
-        progress: Progress | None,
+        progress: Progress,
         total: int | None = None,
+        mode: WriteMode = "create",
+        desc: str = "import",
+        unit: str = "it",
     ) -> None:
         self._start = time.perf_counter()
-        self._writer = Writer(dst, name, shard_size=shard_size, storage_options=storage_options)
+        self._writer = Writer(
+            dst, name, shard_size=shard_size, storage_options=storage_options, mode=mode
+        )
         self.uri = self._writer.uri
         self.existing_modalities = self._writer.modalities
         """The modalities of the dataset appended to (empty for a new one)."""
-        try:
-            existing = Dataset.open(self.uri, storage_options=storage_options, cache=None)
-            taken = existing.column("sample_id").to_pylist() if len(existing) else []
-        except DatasetNotFoundError:
-            taken = []
+        taken: list[str] = []
+        if self._writer.mode == "append":
+            try:
+                existing = Dataset.open(self.uri, storage_options=storage_options, cache=None)
+                taken = existing.column("sample_id").to_pylist() if len(existing) else []
+            except DatasetNotFoundError:
+                pass
         self.ids = IdAllocator(taken)
         self._on_error = on_error
-        self._progress = progress
+        self._bar = ExitStack()
+        self._progress = self._bar.enter_context(
+            progress_reporter(progress, desc=desc, unit=unit, total=total)
+        )
         self.total = total
         self.done = 0
         self._last_call = 0.0
@@ -85,6 +105,10 @@ class ImportSession:
     def declare(self, modality: str, ext: str, kind: str, codec_hint: str) -> None:
         """Declare a modality (again, identically, is a no-op)."""
         self._writer.declare(modality, ext, kind, codec_hint)
+
+    def declare_column(self, name: str, dtype: pa.DataType) -> None:
+        """Declare a metadata column's Arrow type (`Writer.declare_column`)."""
+        self._writer.declare_column(name, dtype)
 
     def add(
         self, name: str, data: Mapping[str, bytes] | None, meta: Mapping[str, Any] | None
@@ -118,8 +142,6 @@ class ImportSession:
     def advance(self, n: int = 1) -> None:
         """`n` more inputs done: call `progress` (at most every 50 ms, and at the end)."""
         self.done += n
-        if self._progress is None:
-            return
         now = time.perf_counter()
         if now - self._last_call >= _PROGRESS_EVERY_S or self.done == self.total:
             self._last_call = now
@@ -128,10 +150,10 @@ class ImportSession:
     # ----------------------------------------------------------------- finishing
 
     def finish(self, columns: Mapping[str, str]) -> ImportReport:
-        """Commit what was added; the report. Commits nothing when nothing was added."""
+        """Commit what was added; the report. An append that added nothing commits
+        nothing; a `create` or `overwrite` commits an empty version."""
         version = self._writer.close()
-        if self._progress is not None:
-            self._progress(self.done, self.done if self.total is None else self.total)
+        self._progress(self.done, self.done if self.total is None else self.total)
         logger.info(
             "imported %d samples into %s (%d skipped, %d ignored)",
             self.num_samples,
@@ -160,5 +182,6 @@ class ImportSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._bar.close()
         if exc_type is not None:
             self._writer.abort()

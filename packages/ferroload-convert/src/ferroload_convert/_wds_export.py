@@ -37,8 +37,9 @@ def export_webdataset(
     *,
     where: str | None = None,
     samples_per_shard: int | None = None,
-    progress: Progress | None = None,
+    progress: Progress = None,
     storage_options: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> ExportReport:
     """Export a dataset as WebDataset tars.
 
@@ -61,14 +62,18 @@ def export_webdataset(
         dst: a new or empty local folder.
         where: a SQL filter over the index (see `Dataset.subset`).
         samples_per_shard: samples per tar (re-shards a dataset imported from WebDataset).
-        progress: `progress(done, total)` in samples.
+        progress: `True` draws a bar of samples on standard error, `False` nothing, None
+            (the default) a bar when standard error is a terminal; a callable is called
+            as `progress(done, total)` in samples.
         storage_options: backend options of `src`.
+        overwrite: replace a `dst` folder that is not empty, once the export is complete
+            (see `export_image_folder`); a ferroload dataset is never replaced.
 
     Returns:
         What was written.
 
     Raises:
-        OutputExistsError: if `dst` is not empty.
+        OutputExistsError: if `dst` is not empty (and not `overwrite`), or is a dataset.
         UnsafeNameError: for a member name that is not a safe relative path (absolute,
             with `..`, a control character: a `wds_key` or `wds_members` entry not as
             `import_webdataset` wrote it), naming the sample.
@@ -98,15 +103,17 @@ def export_webdataset(
             column="samples_per_shard",
         )
     ds = open_source(src, where, storage_options)
-    out = prepare_dst(dst)
-    staged = StagedDir(out)
+    out = prepare_dst(dst, overwrite=overwrite)
+    staged = StagedDir(out, overwrite=overwrite)
     writer: _Tars | None = None
     try:
         if set(WDS_COLUMNS) <= set(ds.metadata_columns):
             writer = _Original(ds, staged.path, samples_per_shard)
         else:
             writer = _Generic(ds, staged.path, samples_per_shard or DEFAULT_SAMPLES_PER_SHARD)
-        for chunk in read_chunks(ds, writer.columns, progress, order=writer.order):
+        for chunk in read_chunks(
+            ds, writer.columns, progress, order=writer.order, desc="export wds"
+        ):
             for sample in chunk:
                 writer.write(sample)
         writer.finish()

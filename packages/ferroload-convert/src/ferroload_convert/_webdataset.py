@@ -47,7 +47,7 @@ from ferroload_convert._report import (
 from ferroload_convert._session import ImportSession
 from ferroload_convert._sniff import check_image, is_image_ext, kind_of
 from ferroload_convert._sources import InputFile, Source, source_files
-from ferroload_format import DEFAULT_SHARD_SIZE
+from ferroload_format import DEFAULT_SHARD_SIZE, WriteMode
 from ferroload_store import StoreError
 
 #: Metadata of a sample imported from WebDataset: the original key, the tar it came from
@@ -102,6 +102,7 @@ def import_webdataset(
     storage_options: Mapping[str, Any] | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     max_inflate_ratio: float = DEFAULT_MAX_INFLATE_RATIO,
+    mode: WriteMode = "create",
 ) -> ImportReport:
     """Import WebDataset tars: every member kept, byte for byte.
 
@@ -141,9 +142,14 @@ def import_webdataset(
         on_error: a bad tar or member raises `BadInputError` (`"raise"`, nothing is
             committed), or is left out and listed in the report (`"skip"`, `"warn"`).
         shard_size: target bytes per ferroload shard.
-        progress: `progress(done, None)` in samples (the total is not known up front).
+        progress: `True` draws a bar of samples on standard error, `False` nothing, None
+            (the default) a bar when standard error is a terminal; a callable is called
+            as `progress(done, None)` in samples (the total is not known up front).
         storage_options: backend options of `dst` and of the sources' object stores.
         max_file_bytes: the largest member read (default 2 GiB).
+        mode: what to do with a dataset already at `dst`: `"create"` (the default)
+            refuses it with `DatasetExistsError`; `"append"` adds to it (an id it already
+            has gets a `#2` suffix); `"overwrite"` replaces its content in a new version.
         max_inflate_ratio: how many times its size a compressed tar may inflate to
             (default 100).
 
@@ -151,6 +157,7 @@ def import_webdataset(
         What was imported; `columns` maps each extension to its modality.
 
     Raises:
+        DatasetExistsError: with `mode="create"`, if a dataset is already at `dst`.
         InputNotFoundError: if `src` (or a name a pattern expands to) matches no tar.
         BadInputError: for a damaged tar, a duplicate member, a damaged image member, a
             tar that is not a regular file, a member over `max_file_bytes` or a tar that
@@ -190,6 +197,9 @@ def import_webdataset(
         storage_options=storage_options,
         on_error=on_error,
         progress=progress,
+        mode=mode,
+        desc="import wds",
+        unit="sample",
     ) as session:
         names = _Modalities(session)
         for tar, item in ordered_streams(tars, read, workers=workers, buffer=32):
