@@ -28,7 +28,6 @@ from ferroload_map import (
     StaticPartitionExecutor,
     map_dataset,
 )
-from ferroload_map import _map as map_module
 
 CHILD = Path(__file__).with_name("_child_map.py")
 STATS_OUT = {"mean_color": "float32[3]", "thumb": "png"}
@@ -288,22 +287,45 @@ def test_threads_on_a_memory_dataset(make_dataset: Any) -> None:
     assert report.computed_partitions == (0, 1)
 
 
-@pytest.mark.parametrize("tqdm", [True, False], ids=["tqdm", "plain"])
-def test_progress_on_stderr(
-    make_dataset: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    tqdm: bool,
-) -> None:
-    monkeypatch.setattr(map_module, "_PROGRESS_DELAY", 0.0)
-    if not tqdm:
-        monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # type: ignore[arg-type]
+def test_progress_on_stderr(make_dataset: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    capfd.readouterr()
     label_map(make_dataset(8, memory=True, images=False), progress=True)
-    err = capsys.readouterr().err
-    assert "map slow" in err and "2/2" in err
-    label_map(make_dataset(4, memory=True, images=False), progress=True)  # one partition
+    err = capfd.readouterr().err
+    assert "map slow" in err and "8/8" in err and "sample" in err  # a tqdm bar
     label_map(make_dataset(8, memory=True, images=False), progress=False)
-    assert capsys.readouterr().err == ""
+    assert capfd.readouterr().err == ""
+    seen: list[tuple[int, int | None]] = []
+    label_map(
+        make_dataset(8, memory=True, images=False),
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    assert seen[0] == (0, 8) and seen[-1] == (8, 8) and len(seen) == 3  # per partition
+    assert capfd.readouterr().err == ""
+
+
+def test_progress_default_follows_the_terminal(
+    make_dataset: Any, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = make_dataset(8, memory=True, images=False)
+    monkeypatch.setenv("FERROLOAD_PROGRESS", "1")
+    capfd.readouterr()
+    ds.map(
+        lambda b: {"bigger": [x + 100 for x in b["label"]]},
+        inputs=["label"],
+        outputs={"bigger": "int64"},
+        layer="forced",
+        executor="threads",
+    )
+    assert "map forced" in capfd.readouterr().err
+    monkeypatch.setenv("FERROLOAD_PROGRESS", "0")
+    ds.map(
+        lambda b: {"other": [x + 101 for x in b["label"]]},
+        inputs=["label"],
+        outputs={"other": "int64"},
+        layer="hidden",
+        executor="threads",
+    )
+    assert capfd.readouterr().err == ""
 
 
 def test_skipped_samples_are_logged_once(

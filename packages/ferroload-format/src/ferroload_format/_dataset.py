@@ -565,7 +565,7 @@ class Dataset:
         on_error: Any = "raise",
         partition_size: int | None = None,
         overwrite: bool = False,
-        progress: bool = True,
+        progress: ProgressArg = None,
     ) -> Dataset:
         """Add `fn`'s outputs to this dataset as an additive, idempotent, resumable layer
         (see [`map_dataset`][ferroload_map.map_dataset], which also returns a report).

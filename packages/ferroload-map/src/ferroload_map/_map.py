@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
+from ferroload_core import ProgressArg, progress_reporter
 from ferroload_map._errors import MapSpecError
 from ferroload_map._executors import (
     Executor,
@@ -33,9 +32,6 @@ if TYPE_CHECKING:
     from ferroload_format import Dataset
 
 logger = logging.getLogger(__name__)
-
-#: Seconds a map runs before its progress bar appears.
-_PROGRESS_DELAY = 1.0
 
 
 @dataclass(frozen=True)
@@ -111,7 +107,7 @@ def map_dataset(
     on_error: OnError = ...,
     partition_size: int | None = ...,
     overwrite: bool = ...,
-    progress: bool = ...,
+    progress: ProgressArg = ...,
     return_report: Literal[False] = ...,
 ) -> Dataset: ...
 @overload
@@ -128,7 +124,7 @@ def map_dataset(
     on_error: OnError = ...,
     partition_size: int | None = ...,
     overwrite: bool = ...,
-    progress: bool = ...,
+    progress: ProgressArg = ...,
     return_report: Literal[True],
 ) -> tuple[Dataset, MapReport]: ...
 
@@ -146,7 +142,7 @@ def map_dataset(
     on_error: OnError = "raise",
     partition_size: int | None = None,
     overwrite: bool = False,
-    progress: bool = True,
+    progress: ProgressArg = None,
     return_report: bool = False,
 ) -> Dataset | tuple[Dataset, MapReport]:
     """Add the outputs of `fn` to every sample of `ds` as a layer, committed as a new version.
@@ -190,8 +186,10 @@ def map_dataset(
             a function of the row count only (`default_partition_size`).
         overwrite: replace a committed layer of the same name computed differently
             (older versions keep it).
-        progress: show a progress bar on stderr (tqdm if installed) when more than one
-            partition is computed.
+        progress: `True` draws a bar on standard error of the samples this process
+            computes (updated as each partition finishes), `False` nothing, None (the
+            default) a bar when standard error is a terminal; a callable is called as
+            `progress(samples_done, total)` (see `ferroload_core.progress_reporter`).
         return_report: return `(dataset, MapReport)` instead of the dataset.
 
     Returns:
@@ -268,7 +266,7 @@ def execute_map(
     plan: Sequence[Partition],
     executor: Executor,
     *,
-    progress: bool = False,
+    progress: ProgressArg = False,
     started: float | None = None,
 ) -> tuple[Dataset, MapReport]:
     """Run a planned map with a given layer writer (the body of `map_dataset`).
@@ -308,10 +306,14 @@ def execute_map(
     mine = executor.assign(todo)
     task = functools.partial(run_partition, spec, ds, writer)
     results: list[PartitionResult] = []
-    with _Progress(spec.layer, len(mine), enabled=progress and len(mine) > 1) as bar:
+    total = sum(len(p) for p in mine)
+    with progress_reporter(progress, desc=f"map {spec.layer}", unit="sample", total=total) as tick:
+        tick(0, total)
+        done_rows = 0
         for result in executor.run(task, mine):
             results.append(result)
-            bar(result)
+            done_rows += result.num_samples
+            tick(done_rows, total)
     results.sort(key=lambda r: r.partition)
     skipped = [s for r in results for s in r.skipped][:MAX_SKIPPED_LISTED]
     num_skipped = sum(r.num_skipped for r in results)
@@ -355,66 +357,3 @@ def _check_reachable(ds: Dataset, executor: Executor, layer: str) -> None:
             uri=ds.uri,
             layer=layer,
         )
-
-
-class _Progress:
-    """A progress bar over partitions: tqdm when installed, else a plain stderr line."""
-
-    def __init__(self, layer: str, total: int, *, enabled: bool) -> None:
-        self.layer = layer
-        self.total = total
-        self.enabled = enabled
-        self.done = 0
-        self.samples = 0
-        self.t0 = time.perf_counter()
-        self.last = 0.0
-        self.bar: Any = None
-        self.printed = False
-        self.out: TextIO = sys.stderr
-
-    def __enter__(self) -> Callable[[PartitionResult], None]:
-        if self.enabled:
-            try:
-                tqdm = importlib.import_module("tqdm.auto").tqdm
-            except ImportError:
-                self.bar = None
-            else:  # shown only once the map has run for a second
-                self.bar = tqdm(
-                    total=self.total,
-                    desc=f"map {self.layer}",
-                    unit="part",
-                    file=self.out,
-                    delay=_PROGRESS_DELAY,
-                )
-        return self.update
-
-    def update(self, result: PartitionResult) -> None:
-        self.done += 1
-        self.samples += result.num_samples
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.set_postfix(samples=self.samples, refresh=False)
-            self.bar.update(1)
-            return
-        now = time.perf_counter()
-        if now - self.t0 < _PROGRESS_DELAY:
-            return
-        if now - self.last >= 1.0 or self.done == self.total:
-            self.last = now
-            rate = self.samples / max(now - self.t0, 1e-9)
-            self.out.write(
-                f"\rmap {self.layer}: {self.done}/{self.total} partitions, "
-                f"{self.samples} samples ({rate:.0f}/s)"
-            )
-            self.out.flush()
-            self.printed = True
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.close()
-        elif self.printed:
-            self.out.write("\n")
-            self.out.flush()
