@@ -6,6 +6,7 @@ import textwrap
 from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,12 +17,17 @@ from ferroload_catalog import (
     CatalogError,
     CatalogFileError,
     CatalogLockedError,
+    CatalogSecretError,
     InvalidCatalogNameError,
     default_catalog_path,
+    resolve_options,
+    storable_options,
     validate_name,
 )
 from ferroload_core import FerroloadError
 from ferroload_format import Dataset, DatasetNotFoundError, Writer
+from ferroload_store import StorageOptionsError
+from ferroload_store.testing import MotoServer
 
 MakeDataset = Callable[..., str]
 
@@ -30,9 +36,10 @@ def test_add_reads_version_and_sizes(catalog: Catalog, make_dataset: MakeDataset
     uri = make_dataset("a", samples=4)
     entry = catalog.add("a", uri, description="first", tags=["img", "train", "img"])
     ds = Dataset.open(uri)
-    expected = sum(s.size for s in ds.manifest.shards) + sum(
+    expected = ds.manifest.size_bytes  # the one count: `ferroload info` reports it too
+    assert expected > sum(s.size for s in ds.manifest.shards) + sum(
         p.size for p in ds.manifest.index_parts
-    )
+    )  # the manifest file counts
     assert entry.name == "a"
     assert entry.uri == ds.uri
     assert entry.version == 1
@@ -270,3 +277,122 @@ def test_dataset_open_resolves_catalog_uris(
     Catalog().add("cat-open", str(root))
     ds = Dataset.open("catalog:cat-open")
     assert len(ds) == 1 and ds.get(0, ["label"]) == {"label": 1}
+
+
+def test_storage_options_are_stored_without_secrets(
+    catalog: Catalog, make_dataset: MakeDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = make_dataset()  # local: the options are kept, and ignored when opening
+    monkeypatch.setenv("MY_S3_SECRET", "s3cr3t")
+    options = {"region": "eu-west-3", "allow_http": "true", "secret": "env:MY_S3_SECRET"}
+    entry = catalog.add("a", uri, storage_options=options)
+    assert entry.storage_options == options
+    assert catalog.get("a").storage_options == options
+    assert catalog.list()[0].storage_options == options
+    assert "s3cr3t" not in catalog.path.read_bytes().decode("latin-1")
+    assert catalog.locate("catalog:a") == (entry.uri, {**options, "secret": "s3cr3t"})
+    assert catalog.locate(uri, storage_options={"x": 1}) == (uri, {"x": 1})
+    # another entry made from this one inherits its options; --replace replaces them
+    assert catalog.add("b", "catalog:a").storage_options == options
+    assert catalog.add("a", uri, replace=True).storage_options == {}
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"secret_access_key": "abc"}, "secret_access_key"),
+        ({"AWS_SESSION_TOKEN": "abc"}, "AWS_SESSION_TOKEN"),
+        ({"key": "AKIA"}, "key"),
+        ({"client_kwargs": {"endpoint_url": "http://m", "aws_secret_access_key": "x"}},
+         "client_kwargs['aws_secret_access_key']"),
+    ],
+)  # fmt: skip
+def test_literal_secrets_are_refused(
+    catalog: Catalog, make_dataset: MakeDataset, options: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(CatalogSecretError) as err:
+        storable_options("s3://bucket/ds", options, name="a")
+    assert isinstance(err.value, ValueError) and isinstance(err.value, CatalogError)
+    assert err.value.key == key
+    assert f"storage option {key!r} is a secret" in str(err.value)
+    assert "=env:MY_VAR" in str(err.value)
+    assert storable_options(
+        "az://acct/c/ds", {"account_name": "acct", "account_key": "env:AZ_KEY"}
+    ) == {"account_name": "acct", "account_key": "env:AZ_KEY"}
+    with pytest.raises(CatalogSecretError, match="does not name an environment variable"):
+        storable_options("s3://bucket/ds", {"secret": "env:not a name"})
+    with pytest.raises(CatalogSecretError, match="not set"):
+        catalog.add("a", make_dataset(), storage_options={"region": "env:UNSET_VAR_FOR_TESTS"})
+    assert "a" not in catalog
+
+
+def test_an_unset_variable_is_named_when_the_entry_opens(
+    catalog: Catalog, make_dataset: MakeDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAT_REGION", "r1")
+    catalog.add("a", make_dataset(), storage_options={"region": "env:CAT_REGION"})
+    monkeypatch.delenv("CAT_REGION")
+    with pytest.raises(CatalogSecretError) as err:
+        catalog.open_dataset("catalog:a")
+    assert str(err.value).startswith(
+        "catalog entry 'a' takes storage option 'region' from the environment variable "
+        "CAT_REGION, which is not set"
+    )
+    assert resolve_options({"n": {"v": 1}, "k": [1]}) == {"n": {"v": 1}, "k": [1]}
+
+
+def test_an_old_catalog_file_gains_the_options_column(
+    tmp_path: Path, make_dataset: MakeDataset
+) -> None:
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE TABLE entries (name VARCHAR PRIMARY KEY, uri VARCHAR NOT NULL, version BIGINT "
+        "NOT NULL, tags VARCHAR[] NOT NULL, description VARCHAR NOT NULL, num_samples BIGINT "
+        "NOT NULL, size_bytes BIGINT NOT NULL, created_at TIMESTAMP NOT NULL, updated_at "
+        "TIMESTAMP NOT NULL)"
+    )
+    con.execute(
+        "INSERT INTO entries VALUES ('old', ?, 1, [], '', 3, 10, now()::TIMESTAMP, "
+        "now()::TIMESTAMP)",
+        [make_dataset()],
+    )
+    con.close()
+    catalog = Catalog(path)
+    assert catalog.get("old").storage_options == {}
+    assert len(catalog.open_dataset("catalog:old")) == 3
+    assert catalog.add("new", make_dataset("n"), storage_options={"region": "r"}).storage_options
+
+
+@pytest.mark.s3
+def test_catalog_uris_open_with_the_stored_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A custom endpoint is given once, at `add`; secrets come from the environment."""
+    monkeypatch.setenv("FERROLOAD_CATALOG", str(tmp_path / "cat.duckdb"))
+    for name in ("AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with MotoServer() as moto:
+        moto.create_bucket("cat")
+        uri = "s3://cat/ds"
+        with Writer(uri, "remote", storage_options=moto.storage_options()) as w:
+            w.add("s0", None, {"label": 7})
+        monkeypatch.setenv("CAT_KEY_ID", "testing")
+        monkeypatch.setenv("CAT_SECRET", "testing")
+        fsspec_style = {
+            "client_kwargs": {"endpoint_url": moto.endpoint, "region_name": moto.region},
+            "key": "env:CAT_KEY_ID",
+            "secret": "env:CAT_SECRET",
+        }
+        with pytest.raises(CatalogSecretError):
+            Catalog().add("remote", uri, storage_options={**fsspec_style, "secret": "testing"})
+        entry = Catalog().add("remote", uri, storage_options=fsspec_style)
+        assert entry.uri == uri and entry.num_samples == 1
+        ds = Dataset.open("catalog:remote")  # no storage_options: the stored ones
+        assert ds.get(0, ["label"]) == {"label": 7}
+        assert Catalog().refresh("remote").size_bytes == ds.manifest.size_bytes
+        # options given at open go over the stored ones
+        with pytest.raises(StorageOptionsError):
+            Dataset.open("catalog:remote", storage_options={"no_such_key": 1})

@@ -5,7 +5,8 @@ directory), safe to share between processes.
 
 - `Catalog` adds, lists, tags, refreshes and removes entries, and resolves
   `catalog:<name>` URIs.
-- `CatalogEntry` is one registered dataset.
+- `CatalogEntry` is one registered dataset, with the storage options it opens with
+  (secrets only as `env:NAME`, names of environment variables).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -14,9 +15,12 @@ from ferroload_catalog._catalog import (
     CATALOG_ENV,
     CATALOG_SCHEME,
     DEFAULT_LOCK_TIMEOUT,
+    ENV_REFERENCE,
     Catalog,
     CatalogEntry,
     default_catalog_path,
+    resolve_options,
+    storable_options,
     validate_name,
 )
 from ferroload_catalog._errors import (
@@ -25,6 +29,7 @@ from ferroload_catalog._errors import (
     CatalogError,
     CatalogFileError,
     CatalogLockedError,
+    CatalogSecretError,
     InvalidCatalogNameError,
 )
 
@@ -37,6 +42,7 @@ __all__ = [
     "CATALOG_ENV",
     "CATALOG_SCHEME",
     "DEFAULT_LOCK_TIMEOUT",
+    "ENV_REFERENCE",
     "Catalog",
     "CatalogEntry",
     "CatalogEntryExistsError",
@@ -44,8 +50,11 @@ __all__ = [
     "CatalogError",
     "CatalogFileError",
     "CatalogLockedError",
+    "CatalogSecretError",
     "InvalidCatalogNameError",
     "__version__",
     "default_catalog_path",
+    "resolve_options",
+    "storable_options",
     "validate_name",
 ]

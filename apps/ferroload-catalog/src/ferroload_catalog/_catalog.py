@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import random
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ from ferroload_catalog._errors import (
     CatalogEntryNotFoundError,
     CatalogFileError,
     CatalogLockedError,
+    CatalogSecretError,
     InvalidCatalogNameError,
 )
-from ferroload_format import Dataset, Manifest
+from ferroload_format import Dataset
+from ferroload_store import is_secret_option, normalize_storage_options
 
 #: Environment variable naming the catalog file (overrides the user data directory).
 CATALOG_ENV = "FERROLOAD_CATALOG"
@@ -32,6 +35,11 @@ CATALOG_ENV = "FERROLOAD_CATALOG"
 CATALOG_SCHEME = "catalog:"
 #: Seconds an operation waits for another process to release the catalog file.
 DEFAULT_LOCK_TIMEOUT = 30.0
+#: A stored storage option whose value is `env:NAME` is read from the environment
+#: variable `NAME` when the entry is opened (the only way a secret reaches the catalog).
+ENV_REFERENCE = "env:"
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _SCHEMA = """
@@ -44,10 +52,15 @@ CREATE TABLE IF NOT EXISTS entries (
     num_samples BIGINT NOT NULL,
     size_bytes BIGINT NOT NULL,
     created_at TIMESTAMP NOT NULL,
-    updated_at TIMESTAMP NOT NULL
-)
+    updated_at TIMESTAMP NOT NULL,
+    storage_options VARCHAR NOT NULL DEFAULT '{}'
+);
+ALTER TABLE entries ADD COLUMN IF NOT EXISTS storage_options VARCHAR DEFAULT '{}';
 """
-_COLUMNS = "name, uri, version, tags, description, num_samples, size_bytes, created_at, updated_at"
+_COLUMNS = (
+    "name, uri, version, tags, description, num_samples, size_bytes, created_at, updated_at, "
+    "storage_options"
+)
 
 
 def default_catalog_path() -> Path:
@@ -109,10 +122,13 @@ class CatalogEntry:
         tags: the entry's tags, sorted.
         description: free text.
         num_samples: samples of that version.
-        size_bytes: bytes of that version's tar shards and Parquet index parts (layers
-            included), from its manifest.
+        size_bytes: that version's `Manifest.size_bytes` (tar shards, index parts,
+            layers' and the manifest file: the number `ferroload info` reports).
         created_at: when the entry was added (UTC).
         updated_at: when the entry last changed (UTC).
+        storage_options: the options the entry is opened with, as stored: non-secret
+            values, and `env:NAME` for a value read from the environment variable
+            `NAME` at open (never a secret itself).
     """
 
     name: str
@@ -124,6 +140,7 @@ class CatalogEntry:
     size_bytes: int
     created_at: datetime
     updated_at: datetime
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def catalog_uri(self) -> str:
@@ -137,7 +154,7 @@ def _now() -> datetime:
 
 
 def _entry(row: tuple[Any, ...]) -> CatalogEntry:
-    name, uri, version, tags, description, num_samples, size_bytes, created, updated = row
+    name, uri, version, tags, description, num_samples, size_bytes, created, updated, opts = row
     return CatalogEntry(
         name=name,
         uri=uri,
@@ -148,14 +165,113 @@ def _entry(row: tuple[Any, ...]) -> CatalogEntry:
         size_bytes=int(size_bytes),
         created_at=created.replace(tzinfo=UTC),
         updated_at=updated.replace(tzinfo=UTC),
+        storage_options=json.loads(opts) if opts else {},
     )
 
 
-def _size_bytes(manifest: Manifest) -> int:
-    total = sum(s.size for s in manifest.shards) + sum(p.size for p in manifest.index_parts)
-    for layer in manifest.layers:
-        total += sum(s.size for s in layer.shards) + sum(p.size for p in layer.index_parts)
-    return total
+def storable_options(
+    uri: str, storage_options: Mapping[str, Any] | None, *, name: str | None = None
+) -> dict[str, Any]:
+    """The storage options of an entry as the catalog stores them, checked.
+
+    A value of the form `env:NAME` is kept as it is (it is read from the environment
+    variable `NAME` when the entry is opened). Any other value is kept only if its key is
+    not a secret (`ferroload_store.is_secret_option`: access keys, secret keys, tokens,
+    account keys, SAS tokens, client secrets, service-account keys, connection strings,
+    in any spelling, nested ones such as `client_kwargs` included).
+
+    Args:
+        uri: the dataset URI (its scheme says which keys are secrets).
+        storage_options: the options as given.
+        name: the entry, for messages.
+
+    Returns:
+        the options to store (JSON-serialisable).
+
+    Raises:
+        CatalogSecretError: (a `ValueError`) for a literal secret, or a malformed
+            `env:` reference; the message says how to pass it.
+
+    Examples:
+        >>> storable_options("s3://b/ds", {"endpoint": "http://minio:9000", "secret": "env:S3_SECRET"})
+        {'endpoint': 'http://minio:9000', 'secret': 'env:S3_SECRET'}
+        >>> storable_options("s3://b/ds", {"secret_access_key": "abc"})
+        Traceback (most recent call last):
+        ...
+        ferroload_catalog._errors.CatalogSecretError: storage option 'secret_access_key' is a secret, ...
+    """
+    return {
+        str(k): _storable(uri, str(k), str(k), v, name)
+        for k, v in dict(storage_options or {}).items()
+    }
+
+
+def _storable(uri: str, key: str, path: str, value: Any, name: str | None) -> Any:
+    if isinstance(value, str) and value.startswith(ENV_REFERENCE):
+        var = value[len(ENV_REFERENCE) :]
+        if _ENV_NAME.fullmatch(var) is None:
+            raise CatalogSecretError(
+                f"storage option {path!r}: {value!r} does not name an environment variable "
+                "(write env:NAME, NAME of letters, digits and '_')",
+                name=name,
+                key=path,
+            )
+        return value
+    if isinstance(value, Mapping):
+        return {
+            str(k): _storable(uri, str(k), f"{path}[{str(k)!r}]", v, name) for k, v in value.items()
+        }
+    if is_secret_option(uri, key):
+        raise CatalogSecretError(
+            f"storage option {path!r} is a secret, and the catalog stores no secret: pass "
+            f"the name of an environment variable that holds it, {key}=env:MY_VAR (CLI: "
+            f"-o {key}=env:MY_VAR; it is read when the entry is opened), or leave it out "
+            "and let the standard variables (AWS_*, GOOGLE_*, AZURE_*) provide it",
+            name=name,
+            key=path,
+        )
+    if isinstance(value, list | tuple):
+        return [_storable(uri, key, path, v, name) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise CatalogSecretError(
+        f"storage option {path!r}: the catalog stores text, numbers, booleans, lists and "
+        f"dicts, not {type(value).__name__}",
+        name=name,
+        key=path,
+    )
+
+
+def resolve_options(stored: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:
+    """Stored storage options with each `env:NAME` value read from the environment.
+
+    Raises:
+        CatalogSecretError: if a named environment variable is not set.
+
+    Examples:
+        >>> os.environ["DOCS_DEMO_SECRET"] = "s3cr3t"
+        >>> resolve_options({"region": "eu-west-3", "secret": "env:DOCS_DEMO_SECRET"})
+        {'region': 'eu-west-3', 'secret': 's3cr3t'}
+    """
+    return {str(k): _resolved(str(k), v, name) for k, v in stored.items()}
+
+
+def _resolved(path: str, value: Any, name: str | None) -> Any:
+    if isinstance(value, str) and value.startswith(ENV_REFERENCE):
+        var = value[len(ENV_REFERENCE) :]
+        found = os.environ.get(var)
+        if found is None:
+            where = f"catalog entry {name!r}" if name else "the catalog entry"
+            raise CatalogSecretError(
+                f"{where} takes storage option {path!r} from the environment variable "
+                f"{var}, which is not set; set it (or pass storage_options / -o {path}=…)",
+                name=name,
+                key=path,
+            )
+        return found
+    if isinstance(value, Mapping):
+        return {str(k): _resolved(f"{path}[{str(k)!r}]", v, name) for k, v in value.items()}
+    return value
 
 
 def _tags(tags: Iterable[str]) -> list[str]:
@@ -287,17 +403,23 @@ class Catalog:
         storage_options: Mapping[str, Any] | None = None,
         replace: bool = False,
     ) -> CatalogEntry:
-        """Register the dataset at `uri` under `name`.
+        """Register the dataset at `uri` under `name`, with its storage options.
 
         The dataset is opened (its manifest only) to check it and to read its latest
-        version, sample count and size. Storage options are used for that and not stored.
+        version, sample count and size. The storage options are stored with the entry
+        and used whenever it is opened (`catalog:<name>`, `open_dataset`, `refresh`, the
+        CLI), so a custom endpoint is given once. Secrets are never stored: a secret
+        key's value must be `env:NAME`, the name of an environment variable read at
+        open (see `storable_options` for which keys are secrets).
 
         Args:
             name: the entry's name: lowercase letters, digits, `-`, `_`, `.`.
-            uri: the dataset root (a local path, `s3://…`, …; `catalog:<other>` too).
+            uri: the dataset root (a local path, `s3://…`, …; `catalog:<other>` too,
+                whose storage options are inherited).
             description: free text.
             tags: tags (the same rule as names).
-            storage_options: backend options for opening the dataset (not stored).
+            storage_options: backend options of the dataset (stored; secrets only as
+                `env:NAME`).
             replace: overwrite an existing entry of that name (keeping its `created_at`).
 
         Returns:
@@ -306,6 +428,8 @@ class Catalog:
         Raises:
             InvalidCatalogNameError: if `name` or a tag breaks the naming rule.
             CatalogEntryExistsError: if `name` exists and `replace` is false.
+            CatalogSecretError: for a literal secret in `storage_options`, or an
+                `env:NAME` whose variable is not set.
             DatasetNotFoundError: if no dataset is at `uri`.
         """
         validate_name(name)
@@ -314,8 +438,13 @@ class Catalog:
             with self._connect() as con:
                 if self._select(con, name) is not None:
                     raise self._exists(name)
-        target = self.resolve(os.fspath(uri))
-        ds = Dataset.open(target, storage_options=storage_options)
+        target = os.fspath(uri)
+        inherited: dict[str, Any] = {}
+        if target.startswith(CATALOG_SCHEME):
+            other = self.get(target[len(CATALOG_SCHEME) :])
+            target, inherited = other.uri, dict(other.storage_options)
+        stored = {**inherited, **storable_options(target, storage_options, name=name)}
+        ds = Dataset.open(target, storage_options=resolve_options(stored, name=name))
         manifest = ds.manifest
         now = _now()
         with self._connect() as con:
@@ -327,7 +456,7 @@ class Catalog:
                 created = now if old is None else old.created_at.replace(tzinfo=None)
                 con.execute("DELETE FROM entries WHERE name = ?", [name])
                 con.execute(
-                    f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         name,
                         ds.uri,
@@ -335,9 +464,10 @@ class Catalog:
                         tag_list,
                         description,
                         manifest.num_samples,
-                        _size_bytes(manifest),
+                        manifest.size_bytes,
                         created,
                         now,
+                        json.dumps(stored, sort_keys=True),
                     ],
                 )
                 con.execute("COMMIT")
@@ -427,7 +557,8 @@ class Catalog:
 
         Args:
             name: the entry.
-            storage_options: backend options for opening the dataset.
+            storage_options: backend options for opening the dataset, over the entry's
+                stored ones (not stored).
 
         Returns:
             the updated entry.
@@ -437,12 +568,13 @@ class Catalog:
             DatasetNotFoundError: if the dataset is gone.
         """
         entry = self.get(name)
-        manifest = Dataset.open(entry.uri, storage_options=storage_options).manifest
+        options = self._options(entry, storage_options)
+        manifest = Dataset.open(entry.uri, storage_options=options).manifest
         with self._connect() as con:
             con.execute(
                 "UPDATE entries SET version = ?, num_samples = ?, size_bytes = ?, "
                 "updated_at = ? WHERE name = ?",
-                [manifest.version, manifest.num_samples, _size_bytes(manifest), _now(), name],
+                [manifest.version, manifest.num_samples, manifest.size_bytes, _now(), name],
             )
             return self._require(con, name)
 
@@ -456,22 +588,64 @@ class Catalog:
             return uri
         return self.get(uri[len(CATALOG_SCHEME) :]).uri
 
+    def locate(
+        self, uri: str, *, storage_options: Mapping[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The URI and storage options to open `uri` with.
+
+        For `catalog:<name>`: the entry's URI, and its stored options (each `env:NAME`
+        read from the environment) with `storage_options` over them. Anything else comes
+        back unchanged. `Dataset.open("catalog:<name>")` calls this.
+
+        Raises:
+            CatalogEntryNotFoundError: if `uri` names an entry that does not exist.
+            CatalogSecretError: if an option's environment variable is not set.
+
+        Examples:
+            >>> import os, tempfile
+            >>> from ferroload_format import Writer
+            >>> with Writer("memory://docs/locate-example", "demo") as w:
+            ...     w.add("s0", {}, {"label": 1})
+            >>> catalog = Catalog(os.path.join(tempfile.mkdtemp(), "catalog.duckdb"))
+            >>> _ = catalog.add("demo", "memory://docs/locate-example", storage_options={"region": "x"})
+            >>> catalog.locate("catalog:demo")
+            ('memory://docs/locate-example', {'region': 'x'})
+        """
+        if not uri.startswith(CATALOG_SCHEME):
+            return uri, None if storage_options is None else dict(storage_options)
+        entry = self.get(uri[len(CATALOG_SCHEME) :])
+        return entry.uri, self._options(entry, storage_options)
+
+    def _options(self, entry: CatalogEntry, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The entry's stored options, resolved, with `given` over them (both in
+        obstore's keys, so that two spellings of one key cannot both survive)."""
+        stored = resolve_options(entry.storage_options, name=entry.name)
+        if not given:
+            return stored
+        return {
+            **normalize_storage_options(entry.uri, stored),
+            **normalize_storage_options(entry.uri, given),
+        }
+
     def open_dataset(self, name_or_uri: str | os.PathLike[str], **kwargs: Any) -> Dataset:
         """Open a dataset by `catalog:<name>`, by bare entry name, or by URI.
 
         A bare string that is a valid name of an existing entry opens that entry; any
-        other string is passed to `Dataset.open` as a URI.
+        other string is passed to `Dataset.open` as a URI. An entry opens with its
+        stored storage options (`storage_options` given here go over them).
 
         Args:
             name_or_uri: `catalog:<name>`, an entry name, or a dataset URI.
             **kwargs: passed to `Dataset.open` (`version`, `storage_options`, …).
         """
         target = os.fspath(name_or_uri)
+        entry: CatalogEntry | None = None
         if target.startswith(CATALOG_SCHEME):
-            target = self.resolve(target)
+            entry = self.get(target[len(CATALOG_SCHEME) :])
         elif _NAME.fullmatch(target) is not None:
             with self._connect() as con:
                 entry = self._select(con, target)
-            if entry is not None:
-                target = entry.uri
+        if entry is not None:
+            target = entry.uri
+            kwargs["storage_options"] = self._options(entry, kwargs.get("storage_options"))
         return Dataset.open(target, **kwargs)

@@ -49,3 +49,16 @@ class CatalogLockedError(CatalogError, TimeoutError):
 
 class CatalogFileError(CatalogError, OSError):
     """The catalog file cannot be opened (not a DuckDB file, no permission, …)."""
+
+
+class CatalogSecretError(CatalogError, ValueError):
+    """A storage option that would put a secret in the catalog, or a secret's environment
+    variable that is not set when the entry is opened.
+
+    Attributes:
+        key: the storage option.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, key: str = "") -> None:
+        self.key = key
+        super().__init__(message, name=name)
