@@ -80,18 +80,17 @@ def test_tarwriter_shards_import_and_export_back_identically(tmp_path: Path) -> 
     paths = write_with_tarwriter(tmp_path / "src")
     report = import_webdataset(tmp_path / "src", tmp_path / "ds")
     assert report.num_samples == 10
+    # .cls, .txt and .json are stored once, as metadata columns (their bytes come back)
     assert dict(report.columns) == {
-        "cls": "cls",
+        "cls": "label",
         "jpg": "jpg",
-        "json": "json",
+        "json": "json_text",
         "seg.png": "seg_png",
-        "txt": "txt",
+        "txt": "text",
     }
     ds = Dataset.open(tmp_path / "ds")
     mods = {m.name: (m.ext, m.kind, m.codec_hint) for m in ds.modalities}
-    assert mods["jpg"] == ("jpg", "tensor", "image")
-    assert mods["seg_png"] == ("png", "tensor", "image")
-    assert mods["txt"] == ("txt", "text", "raw")
+    assert mods == {"jpg": ("jpg", "tensor", "image"), "seg_png": ("png", "tensor", "image")}
     first = ds[1]
     assert first["sample_id"] == "n1~img0001"
     assert (first["wds_key"], first["wds_shard"], first["label"]) == (
@@ -105,11 +104,11 @@ def test_tarwriter_shards_import_and_export_back_identically(tmp_path: Path) -> 
     assert first["wds_members"] == [
         {"ext": e, "modality": m}
         for e, m in [
-            ("cls", "cls"),
+            ("cls", "label"),
             ("jpg", "jpg"),
-            ("json", "json"),
+            ("json", "json_text"),
             ("seg.png", "seg_png"),
-            ("txt", "txt"),
+            ("txt", "text"),
         ]
     ]
     assert ds.subset("label = 2", return_indices=True).tolist() == [2, 5, 8]
@@ -146,7 +145,7 @@ def test_any_member_layout_round_trips_exactly(tmp_path: Path) -> None:
         "cls": "cls",
         "seg.png": "seg_png",
         "JPG": "jpg_2",
-        "txt": "txt",
+        "txt": "text",
         "weird-ext!": "weird_ext_",
         "seg_png": "seg_png_2",
     }
@@ -189,15 +188,20 @@ def test_generic_dataset_exports_to_tars_webdataset_reads(tmp_path: Path) -> Non
         assert s["image.jpg"] == image_bytes(i, "JPEG")  # extensions shared: <modality>.<ext>
         assert s.get("thumb.jpg") == (image_bytes(50 + i, "JPEG") if i % 2 else None)
         assert s["txt"] == f"c{i}".encode()
-        meta = {"label": i % 3, "blob": base64.b64encode(bytes([i])).decode(), "score": i / 2}
+        assert s["cls"] == str(i % 3).encode()  # the int label as WebDataset's .cls
+        meta = {"blob": base64.b64encode(bytes([i])).decode(), "score": i / 2}
         assert json.loads(s["json"]) == meta
-    # re-importing the export keeps every payload
-    import_webdataset(tmp_path / "out", tmp_path / "back")
+    # re-importing the export keeps every payload and restores the columns
+    report = import_webdataset(tmp_path / "out", tmp_path / "back")
+    assert report.num_ignored == 0  # the __ferroload__ members are read, not ignored
     back = Dataset.open(tmp_path / "back")
-    assert back.get(1, ["image_jpg", "thumb_jpg", "txt"]) == {
+    assert back.get(1, ["image_jpg", "thumb_jpg", "text", "label", "blob", "score"]) == {
         "image_jpg": image_bytes(1, "JPEG"),
         "thumb_jpg": image_bytes(51, "JPEG"),
-        "txt": b"c1",
+        "text": "c1",
+        "label": 1,
+        "blob": bytes([1]),
+        "score": 0.5,
     }
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ferroload_convert._errors import ConvertError, ConvertOptionError
 from ferroload_convert._export import (
@@ -23,7 +23,8 @@ from ferroload_convert._export import (
     safe_relative,
 )
 from ferroload_convert._report import ExportReport, Progress
-from ferroload_convert._webdataset import WDS_COLUMNS
+from ferroload_convert._wds_meta import MARKER, dumps, marker, to_json
+from ferroload_convert._webdataset import LIFTED, WDS_COLUMNS
 from ferroload_format import Dataset
 
 #: Samples per tar when re-sharding (`samples_per_shard` not given, dataset not imported
@@ -40,6 +41,8 @@ def export_webdataset(
     progress: Progress = None,
     storage_options: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    metadata: Literal["json", "none"] = "json",
+    metadata_columns: Sequence[str] | None = None,
 ) -> ExportReport:
     """Export a dataset as WebDataset tars.
 
@@ -48,11 +51,18 @@ def export_webdataset(
     under their original names (`<wds_key>.<ext>`), in their original order, with the
     original bytes, and, unless `samples_per_shard` is given, into tars named like the
     originals (relative to `dst`; a `.tar.gz` comes back uncompressed as `.tar`).
+    Members kept as metadata columns (`label`, `text`, `json_text`) are written back
+    from them, byte for byte.
 
     Any other dataset is written as `shard-000000.tar`, … of `samples_per_shard`
-    samples (default 10,000), each sample as `<sample_id>.<ext>` per present modality
-    (`<sample_id>.<modality>.<ext>` for modalities that share an extension) plus its
-    metadata as `<sample_id>.json` (`bytes` values in base64). Tars are deterministic
+    samples (default 10,000), self-contained: each sample as `<sample_id>.<ext>` per
+    present modality (`<sample_id>.<modality>.<ext>` for modalities that share an
+    extension), an int `label` as `<sample_id>.cls` (its decimal, as
+    `webdataset.TarWriter` writes it; none where it is null), and the other metadata
+    columns as one JSON object `<sample_id>.json` (every column, null included; `bytes`
+    in base64). Each tar opens with a `__ferroload__` member (WebDataset's readers skip
+    `__…__` members) naming the columns and their types, from which `import_webdataset`
+    restores the same columns with the same types. Tars are deterministic
     (mode 0644, mtime 0, owner 0). Everything is written into a temporary folder next to
     `dst`, renamed to `dst` only once the export is complete: a failed export leaves
     nothing behind.
@@ -68,6 +78,10 @@ def export_webdataset(
         storage_options: backend options of `src`.
         overwrite: replace a `dst` folder that is not empty, once the export is complete
             (see `export_image_folder`); a ferroload dataset is never replaced.
+        metadata: `"json"` writes the metadata (`.cls` and `.json` members, the
+            `__ferroload__` member); `"none"` writes modalities only.
+        metadata_columns: the metadata columns written (default: all); a dataset
+            imported from WebDataset writes its original members whatever this says.
 
     Returns:
         What was written.
@@ -77,7 +91,9 @@ def export_webdataset(
         UnsafeNameError: for a member name that is not a safe relative path (absolute,
             with `..`, a control character: a `wds_key` or `wds_members` entry not as
             `import_webdataset` wrote it), naming the sample.
-        ConvertOptionError: for a bad `samples_per_shard`, or when re-sharding would put
+        ConvertOptionError: for a bad `samples_per_shard`, `metadata` or
+            `metadata_columns` (a name that is not a metadata column), or when
+            re-sharding would put
             two members of the same name in one tar (keys repeated across the original
             tars: export with `samples_per_shard=None`).
 
@@ -86,13 +102,13 @@ def export_webdataset(
         >>> from ferroload_format import Writer
         >>> with Writer("memory://docs/export-wds", "demo") as w:
         ...     w.declare("image", "jpg", "tensor", "image")
-        ...     w.add("s0", {"image": b"\\xff\\xd8\\xff jpeg bytes"}, {"label": 3})
+        ...     w.add("s0", {"image": b"\\xff\\xd8\\xff jpeg bytes"}, {"label": 3, "w": 0.5})
         >>> out = pathlib.Path(tempfile.mkdtemp()) / "wds"
         >>> export_webdataset("memory://docs/export-wds", out).num_files
         1
         >>> import tarfile
         >>> tarfile.open(out / "shard-000000.tar").getnames()
-        ['s0.jpg', 's0.json']
+        ['__ferroload__', 's0.jpg', 's0.cls', 's0.json']
     """
     start = time.perf_counter()
     if samples_per_shard is not None and (
@@ -102,15 +118,21 @@ def export_webdataset(
             f"samples_per_shard must be an int >= 1 or None, got {samples_per_shard!r}",
             column="samples_per_shard",
         )
+    if metadata not in ("json", "none"):
+        raise ConvertOptionError(
+            f"metadata must be 'json' or 'none', got {metadata!r}", column="metadata"
+        )
     ds = open_source(src, where, storage_options)
+    chosen = _chosen_columns(ds, metadata, metadata_columns)
     out = prepare_dst(dst, overwrite=overwrite)
     staged = StagedDir(out, overwrite=overwrite)
     writer: _Tars | None = None
     try:
         if set(WDS_COLUMNS) <= set(ds.metadata_columns):
-            writer = _Original(ds, staged.path, samples_per_shard)
+            writer = _Original(ds, staged.path, samples_per_shard, chosen)
         else:
-            writer = _Generic(ds, staged.path, samples_per_shard or DEFAULT_SAMPLES_PER_SHARD)
+            per_shard = samples_per_shard or DEFAULT_SAMPLES_PER_SHARD
+            writer = _Generic(ds, staged.path, per_shard, chosen)
         for chunk in read_chunks(
             ds, writer.columns, progress, order=writer.order, desc="export wds"
         ):
@@ -155,6 +177,11 @@ class _Tars:
         self.num_files += 1
         return self._tar
 
+    def _mark(self, tar: TarOut, data: bytes) -> None:
+        """Write the `__ferroload__` member into `tar`, once."""
+        if MARKER not in tar.names:
+            tar.add(MARKER, data)
+
     def _add(self, tar: TarOut, sid: str, name: str, data: bytes) -> None:
         check_member(name, sample_id=sid, uri=self.ds.uri)
         if name in tar.names:
@@ -180,10 +207,22 @@ class _Tars:
 class _Original(_Tars):
     """A dataset imported from WebDataset: the original members, in the original tars."""
 
-    def __init__(self, ds: Dataset, out: Path, samples_per_shard: int | None) -> None:
+    def __init__(
+        self, ds: Dataset, out: Path, samples_per_shard: int | None, chosen: list[str]
+    ) -> None:
         super().__init__(ds, out)
         self.per_shard = samples_per_shard
-        self.columns = ["sample_id", *WDS_COLUMNS, *(m.name for m in ds.modalities)]
+        meta = [c for c in ds.metadata_columns if c not in WDS_COLUMNS]
+        self.columns = ["sample_id", *WDS_COLUMNS, *(m.name for m in ds.modalities), *meta]
+        # what the metadata member of an exported ferroload dataset holds: the chosen
+        # columns that no member of the sample holds itself (a `.cls` holds `label`)
+        self.json_columns = chosen
+        types = {f.name: f.type for f in ds.schema}
+        cls = "cls" if _int_label(ds) else None
+        self.marker = marker("json", cls, {c: types[c] for c in chosen})
+        # the marker opens every tar when some sample has a metadata member to write
+        modality = pc.struct_field(pc.list_flatten(ds.column("wds_members")), "modality")
+        self.marked = bool(chosen) and pc.any(pc.is_null(modality)).as_py() is True
         self._names: dict[str | None, str] = {}
         if samples_per_shard is None:
             # each original tar's samples together, tars in first-seen order
@@ -201,20 +240,79 @@ class _Original(_Tars):
             tar = self._switch(self._names[sample["wds_shard"]])
         else:
             tar = self._switch(f"shard-{self.num_samples // self.per_shard:06d}.tar")
+        if self.marked:
+            self._mark(tar, self.marker)
         sid, key = sample["sample_id"], sample["wds_key"]
-        for member in sample["wds_members"] or ():
-            data = sample.get(member["modality"])
+        members = sample["wds_members"] or ()
+        held = {m["modality"] for m in members}
+        for member in members:
+            modality = member["modality"]
+            data: bytes | None
+            if modality is None:  # the metadata member of a ferroload export
+                cols = [
+                    c
+                    for c in self.json_columns
+                    if c not in held and not (c in _LIFTED and sample[c] is None)
+                ]
+                if not cols:
+                    continue
+                data = dumps({c: to_json(sample[c]) for c in cols})
+            elif modality in self.ds.metadata_columns:  # kept as a metadata column
+                data = _column_bytes(sample[modality], modality)
+            else:
+                data = sample.get(modality)
             if data is None:
                 raise ConvertError(
                     f"sample {sid!r} of {self.ds.uri} lists member {key}.{member['ext']} but "
-                    f"has no {member['modality']!r} payload; the dataset is not as "
+                    f"has no {modality!r} payload or value; the dataset is not as "
                     "import_webdataset wrote it",
                     uri=self.ds.uri,
-                    column=member["modality"],
+                    column=modality,
                 )
             self._add(tar, sid, f"{key}.{member['ext']}", data)
             self.num_bytes += len(data)
         self.num_samples += 1
+
+
+#: Columns that members become (`.cls`, `.txt`, `.json`): left out of the metadata member
+#: where a sample has no value (it had no such member).
+_LIFTED = frozenset(column for column, _ in LIFTED.values())
+
+
+def _column_bytes(value: Any, column: str) -> bytes | None:
+    """The member a lifted column came from: `str(label)`, or the text, as UTF-8."""
+    if value is None:
+        return None
+    return str(value).encode("utf-8")
+
+
+def _int_label(ds: Dataset) -> bool:
+    """Whether `ds` has an integer `label` column (exported as `<key>.cls`)."""
+    if "label" not in ds.metadata_columns:
+        return False
+    return bool(pa.types.is_integer(ds.schema.field("label").type))
+
+
+def _chosen_columns(
+    ds: Dataset, metadata: str, metadata_columns: Sequence[str] | None
+) -> list[str]:
+    """The metadata columns to export (`metadata_columns` checked), none for `"none"`."""
+    available = [c for c in ds.metadata_columns if c not in WDS_COLUMNS]
+    if metadata == "none":
+        return []
+    if metadata_columns is None:
+        return available
+    if isinstance(metadata_columns, str):
+        metadata_columns = [metadata_columns]
+    for column in metadata_columns:
+        if column not in available:
+            raise ConvertOptionError(
+                f"metadata_columns names {column!r}, which is not a metadata column of "
+                f"{ds.uri}; its columns are {', '.join(available) or 'none'}",
+                uri=ds.uri,
+                column=column,
+            )
+    return list(dict.fromkeys(metadata_columns))
 
 
 def _tar_name(shard: str | None, n: int, used: set[str]) -> str:
@@ -231,9 +329,11 @@ def _tar_name(shard: str | None, n: int, used: set[str]) -> str:
 
 
 class _Generic(_Tars):
-    """Any dataset: `<sample_id>.<ext>` per modality and `<sample_id>.json`."""
+    """Any dataset: `<sample_id>.<ext>` per modality, an int `label` as
+    `<sample_id>.cls`, the other metadata columns as `<sample_id>.json`, and a
+    `__ferroload__` member per tar naming the columns and their types."""
 
-    def __init__(self, ds: Dataset, out: Path, samples_per_shard: int) -> None:
+    def __init__(self, ds: Dataset, out: Path, samples_per_shard: int, chosen: list[str]) -> None:
         super().__init__(ds, out)
         self.per_shard = samples_per_shard
         exts = [m.ext.lower() for m in ds.modalities]
@@ -241,27 +341,31 @@ class _Generic(_Tars):
             m.name: m.ext if exts.count(m.ext.lower()) == 1 else f"{m.name}.{m.ext}"
             for m in ds.modalities
         }
-        self.meta = list(ds.metadata_columns)
         taken = {s.lower() for s in self.suffix.values()}
+        self.cls = "label" in chosen and _int_label(ds) and "cls" not in taken
+        self.meta = [c for c in chosen if not (self.cls and c == "label")]
         self.json = next(s for s in ("json", "meta.json", "ferroload.json") if s not in taken)
-        self.columns = ["sample_id", *self.suffix, *self.meta]
+        types = {f.name: f.type for f in ds.schema}
+        self.marker = (
+            marker(self.json, "cls" if self.cls else None, {c: types[c] for c in chosen})
+            if chosen
+            else None
+        )
+        self.columns = ["sample_id", *self.suffix, *chosen]
 
     def write(self, sample: dict[str, Any]) -> None:
         tar = self._switch(f"shard-{self.num_samples // self.per_shard:06d}.tar")
+        if self.marker is not None:
+            self._mark(tar, self.marker)
         sid = sample["sample_id"]
         for modality, suffix in self.suffix.items():
             data = sample[modality]
             if data is not None:
                 self._add(tar, sid, f"{sid}.{suffix}", data)
                 self.num_bytes += len(data)
+        if self.cls and sample["label"] is not None:
+            self._add(tar, sid, f"{sid}.cls", str(sample["label"]).encode())
         if self.meta:
-            meta = {c: sample[c] for c in self.meta}
-            text = json.dumps(meta, ensure_ascii=False, default=_json_value)
-            self._add(tar, sid, f"{sid}.{self.json}", text.encode("utf-8"))
+            text = dumps({c: to_json(sample[c]) for c in self.meta})
+            self._add(tar, sid, f"{sid}.{self.json}", text)
         self.num_samples += 1
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")

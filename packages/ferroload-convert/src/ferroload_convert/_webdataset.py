@@ -6,7 +6,10 @@ key `a/b/x`, extension `seg.png`). Unlike WebDataset's stream, members of one ke
 not be adjacent: a tar's headers are read first (no data), so any member order works.
 
 What the import records so that `export_webdataset` writes the same members back
-(names and bytes): see `WDS_COLUMNS`.
+(names and bytes): see `WDS_COLUMNS`. `.cls`, `.txt` and `.json` members are stored once,
+as metadata columns, whenever their bytes come back exactly from the value (see
+`import_webdataset`); a ferroload export's `.json` turns back into its columns
+(`_wds_meta`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import functools
 import gzip
 import io
+import json
 import lzma
 import os
 import re
@@ -26,6 +30,8 @@ import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from ferroload_convert._errors import BadInputError, ConvertOptionError
 from ferroload_convert._files import (
@@ -47,13 +53,16 @@ from ferroload_convert._report import (
 from ferroload_convert._session import ImportSession
 from ferroload_convert._sniff import check_image, is_image_ext, kind_of
 from ferroload_convert._sources import InputFile, Source, source_files
+from ferroload_convert._wds_meta import MARKER, MAX_MARKER_BYTES, from_json, read_marker
 from ferroload_format import DEFAULT_SHARD_SIZE, WriteMode
 from ferroload_store import StoreError
 
 #: Metadata of a sample imported from WebDataset: the original key, the tar it came from
-#: (relative to the source folder), and its members in tar order as `{ext, modality}`
-#: (the payload of each is in that modality). Their presence marks a dataset as imported
-#: from WebDataset; `export_webdataset` then writes `<wds_key>.<ext>` per member.
+#: (relative to the source folder), and its members in tar order as `{ext, modality}`:
+#: the payload of each is in that modality, or in the metadata column of that name
+#: (`label`, `text`, `json_text`), or, for modality None, it is a ferroload export's
+#: metadata member (the other columns). Their presence marks a dataset as imported from
+#: WebDataset; `export_webdataset` then writes `<wds_key>.<ext>` per member.
 WDS_COLUMNS = ("wds_key", "wds_shard", "wds_members")
 #: Small text members also lifted into queryable metadata: extension -> (column, type).
 LIFTED: dict[str, tuple[str, type]] = {
@@ -90,6 +99,15 @@ class _Ignored:
     name: str
 
 
+@dataclass(frozen=True)
+class _Marker:
+    """What a tar's `__ferroload__` member says: its metadata member's extension and the
+    types of the columns that member holds."""
+
+    json_ext: str
+    columns: dict[str, pa.DataType]
+
+
 def import_webdataset(
     src: Source,
     dst: str | os.PathLike[str],
@@ -111,10 +129,19 @@ def import_webdataset(
     extension; image extensions get kind `tensor` / codec `image`, audio and video
     theirs, text ones kind `text`, others `bytes`. Metadata: `wds_key` (the original
     key), `wds_shard` (the tar, relative to `src`), `wds_members` (the extensions in
-    tar order with their modality: what lets `export_webdataset` write the same members
-    back), and, lifted for queries, `label` (an int `.cls`), `text` (`.txt`) and
-    `json_text` (`.json`, as a string DuckDB's JSON functions read). The sample id is the
-    key, sanitized (`a/b/x` -> `a~b~x`); a key seen in two tars gets `#2`.
+    tar order, each with the modality or column holding it: what lets
+    `export_webdataset` write the same members back). The sample id is the key,
+    sanitized (`a/b/x` -> `a~b~x`); a key seen in two tars gets `#2`.
+
+    Stored once, as metadata columns rather than modalities: a `.cls` holding an int
+    as `str(int)` writes it (what `webdataset.TarWriter` writes) becomes `label`; a
+    `.txt` in UTF-8 becomes `text`; a `.json` in UTF-8 becomes `json_text` (the exact
+    text, which DuckDB's JSON functions read), all up to 64 KiB; export writes their
+    bytes back from the columns. Any other such member stays a payload (a `.cls` that
+    reads as an int but is spelled otherwise, `" 4\\n"`, also gives `label`). In a tar
+    written by `export_webdataset` (it has a `__ferroload__` member naming the columns
+    and their types), each `.json` becomes those metadata columns again, with the same
+    types.
 
     Directory entries, members without an extension and WebDataset's `__…__` meta
     members are ignored and counted. Image members are checked without decoding; a
@@ -154,7 +181,8 @@ def import_webdataset(
             (default 100).
 
     Returns:
-        What was imported; `columns` maps each extension to its modality.
+        What was imported; `columns` maps each extension to its modality (or to the
+        column it became: `cls` -> `label`, `txt` -> `text`, `json` -> `json_text`).
 
     Raises:
         DatasetExistsError: with `mode="create"`, if a dataset is already at `dst`.
@@ -174,10 +202,10 @@ def import_webdataset(
         ...         tar.addfile(info, io.BytesIO(data))
         >>> report = import_webdataset(path, "memory://docs/wds-import")
         >>> report.num_samples, dict(report.columns)
-        (1, {'txt': 'txt', 'cls': 'cls'})
+        (1, {'txt': 'text', 'cls': 'label'})
         >>> from ferroload_format import Dataset
-        >>> Dataset.open("memory://docs/wds-import").get(0, ["sample_id", "wds_key", "label"])
-        {'sample_id': 'a~k1', 'wds_key': 'a/k1', 'label': 3}
+        >>> Dataset.open("memory://docs/wds-import").get(0, ["sample_id", "label", "text"])
+        {'sample_id': 'a~k1', 'label': 3, 'text': 'hello'}
     """
     check_common(on_error, workers)
     check_max_bytes(max_file_bytes)
@@ -202,7 +230,16 @@ def import_webdataset(
         unit="sample",
     ) as session:
         names = _Modalities(session)
+        markers: dict[str, _Marker] = {}
+        declared: set[str] = set()
         for tar, item in ordered_streams(tars, read, workers=workers, buffer=32):
+            if isinstance(item, _Marker):
+                markers[tar.path] = item
+                for column, dtype in item.columns.items():
+                    if column not in declared:
+                        session.declare_column(column, dtype)
+                        declared.add(column)
+                continue
             if isinstance(item, _Ignored):
                 session.ignore(item.name)
                 continue
@@ -212,17 +249,22 @@ def import_webdataset(
                 session.bad(item.error)
             else:
                 data: dict[str, bytes] = {}
-                members = []
+                members: list[dict[str, str | None]] = []
                 meta: dict[str, Any] = {"wds_key": item.key, "wds_shard": tar.name}
                 for ext, payload in item.members:
+                    kept, lifted = _lift(ext, payload, meta, markers.get(tar.path))
+                    if kept:
+                        members.append({"ext": ext, "modality": lifted})
+                        if lifted is not None:
+                            names.lifted.setdefault(ext, lifted)
+                        continue
                     modality = names.of(ext)
                     data[modality] = payload
                     members.append({"ext": ext, "modality": modality})
-                    _lift(ext, payload, meta)
                 meta["wds_members"] = members
                 session.add(item.key, data, meta)
             session.advance()
-        return session.finish(names.assigned)
+        return session.finish({**names.lifted, **names.assigned})
 
 
 class _Modalities:
@@ -231,6 +273,7 @@ class _Modalities:
     def __init__(self, session: ImportSession) -> None:
         self._session = session
         self.assigned: dict[str, str] = {}
+        self.lifted: dict[str, str] = {}  # extension -> the column it became
         self._reserved = {*WDS_COLUMNS, *(col for col, _ in LIFTED.values())}
 
     def of(self, ext: str) -> str:
@@ -251,24 +294,52 @@ class _Modalities:
         return modality
 
 
-def _lift(ext: str, payload: bytes, meta: dict[str, Any]) -> None:
-    """Copy a small `.cls` / `.txt` / `.json` member into `meta` (payloads stay as well)."""
+def _lift(
+    ext: str, payload: bytes, meta: dict[str, Any], marker: _Marker | None
+) -> tuple[bool, str | None]:
+    """Lift a small `.cls` / `.txt` / `.json` member into `meta`: (whether it is kept
+    there only, what `wds_members` records as its modality: the column, or None for the
+    metadata member of a ferroload export, whose columns the marker names).
+
+    A member is kept as metadata only when its bytes come back exactly from the value
+    (`.cls` the decimal of an int64 as `str(int)` writes it; UTF-8 text); a `.cls` that
+    reads as an int but is spelled otherwise (`" 4\\n"`) gives `label` and keeps its
+    payload as well; anything else stays a payload only.
+    """
+    if marker is not None and ext == marker.json_ext and _expand(payload, meta, marker):
+        return True, None
     lifted = LIFTED.get(ext.lower())
     if lifted is None or len(payload) > MAX_LIFTED_BYTES or lifted[0] in meta:
-        return
+        return False, None
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError:
-        return
+        return False, None
     if lifted[1] is not int:
         meta[lifted[0]] = text
-        return
+        return True, lifted[0]
     try:
         label = int(text.strip())
     except ValueError:  # a class that is not an integer: the payload only
-        return
-    if -(2**63) <= label < 2**63:
-        meta[lifted[0]] = label
+        return False, None
+    if not -(2**63) <= label < 2**63:
+        return False, None
+    meta[lifted[0]] = label
+    return str(label) == text, lifted[0]
+
+
+def _expand(payload: bytes, meta: dict[str, Any], marker: _Marker) -> bool:
+    """Put the columns of a ferroload export's metadata member into `meta`; False (and
+    `meta` unchanged) when it is not a JSON object of the marker's columns."""
+    try:
+        doc = json.loads(payload)
+        if not isinstance(doc, dict) or not set(doc) <= set(marker.columns) - set(meta):
+            return False
+        values = {k: from_json(v, marker.columns[k]) for k, v in doc.items()}
+    except (ValueError, TypeError, AttributeError):
+        return False
+    meta.update(values)
+    return True
 
 
 class _Inflated:
@@ -345,7 +416,7 @@ def _open_tar(
 
 def _read_tar(
     item: InputFile, *, max_bytes: int, ratio: float
-) -> Iterator[_Sample | _Ignored | Failed]:
+) -> Iterator[_Sample | _Ignored | _Marker | Failed]:
     """The samples of one tar, grouped by key in first-seen order (runs on the pool)."""
     path = item.path
     check_utf8_name(path, item.name)  # the tar's own name is recorded as wds_shard
@@ -355,7 +426,11 @@ def _read_tar(
             tar, compressed = _open_tar(path, local, item.root, ratio, stack)
         except _READ_ERRORS as exc:
             raise BadInputError(f"cannot open {path} as a tar: {exc}", path=path) from exc
-        for key, group in _scan(tar, path, local, compressed).items():
+        groups = _scan(tar, path, local, compressed)
+        marker = _read_marker(tar, path, max_bytes)
+        if marker is not None:
+            yield marker
+        for key, group in groups.items():
             if isinstance(group, _Ignored):
                 yield group
                 continue
@@ -369,6 +444,15 @@ def _read_tar(
                 yield Failed(exc)
             else:
                 yield _Sample(key, members)
+
+
+def _read_marker(tar: tarfile.TarFile, path: str, max_bytes: int) -> _Marker | None:
+    """The tar's `__ferroload__` member, if it has one of ours (the last one counts)."""
+    info = next((i for i in reversed(tar.getmembers()) if i.name == MARKER and i.isreg()), None)
+    if info is None or info.size > MAX_MARKER_BYTES:
+        return None
+    parsed = read_marker(_read_member(tar, info, path, max_bytes))
+    return None if parsed is None else _Marker(parsed[0], parsed[2])
 
 
 def _check_member_name(name: str, path: str) -> None:
@@ -432,6 +516,8 @@ def _scan(
     groups: dict[str, list[tuple[str, tarfile.TarInfo]] | _Ignored] = {}
     seen: set[str] = set()
     for info in infos:
+        if info.name == MARKER and info.isreg():
+            continue  # a ferroload export's description: `_read_marker` reads it
         match = _KEY_EXT.match(info.name)
         if not info.isreg() or _SKIP_META.match(info.name) or match is None:
             groups[f"\0{len(groups)}"] = _Ignored(f"{info.name} in {path}")

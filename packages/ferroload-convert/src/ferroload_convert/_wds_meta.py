@@ -1,0 +1,119 @@
+"""Metadata in WebDataset tars: the `<key>.json` member of ferroload's exports and the
+`__ferroload__` member that tells the importer its columns and their types.
+
+`export_webdataset` writes each sample's metadata columns (but an int `label`, which
+becomes `<key>.cls`) as one JSON object per sample, and, once per tar, a member named
+`__ferroload__` (WebDataset's readers skip `__…__` members):
+`{"ferroload": 1, "json": "json", "cls": "cls", "columns": {"label": "int64", ...}}`:
+the extensions of the two members and each column's type in the manifest's form
+(docs/format.md §6). `import_webdataset` reads it and turns those `.json` members back
+into the same columns, of the same types (`bytes` travel as base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pyarrow as pa
+
+#: The name of the member describing a tar's metadata.
+MARKER = "__ferroload__"
+#: The largest marker read (a bigger one is ignored).
+MAX_MARKER_BYTES = 1 << 20
+
+_SCALARS: dict[str, pa.DataType] = {
+    "null": pa.null(),
+    "bool": pa.bool_(),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+}
+
+
+def type_to_json(t: pa.DataType) -> Any:
+    """An Arrow type in the manifest's JSON form (`ValueError` for others)."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return {"list": type_to_json(t.value_type)}
+    if pa.types.is_struct(t):
+        return {"struct": [{"name": f.name, "type": type_to_json(f.type)} for f in t]}
+    if pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_large_binary(t):
+        return "binary"
+    for name, scalar in _SCALARS.items():
+        if t == scalar:
+            return name
+    raise ValueError(f"no JSON form for {t}")
+
+
+def type_from_json(j: Any) -> pa.DataType:
+    """The inverse of `type_to_json` (`ValueError` for anything else)."""
+    if isinstance(j, str) and j in _SCALARS:
+        return _SCALARS[j]
+    if isinstance(j, dict) and set(j) == {"list"}:
+        return pa.list_(type_from_json(j["list"]))
+    if isinstance(j, dict) and set(j) == {"struct"} and isinstance(j["struct"], list):
+        return pa.struct([pa.field(str(f["name"]), type_from_json(f["type"])) for f in j["struct"]])
+    raise ValueError(f"not a metadata type: {j!r}")
+
+
+def to_json(value: Any) -> Any:
+    """A metadata value as JSON can hold it (`bytes` as base64 text)."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
+
+
+def from_json(value: Any, t: pa.DataType) -> Any:
+    """The inverse of `to_json` for a value of type `t` (`ValueError` if it does not fit)."""
+    if value is None:
+        return None
+    if t == pa.binary():
+        return base64.b64decode(value, validate=True)
+    if pa.types.is_list(t) and isinstance(value, list):
+        return [from_json(v, t.value_type) for v in value]
+    if pa.types.is_struct(t) and isinstance(value, dict):
+        return {f.name: from_json(value.get(f.name), f.type) for f in t}
+    if t == pa.float64() and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def dumps(obj: Any) -> bytes:
+    """JSON text of `obj`, as the export writes it."""
+    return json.dumps(obj, ensure_ascii=False, allow_nan=True).encode("utf-8")
+
+
+def read_marker(data: bytes) -> tuple[str, str | None, dict[str, pa.DataType]] | None:
+    """(the metadata member's extension, the label's or None, column types) that a
+    `__ferroload__` member holds, or None when it is not one of ours."""
+    try:
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("ferroload") != 1:
+            return None
+        columns = {str(k): type_from_json(v) for k, v in doc["columns"].items()}
+        json_ext, cls_ext = doc["json"], doc.get("cls")
+        if not isinstance(json_ext, str) or not (cls_ext is None or isinstance(cls_ext, str)):
+            return None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return json_ext, cls_ext, columns
+
+
+def marker(json_ext: str, cls_ext: str | None, columns: dict[str, pa.DataType]) -> bytes:
+    """The `__ferroload__` member for these columns."""
+    return dumps(
+        {
+            "ferroload": 1,
+            "json": json_ext,
+            "cls": cls_ext,
+            "columns": {k: type_to_json(t) for k, t in columns.items()},
+        }
+    )

@@ -1,0 +1,151 @@
+"""Self-contained WebDataset exports: `label` as `.cls`, the other metadata as `.json`,
+and the round trip ferroload -> export -> import restoring the same columns and types."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import webdataset as wds
+from _convert_data import image_bytes
+
+from ferroload_convert import ConvertOptionError, export_webdataset, import_webdataset
+from ferroload_convert._wds_meta import MARKER
+from ferroload_format import Dataset, Writer
+
+META = ["label", "score", "name", "flag", "tags", "note", "blob", "size"]
+
+
+def make_dataset(uri: str) -> list[dict[str, object]]:
+    """A dataset with int / float / str / bool / list / null / bytes / struct metadata."""
+    rows: list[dict[str, object]] = []
+    with Writer(uri, "demo") as w:
+        w.declare("image", "png", "tensor", "image")
+        w.declare_column("note", pa.string())  # every value null: the type must survive
+        for i in range(6):
+            row: dict[str, object] = {
+                "label": None if i == 4 else i % 3,
+                "score": float(i) if i % 2 else i / 3,  # 1.0 stays a float
+                "name": f"ünï {i}" if i else "",
+                "flag": i % 2 == 0,
+                "tags": [f"t{j}" for j in range(i % 3)],  # [] included
+                "note": None,
+                "blob": bytes([i, 0, 255]),
+                "size": {"w": 10 + i, "h": None if i == 2 else 7},
+            }
+            w.add(f"s{i}", {"image": image_bytes(i)}, row)
+            rows.append(row)
+    return rows
+
+
+def members(root: Path) -> dict[str, list[tuple[str, bytes]]]:
+    out = {}
+    for path in sorted(root.glob("*.tar")):
+        with tarfile.open(path) as tar:
+            out[path.name] = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
+    return out
+
+
+def test_export_import_restores_columns_and_types(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    rows = make_dataset(uri)
+    src = Dataset.open(uri)
+    export_webdataset(uri, tmp_path / "wds", samples_per_shard=4)
+    tars = sorted(str(p) for p in (tmp_path / "wds").glob("*.tar"))
+    # plain WebDataset sees the labels (decoded from .cls) and the metadata (.json)
+    seen = list(wds.WebDataset(tars, shardshuffle=False).decode())
+    assert [s["__key__"] for s in seen] == [f"s{i}" for i in range(6)]
+    assert [s.get("cls") for s in seen] == [r["label"] for r in rows]
+    assert seen[5]["json"]["tags"] == ["t0", "t1"] and seen[5]["json"]["flag"] is False
+    assert "label" not in seen[0]["json"]
+    got = members(tmp_path / "wds")
+    assert [n for n, _ in got["shard-000000.tar"][:4]] == [MARKER, "s0.png", "s0.cls", "s0.json"]
+    assert [n for n, _ in got["shard-000001.tar"]][:1] == [MARKER]
+    assert "s4.cls" not in dict(got["shard-000001.tar"])  # a null label: no .cls
+
+    report = import_webdataset(tmp_path / "wds", tmp_path / "back")
+    assert report.num_samples == 6
+    back = Dataset.open(tmp_path / "back")
+    for column in META:
+        assert back.schema.field(column).type == src.schema.field(column).type, column
+    assert (
+        back.to_table(["sample_id", *META]).to_pylist()
+        == src.to_table(["sample_id", *META]).to_pylist()
+    )
+    assert [m.name for m in back.modalities] == ["png"]
+    assert back.get(5, ["png"])["png"] == image_bytes(5)
+
+    # exported again (now as an imported WebDataset dataset): the same tars, byte for byte
+    export_webdataset(tmp_path / "back", tmp_path / "wds2")
+    assert members(tmp_path / "wds2") == got
+
+
+def test_metadata_can_be_left_out_or_chosen(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    make_dataset(uri)
+    export_webdataset(uri, tmp_path / "none", metadata="none")
+    names = [n for n, _ in members(tmp_path / "none")["shard-000000.tar"]]
+    assert names == [f"s{i}.png" for i in range(6)]
+    export_webdataset(uri, tmp_path / "some", metadata_columns=["score", "name"])
+    got = dict(members(tmp_path / "some")["shard-000000.tar"])
+    assert json.loads(got["s1.json"]) == {"score": 1.0, "name": "ünï 1"}
+    assert "s1.cls" not in got
+    assert json.loads(got[MARKER])["columns"] == {"score": "float64", "name": "string"}
+    import_webdataset(tmp_path / "some", tmp_path / "back")
+    columns = set(Dataset.open(tmp_path / "back").metadata_columns)
+    assert {"score", "name"} <= columns and not columns & {"label", "flag", "tags"}
+    with pytest.raises(ConvertOptionError, match="'nope'") as err:
+        export_webdataset(uri, tmp_path / "x", metadata_columns=["score", "nope"])
+    assert err.value.column == "nope"
+    with pytest.raises(ConvertOptionError, match="metadata must be"):
+        export_webdataset(uri, tmp_path / "x", metadata="columns")  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_label_that_is_not_an_int_goes_into_the_json(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    with Writer(uri, "demo") as w:
+        w.declare("cls", "cls", "bytes", "raw")  # a modality already writes .cls
+        w.add("a", {"cls": b"x"}, {"label": 3})
+        w.add("b", None, {"label": 4})
+    with Writer(str(tmp_path / "ds2"), "demo") as w:
+        w.add("a", None, {"label": "cat"})
+    export_webdataset(uri, tmp_path / "o1")
+    export_webdataset(tmp_path / "ds2", tmp_path / "o2")
+    one = dict(members(tmp_path / "o1")["shard-000000.tar"])
+    assert (one["a.cls"], json.loads(one["a.json"])) == (b"x", {"label": 3})
+    two = dict(members(tmp_path / "o2")["shard-000000.tar"])
+    assert json.loads(two["a.json"]) == {"label": "cat"}
+    import_webdataset(tmp_path / "o2", tmp_path / "back")
+    assert Dataset.open(tmp_path / "back").column("label").to_pylist() == ["cat"]
+
+
+def test_json_of_a_foreign_tar_or_a_bad_marker_stays_text(tmp_path: Path) -> None:
+    path = tmp_path / "in.tar"
+    with wds.TarWriter(str(path)) as sink:
+        sink.write({"__key__": "k0", "json": {"a": 1}, "cls": 2})
+    with tarfile.open(tmp_path / "odd.tar", "w") as tar:
+        for name, data in [
+            (MARKER, b'{"ferroload": 1, "json": "json", "columns": {"a": "int64"}}'),
+            ("k0.json", b'{"a": 1, "b": 2}'),  # a key the marker does not name
+            ("k1.json", b'{"a": 5}'),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    import_webdataset(path, tmp_path / "a")
+    a = Dataset.open(tmp_path / "a")
+    assert a.get(0, ["label", "json_text"]) == {"label": 2, "json_text": '{"a": 1}'}
+    import_webdataset(tmp_path / "odd.tar", tmp_path / "b")
+    b = Dataset.open(tmp_path / "b")
+    assert b.to_table(["json_text", "a"]).to_pylist() == [
+        {"json_text": '{"a": 1, "b": 2}', "a": None},
+        {"json_text": None, "a": 5},
+    ]
+    export_webdataset(tmp_path / "b", tmp_path / "out")
+    assert dict(members(tmp_path / "out")["odd.tar"])["k0.json"] == b'{"a": 1, "b": 2}'
+    assert json.loads(dict(members(tmp_path / "out")["odd.tar"])["k1.json"]) == {"a": 5}
