@@ -8,6 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import duckdb
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from ferroload_core import FerroloadError
@@ -15,6 +17,7 @@ from ferroload_format import (
     CommitConflictError,
     Dataset,
     DatasetExistsError,
+    LayerWriter,
     Writer,
     gc,
 )
@@ -231,3 +234,26 @@ def test_gc_finishes_an_overwrite_that_died_before_retiring_parts(
     assert report.retired == [old.path] and report.deleted == []
     assert _glob_ids(local_uri) == ["x"]
     assert Dataset.open(local_uri, version=1).verify().ok
+
+
+def test_a_layer_computed_before_an_overwrite_cannot_commit_onto_it(
+    local_uri: str, write: WriteFn
+) -> None:
+    ds = write(local_uri, 5)
+    lw = LayerWriter(ds, "meta", identity="m1", columns={"flag": pa.bool_()})
+    lw.write_partition(0, np.arange(5), {"flag": [True] * 5}, {})
+    _overwrite(local_uri, ["a", "b", "c", "d", "e"])  # same row count, other samples
+    with pytest.raises(CommitConflictError, match="overwrote the content"):
+        lw.commit(1)
+    latest = Dataset.open(local_uri)
+    assert (latest.version, latest.layers) == (2, ())
+
+
+def test_an_overwrite_drops_the_layers_of_the_old_content(local_uri: str, write: WriteFn) -> None:
+    ds = write(local_uri, 3)
+    lw = LayerWriter(ds, "meta", identity="m1", columns={"flag": pa.bool_()})
+    lw.write_partition(0, np.arange(3), {"flag": [True] * 3}, {})
+    assert [la.name for la in lw.commit(1).layers] == ["meta"]
+    _overwrite(local_uri, ["x"])
+    assert Dataset.open(local_uri).layers == ()
+    assert Dataset.open(local_uri, version=2).column("flag").to_pylist() == [True] * 3

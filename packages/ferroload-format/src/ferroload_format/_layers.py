@@ -24,7 +24,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ferroload_format import _commit
-from ferroload_format._commit import MAX_COMMIT_ATTEMPTS, claim_version, ensure_published
+from ferroload_format._commit import (
+    MAX_COMMIT_ATTEMPTS,
+    claim_version,
+    ensure_published,
+    replaced_before,
+)
 from ferroload_format._dataset import Dataset
 from ferroload_format._errors import (
     CommitConflictError,
@@ -484,6 +489,13 @@ class LayerWriter:
                 return Dataset(store, latest)
             self._check_existing(latest)
             self._check_names(latest)
+            if replaced_before(latest) > self._version:  # rows match by position
+                raise self._schema.error(
+                    CommitConflictError,
+                    f"version {replaced_before(latest)} overwrote the content this layer was "
+                    f"computed on (version {self._version}); nothing was committed: run the "
+                    "map again on the latest version",
+                )
             ensure_published(store, latest)
             manifest = self._next_manifest(latest, shards, staged, len(part_bytes), txn)
             self._check_shards_exist([s for s in shards if s is not None])
