@@ -326,6 +326,16 @@ def test_literal_secrets_are_refused(
     assert "a" not in catalog
 
 
+def test_gc_takes_catalog_uris(
+    catalog: Catalog, make_dataset: MakeDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ferroload_format import gc
+
+    entry = catalog.add("a", make_dataset())
+    monkeypatch.setenv("FERROLOAD_CATALOG", str(catalog.path))
+    assert gc("catalog:a", dry_run=True).uri == entry.uri
+
+
 def test_an_unset_variable_is_named_when_the_entry_opens(
     catalog: Catalog, make_dataset: MakeDataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,7 +74,7 @@ def gc(
     symlink is listed, deleted or published (docs/format.md, "Paths").
 
     Args:
-        uri: the dataset root.
+        uri: the dataset root (or `catalog:NAME`, with the entry's storage options).
         grace: leave younger leftovers alone (a writer may still be working on them).
             Use `timedelta(0)` only when no writer is running.
         keep_versions: keep only the newest this many versions (at least 1); None (the
@@ -95,6 +95,10 @@ def gc(
         not isinstance(keep_versions, int) or isinstance(keep_versions, bool) or keep_versions < 1
     ):
         raise ValueError(f"keep_versions must be a positive int or None, got {keep_versions!r}")
+    if isinstance(uri, str) and uri.startswith("catalog:"):  # with the entry's storage options
+        from ferroload_format._dataset import _resolve_catalog
+
+        uri, storage_options = _resolve_catalog(uri, storage_options)
     store = open_store(uri, storage_options=storage_options)
     latest = read_manifest(store)
     report = GcReport(store.uri, dry_run=dry_run)
