@@ -107,6 +107,9 @@ def test_copy_progress_true_draws_a_bar_false_nothing(
     assert "copy" in err and "20/20" in err and "sample" in err
     ds.copy_to(tmp_path / "b", progress=False)
     assert capfd.readouterr().err == ""
+    with pytest.raises(DatasetExistsError):  # refused before any bar is drawn
+        ds.copy_to(tmp_path / "b", progress=True)
+    assert capfd.readouterr().err == ""
     seen: list[tuple[int, int | None]] = []
     ds.copy_to(tmp_path / "c", progress=lambda done, total: seen.append((done, total)))
     assert seen[0] == (0, 20) and seen[-1] == (20, 20)

@@ -46,7 +46,6 @@ def copy_dataset(
     if total == 0 and mode == "append" and not _exists(uri, storage_options):
         mode = "create"  # an empty view still makes a (empty) dataset
     with (
-        progress_reporter(progress, desc="copy", unit="sample", total=total) as report,
         Writer(
             uri,
             name if name is not None or mode != "create" else manifest.name,
@@ -54,6 +53,7 @@ def copy_dataset(
             storage_options=storage_options,
             mode=mode,
         ) as w,
+        progress_reporter(progress, desc="copy", unit="sample", total=total) as report,
     ):
         if name is None and w.base_version is None:
             w.name = manifest.name
