@@ -149,3 +149,82 @@ def test_json_of_a_foreign_tar_or_a_bad_marker_stays_text(tmp_path: Path) -> Non
     export_webdataset(tmp_path / "b", tmp_path / "out")
     assert dict(members(tmp_path / "out")["odd.tar"])["k0.json"] == b'{"a": 1, "b": 2}'
     assert json.loads(dict(members(tmp_path / "out")["odd.tar"])["k1.json"]) == {"a": 5}
+
+
+def write_members(path: Path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _marker(columns: dict[str, object]) -> bytes:
+    return json.dumps({"ferroload": 1, "json": "json", "columns": columns}).encode()
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"wds_key": "int64"},  # one of ours
+        {"sample_id": "string"},
+        {"a": "int64", "wds_members": "string"},
+        {"a": "no-such-type"},
+        {"a": {"list": "int64"}, "b": ["not", "a", "type"]},
+    ],
+)
+def test_a_hostile_marker_is_ignored_and_the_json_stays_text(
+    tmp_path: Path, columns: dict[str, object]
+) -> None:
+    write_members(
+        tmp_path / "t.tar",
+        [(MARKER, _marker(columns)), ("k.json", b'{"wds_key": 5}'), ("k.cls", b"1")],
+    )
+    import_webdataset(tmp_path / "t.tar", tmp_path / "ds")
+    ds = Dataset.open(tmp_path / "ds")
+    assert ds.get(0, ["wds_key", "label", "json_text"]) == {
+        "wds_key": "k",
+        "label": 1,
+        "json_text": '{"wds_key": 5}',
+    }
+
+
+def test_marker_values_that_do_not_fit_and_conflicting_markers(tmp_path: Path) -> None:
+    write_members(
+        tmp_path / "a.tar",
+        [
+            (MARKER, _marker({"score": "float64", "png": "string"})),
+            ("k0.json", b'{"score": 1, "png": "x"}'),  # an int for a float: a float
+            ("k1.json", b'{"score": "high"}'),  # does not fit: kept as text
+            ("k0.png", image_bytes(0)),
+        ],
+    )
+    write_members(
+        tmp_path / "b.tar",
+        [(MARKER, _marker({"score": "string"})), ("k2.json", b'{"score": "x"}')],
+    )
+    report = import_webdataset([tmp_path / "a.tar", tmp_path / "b.tar"], tmp_path / "ds")
+    assert report.columns["png"] != "png"  # the column keeps its name, the modality moves
+    ds = Dataset.open(tmp_path / "ds")
+    assert ds.schema.field("score").type == pa.float64()
+    assert ds.to_table(["score", "png", "json_text"]).to_pylist() == [
+        {"score": 1.0, "png": "x", "json_text": None},
+        {"score": None, "png": None, "json_text": '{"score": "high"}'},
+        {"score": None, "png": None, "json_text": '{"score": "x"}'},
+    ]
+    assert ds.get(0, [report.columns["png"]])[report.columns["png"]] == image_bytes(0)
+
+
+def test_a_string_label_from_a_marker_keeps_cls_members_as_payloads(tmp_path: Path) -> None:
+    write_members(
+        tmp_path / "a.tar",
+        [(MARKER, _marker({"label": "string"})), ("k0.json", b'{"label": "cat"}')],
+    )
+    write_members(tmp_path / "b.tar", [("k1.cls", b"7")])
+    report = import_webdataset([tmp_path / "a.tar", tmp_path / "b.tar"], tmp_path / "ds")
+    assert report.columns == {"cls": "cls"}
+    ds = Dataset.open(tmp_path / "ds")
+    assert ds.to_table(["label", "cls"]).to_pylist()[0]["label"] == "cat"
+    assert ds.get(1, ["label", "cls"]) == {"label": None, "cls": b"7"}
+    export_webdataset(tmp_path / "ds", tmp_path / "out")
+    assert members(tmp_path / "out")["b.tar"] == [("k1.cls", b"7")]

@@ -220,9 +220,9 @@ class _Original(_Tars):
         types = {f.name: f.type for f in ds.schema}
         cls = "cls" if _int_label(ds) else None
         self.marker = marker("json", cls, {c: types[c] for c in chosen})
-        # the marker opens every tar when some sample has a metadata member to write
-        modality = pc.struct_field(pc.list_flatten(ds.column("wds_members")), "modality")
-        self.marked = bool(chosen) and pc.any(pc.is_null(modality)).as_py() is True
+        # the marker opens each original tar with a sample that has a metadata member to
+        # write (every tar, when re-sharding, if any sample has one)
+        self.marked = _with_metadata_member(ds) if chosen else set()
         self._names: dict[str | None, str] = {}
         if samples_per_shard is None:
             # each original tar's samples together, tars in first-seen order
@@ -240,7 +240,7 @@ class _Original(_Tars):
             tar = self._switch(self._names[sample["wds_shard"]])
         else:
             tar = self._switch(f"shard-{self.num_samples // self.per_shard:06d}.tar")
-        if self.marked:
+        if self.marked and (self.per_shard is not None or sample["wds_shard"] in self.marked):
             self._mark(tar, self.marker)
         sid, key = sample["sample_id"], sample["wds_key"]
         members = sample["wds_members"] or ()
@@ -277,6 +277,18 @@ class _Original(_Tars):
 #: Columns that members become (`.cls`, `.txt`, `.json`): left out of the metadata member
 #: where a sample has no value (it had no such member).
 _LIFTED = frozenset(column for column, _ in LIFTED.values())
+
+
+def _with_metadata_member(ds: Dataset) -> set[str | None]:
+    """The `wds_shard` of every sample with a ferroload metadata member (modality null)."""
+    members = ds.column("wds_members")
+    if isinstance(members, pa.ChunkedArray):
+        members = members.combine_chunks()
+    if not len(members):
+        return set()
+    modality = pc.struct_field(pc.list_flatten(members), "modality")
+    rows = pc.list_parent_indices(members).filter(pc.is_null(modality))
+    return set(ds.column("wds_shard").take(pc.unique(rows)).to_pylist())
 
 
 def _column_bytes(value: Any, column: str) -> bytes | None:

@@ -20,6 +20,7 @@ import functools
 import gzip
 import io
 import json
+import logging
 import lzma
 import os
 import re
@@ -27,7 +28,7 @@ import sys
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +55,11 @@ from ferroload_convert._session import ImportSession
 from ferroload_convert._sniff import check_image, is_image_ext, kind_of
 from ferroload_convert._sources import InputFile, Source, source_files
 from ferroload_convert._wds_meta import MARKER, MAX_MARKER_BYTES, from_json, read_marker
+from ferroload_core import FerroloadError
 from ferroload_format import DEFAULT_SHARD_SIZE, WriteMode
 from ferroload_store import StoreError
+
+logger = logging.getLogger(__name__)
 
 #: Metadata of a sample imported from WebDataset: the original key, the tar it came from
 #: (relative to the source folder), and its members in tar order as `{ext, modality}`:
@@ -70,6 +74,7 @@ LIFTED: dict[str, tuple[str, type]] = {
     "txt": ("text", str),
     "json": ("json_text", str),
 }
+_LIFTED_TYPES = {int: pa.int64(), str: pa.string()}
 #: Lifted text larger than this stays a payload only.
 MAX_LIFTED_BYTES = 1 << 16
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -231,14 +236,11 @@ def import_webdataset(
     ) as session:
         names = _Modalities(session)
         markers: dict[str, _Marker] = {}
-        declared: set[str] = set()
+        declared: dict[str, pa.DataType] = {}  # column -> type, from markers
         for tar, item in ordered_streams(tars, read, workers=workers, buffer=32):
             if isinstance(item, _Marker):
-                markers[tar.path] = item
-                for column, dtype in item.columns.items():
-                    if column not in declared:
-                        session.declare_column(column, dtype)
-                        declared.add(column)
+                if _accept_marker(item, tar.path, session, declared, names):
+                    markers[tar.path] = item
                 continue
             if isinstance(item, _Ignored):
                 session.ignore(item.name)
@@ -252,7 +254,8 @@ def import_webdataset(
                 members: list[dict[str, str | None]] = []
                 meta: dict[str, Any] = {"wds_key": item.key, "wds_shard": tar.name}
                 for ext, payload in item.members:
-                    kept, lifted = _lift(ext, payload, meta, markers.get(tar.path))
+                    marker = markers.get(tar.path)
+                    kept, lifted = _lift(ext, payload, meta, marker, declared)
                     if kept:
                         members.append({"ext": ext, "modality": lifted})
                         if lifted is not None:
@@ -267,6 +270,45 @@ def import_webdataset(
         return session.finish({**names.lifted, **names.assigned})
 
 
+def _accept_marker(
+    marker: _Marker,
+    path: str,
+    session: ImportSession,
+    declared: dict[str, pa.DataType],
+    names: _Modalities,
+) -> bool:
+    """Declare the columns a tar's `__ferroload__` member names; False (the tar is read
+    as any other: its `.json` stays `json_text`) when they cannot be columns here: a
+    name of ours (`wds_*`, `sample_id`, a modality), or a type that conflicts with the
+    dataset's or another tar's."""
+    for column, dtype in marker.columns.items():
+        if (
+            column in WDS_COLUMNS
+            or column == "sample_id"
+            or column in names.assigned.values()
+            or column in session.modalities
+            or declared.get(column, dtype) != dtype
+        ):
+            logger.warning(
+                "%s: its __ferroload__ member names column %r (%s), which cannot be one "
+                "here; its .json members are kept as json_text",
+                path,
+                column,
+                dtype,
+            )
+            return False
+    try:
+        for column, dtype in marker.columns.items():
+            if column not in declared:
+                session.declare_column(column, dtype)
+                declared[column] = dtype
+    except FerroloadError as exc:
+        logger.warning("%s: its __ferroload__ member is not usable here (%s)", path, exc)
+        return False
+    names.reserve(marker.columns)
+    return True
+
+
 class _Modalities:
     """Extension -> modality, assigned at first sight (input order: deterministic)."""
 
@@ -275,6 +317,10 @@ class _Modalities:
         self.assigned: dict[str, str] = {}
         self.lifted: dict[str, str] = {}  # extension -> the column it became
         self._reserved = {*WDS_COLUMNS, *(col for col, _ in LIFTED.values())}
+
+    def reserve(self, columns: Iterable[str]) -> None:
+        """Metadata columns no modality may be named after."""
+        self._reserved |= set(columns)
 
     def of(self, ext: str) -> str:
         modality = self.assigned.get(ext)
@@ -295,7 +341,11 @@ class _Modalities:
 
 
 def _lift(
-    ext: str, payload: bytes, meta: dict[str, Any], marker: _Marker | None
+    ext: str,
+    payload: bytes,
+    meta: dict[str, Any],
+    marker: _Marker | None,
+    declared: Mapping[str, pa.DataType],
 ) -> tuple[bool, str | None]:
     """Lift a small `.cls` / `.txt` / `.json` member into `meta`: (whether it is kept
     there only, what `wds_members` records as its modality: the column, or None for the
@@ -311,6 +361,8 @@ def _lift(
     lifted = LIFTED.get(ext.lower())
     if lifted is None or len(payload) > MAX_LIFTED_BYTES or lifted[0] in meta:
         return False, None
+    if declared.get(lifted[0], _LIFTED_TYPES[lifted[1]]) != _LIFTED_TYPES[lifted[1]]:
+        return False, None  # a ferroload export made the column another type
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError:
@@ -336,7 +388,9 @@ def _expand(payload: bytes, meta: dict[str, Any], marker: _Marker) -> bool:
         if not isinstance(doc, dict) or not set(doc) <= set(marker.columns) - set(meta):
             return False
         values = {k: from_json(v, marker.columns[k]) for k, v in doc.items()}
-    except (ValueError, TypeError, AttributeError):
+        for k, v in values.items():  # each value fits its declared type
+            pa.array([v], type=marker.columns[k])
+    except (ValueError, TypeError, AttributeError, OverflowError, pa.ArrowException):
         return False
     meta.update(values)
     return True
