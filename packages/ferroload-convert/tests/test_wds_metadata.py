@@ -6,12 +6,15 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import webdataset as wds
 from _convert_data import image_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ferroload_convert import ConvertOptionError, export_webdataset, import_webdataset
 from ferroload_convert._wds_meta import MARKER
@@ -228,3 +231,54 @@ def test_a_string_label_from_a_marker_keeps_cls_members_as_payloads(tmp_path: Pa
     assert ds.get(1, ["label", "cls"]) == {"label": None, "cls": b"7"}
     export_webdataset(tmp_path / "ds", tmp_path / "out")
     assert members(tmp_path / "out")["b.tar"] == [("k1.cls", b"7")]
+
+
+_ints = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
+_rows = st.lists(
+    st.fixed_dictionaries(
+        {
+            "label": _ints,
+            "n": _ints,
+            "x": st.one_of(st.none(), st.floats(allow_nan=False)),
+            "s": st.one_of(st.none(), st.text(max_size=8)),
+            "b": st.one_of(st.none(), st.booleans()),
+            "l": st.one_of(st.none(), st.lists(st.text(max_size=3), max_size=3)),
+            "raw": st.one_of(st.none(), st.binary(max_size=6)),
+        }
+    ),
+    min_size=1,
+    max_size=8,
+)
+_TYPES = {
+    "label": pa.int64(),
+    "n": pa.int64(),
+    "x": pa.float64(),
+    "s": pa.string(),
+    "b": pa.bool_(),
+    "l": pa.list_(pa.string()),
+    "raw": pa.binary(),
+}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_rows)
+def test_metadata_round_trip_of_any_values(rows: list[dict[str, object]]) -> None:
+    """Whatever the values (int64 extremes, infinities, any text, nulls everywhere):
+    export -> import gives the same columns, types and values."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        with Writer(str(root / "ds"), "demo") as w:
+            w.declare("image", "png", "tensor", "image")
+            for column, dtype in _TYPES.items():
+                w.declare_column(column, dtype)
+            for i, row in enumerate(rows):
+                w.add(f"s{i}", {"image": image_bytes(0)}, row)
+        export_webdataset(root / "ds", root / "wds", samples_per_shard=3)
+        import_webdataset(root / "wds", root / "back")
+        src, back = Dataset.open(root / "ds"), Dataset.open(root / "back")
+        for column, dtype in _TYPES.items():
+            assert back.schema.field(column).type == dtype, column
+        assert (
+            back.to_table(["sample_id", *_TYPES]).to_pylist()
+            == src.to_table(["sample_id", *_TYPES]).to_pylist()
+        )
