@@ -88,7 +88,10 @@ EXTRAS = {
 }
 # What a package's own tests import beyond pytest, hypothesis, moto and PIL (the convert
 # tests prove interop with webdataset both ways and write FLAC with soundfile).
-TEST_TOOLS = {"ferroload-convert": ["webdataset", "soundfile", "imagecodecs"]}
+TEST_TOOLS = {
+    "ferroload-convert": ["webdataset", "soundfile", "imagecodecs"],
+    "ferroload-core": ["tqdm"],  # progress bars: core draws none itself, its tests do
+}
 # Packages whose tests start many interpreters get their bytecode compiled at install
 # (with PYTHONDONTWRITEBYTECODE set, each interpreter would compile every import again);
 # for the others compiling the environment costs more than it saves (measured).
