@@ -117,7 +117,8 @@ def test_a_failing_run_still_fails_and_says_what_did_not_run(project: Path) -> N
 def test_azurite_tests_are_not_run_without_azurite_blob(tmp_path: Path) -> None:
     # Only an empty folder on PATH: no azurite-blob, as on a fresh machine.
     env = {"PATH": str(tmp_path)}
-    args = ("tests-e2e/test_backends.py", "-k", "azurite", "-q")
+    # -n 0: one process (the repository's settings would start a worker per CPU)
+    args = ("tests-e2e/test_backends.py", "-k", "azurite", "-q", "-n", "0")
     res = _pytest(*args, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stdout[-3000:]
     assert f"7 tests not run: azurite-blob is not on PATH: {HINT}" in res.stdout
