@@ -24,7 +24,10 @@ SCRIPT = Path(sys.executable).with_name("ferroload")
 
 
 def run(
-    *args: str, script: bool = False, env: dict[str, str] | None = None
+    *args: str,
+    script: bool = False,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     exe = [str(SCRIPT)] if script else [sys.executable, "-m", "ferroload_cli"]
     return subprocess.run(
@@ -34,11 +37,12 @@ def run(
         timeout=300,
         check=False,
         env=None if env is None else {**os.environ, **env},
+        cwd=cwd,
     )
 
 
-def ok_json(*args: str, env: dict[str, str] | None = None) -> Any:
-    proc = run(*args, "--json", env=env)
+def ok_json(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None) -> Any:
+    proc = run(*args, "--json", env=env, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -90,8 +94,17 @@ def test_module_and_console_script_agree(dataset: str) -> None:
 
 def test_info(dataset: str) -> None:
     info = ok_json("info", dataset)
-    assert (info["name"], info["version"], info["samples"], info["shards"]) == ("demo", 2, 7, 1)
-    assert info["bytes"] > sum(100 + i for i in range(7) if i != 3)
+    assert (info["name"], info["version"], info["num_samples"], info["num_shards"]) == (
+        "demo", 2, 7, 1,
+    )  # fmt: skip
+    assert info["uri"] == dataset  # a local dataset: its absolute path, not a file:// URI
+    # the one byte count (Manifest.size_bytes), and its parts adding up to it
+    assert info["size_bytes"] == Dataset.open(dataset).manifest.size_bytes
+    parts = ("shard_bytes", "index_bytes", "layer_bytes", "manifest_bytes")
+    assert sum(info[k] for k in parts) == info["size_bytes"]
+    assert info["shard_bytes"] > sum(100 + i for i in range(7) if i != 3)
+    assert info["layer_bytes"] > 0 and info["manifest_bytes"] > 0
+    assert info["layers"][0]["num_rows"] == 7
     assert [m["name"] for m in info["modalities"]] == ["image"]
     assert info["metadata_columns"] == [
         {"name": "label", "type": "int64"},
@@ -103,6 +116,13 @@ def test_info(dataset: str) -> None:
     assert human.returncode == 0
     for word in ("demo", "samples:", "image", "label", "caption", "stats"):
         assert word in human.stdout
+    assert f"size: {_size(info['size_bytes'])} (" in " ".join(human.stdout.split())
+
+
+def _size(n: int) -> str:
+    from ferroload_cli._render import size
+
+    return size(n)
 
 
 def test_schema(dataset: str) -> None:
@@ -240,8 +260,10 @@ def test_a_typo_in_a_column_lists_the_datasets_columns(
 
 def test_verify(dataset: str, tmp_path: Path) -> None:
     report = ok_json("verify", dataset)
-    assert report["ok"] is True and report["problems"] == []
-    assert report["payloads_checked"] == 6
+    assert report["ok"] is True and report["problems"] == [] and report["num_problems"] == 0
+    assert (report["uri"], report["name"], report["version"]) == (dataset, "demo", 2)
+    assert (report["num_payloads_checked"], report["num_shards_checked"]) == (6, 1)
+    assert report["checked_bytes"] > 0 and report["seconds"] == round(report["seconds"], 3)
     human = run("verify", dataset)
     assert human.returncode == 0 and human.stdout.startswith("ok:")
 
@@ -268,8 +290,16 @@ def test_log(dataset: str) -> None:
     versions = ok_json("log", dataset)
     assert [v["version"] for v in versions] == [1, 2]
     assert versions[0]["num_samples"] == 7 and versions[0]["operation"] == "create"
+    assert [v["num_shards"] for v in versions] == [1, 1]
+    # each version's own byte count, the same as info's for that version
+    assert [v["size_bytes"] for v in versions] == [
+        Dataset.open(dataset, version=k).manifest.size_bytes for k in (1, 2)
+    ]
+    assert versions[0]["size_bytes"] < versions[1]["size_bytes"]  # version 2 added a layer
+    assert versions[1]["size_bytes"] == ok_json("info", dataset)["size_bytes"]
     human = run("log", dataset)
     assert human.returncode == 0 and "create" in human.stdout
+    assert _size(versions[1]["size_bytes"]) in human.stdout
 
 
 def test_gc(dataset: str, tmp_path: Path) -> None:
@@ -281,9 +311,10 @@ def test_gc(dataset: str, tmp_path: Path) -> None:
     leftover.write_bytes(b"\0" * 1024)
     dry = ok_json("gc", str(root), "--dry-run", "--grace", "0")
     assert dry["dry_run"] is True and dry["deleted"] == ["shards/orphan-000000.tar"]
+    assert (dry["uri"], dry["num_deleted"], dry["freed_bytes"]) == (str(root), 1, 1024)
     assert leftover.exists()
     young = ok_json("gc", str(root))  # default grace: the leftover is too young
-    assert young["deleted"] == [] and young["kept_young"] == 1
+    assert young["deleted"] == [] and young["num_kept_young"] == 1
     human = run("gc", str(root), "--grace", "0")
     assert human.returncode == 0 and "deleted shards/orphan-000000.tar" in human.stdout
     assert not leftover.exists()
@@ -296,12 +327,14 @@ def test_doctor(dataset: str, tmp_path: Path) -> None:
     assert report["packages"]["ferroload-cli"] == version("ferroload-cli")
     assert report["python"] == ".".join(map(str, sys.version_info[:3]))
     assert "jpeg" in report["codec_backends"]
-    assert report["uri"]["reachable"] is True and report["uri"]["samples"] == 7
+    assert report["dataset"]["reachable"] is True and report["dataset"]["num_samples"] == 7
+    assert report["dataset"]["uri"] == dataset
+    assert report["dataset"]["size_bytes"] == ok_json("info", dataset)["size_bytes"]
     human = run("doctor")
     assert human.returncode == 0 and "ferroload-format" in human.stdout
     missing = run("doctor", "--uri", str(tmp_path / "nothing"), "--json")
     assert missing.returncode == 1
-    assert json.loads(missing.stdout)["uri"]["reachable"] is False
+    assert json.loads(missing.stdout)["dataset"]["reachable"] is False
 
 
 # --------------------------------------------------------------------------- errors
@@ -332,7 +365,8 @@ def test_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path: Path) ->
 def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
     proc = run(*args)
     assert proc.returncode == 2
-    assert "usage: ferroload" in proc.stderr.lower()
+    # the usage on stderr; with no arguments at all, the whole help (rich prints it on stdout)
+    assert "usage: ferroload" in (proc.stderr if args else proc.stdout).lower()
 
 
 def test_storage_options_reach_the_store() -> None:
@@ -363,15 +397,28 @@ def test_subset_materializes_the_matching_samples(dataset: str, tmp_path: Path) 
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert (result["samples"], result["of"], result["version"], result["name"]) == (2, 7, 1, "demo")
-    assert "copying" in proc.stderr and "2/2" in proc.stderr  # the progress bar, on stderr
     src, copy = Dataset.open(dataset), Dataset.open(out)
+    assert result == {
+        "uri": out,
+        "name": "demo",
+        "version": 1,
+        "num_samples": 2,
+        "num_shards": 1,
+        "size_bytes": copy.manifest.size_bytes,
+        "mode": "create",
+        "num_written": 2,
+        "num_matched": 2,
+        "source": {"uri": dataset, "version": 2, "num_samples": 7},
+        "seconds": result["seconds"],
+    }
+    assert result["seconds"] == round(result["seconds"], 3)
+    assert "2/2" in proc.stderr  # the library's progress bar (FERROLOAD_PROGRESS=1), on stderr
     assert copy.column("sample_id").to_pylist() == ["s0001", "s0004"]
     assert [copy[i]["image"] for i in range(2)] == [src[1]["image"], src[4]["image"]]
     limited = ok_json(
         "subset", dataset, str(tmp_path / "few"), "-w", "label < 2", "--limit", "3", "--name", "few"
     )
-    assert (limited["samples"], limited["name"]) == (3, "few")
+    assert (limited["num_samples"], limited["num_matched"], limited["name"]) == (3, 5, "few")
     assert run("subset", dataset, str(tmp_path / "x")).returncode == 2  # --where is required
     line = one_error_line(run("subset", dataset, str(tmp_path / "y"), "--where", "nope = 1"))
     assert "nope" in line
@@ -388,20 +435,22 @@ def test_cache_stats_and_clear(tmp_path: Path) -> None:
     env = {"FERROLOAD_CACHE_DIR": str(tmp_path / "cache"), "FERROLOAD_CACHE_SIZE": "2GiB"}
     stats = ok_json("cache", "stats", env=env)
     assert stats["directory"] == str(tmp_path / "cache")
-    assert (stats["entries"], stats["max_bytes"]) == (3, 2 << 30)
-    assert stats["bytes"] == cache.size() > 3000
+    assert (stats["num_entries"], stats["max_bytes"]) == (3, 2 << 30)
+    assert stats["size_bytes"] == cache.size() > 3000
+    assert stats["block_bytes"] == cache.block_size
     human = run("cache", "stats", env=env)
     assert human.returncode == 0 and "entries" in human.stdout and "2.0 GiB" in human.stdout
     # --dir wins over FERROLOAD_CACHE_DIR, which is not even created then
     elsewhere = {"FERROLOAD_CACHE_DIR": str(tmp_path / "unused")}
     assert (
-        ok_json("cache", "stats", "--dir", str(tmp_path / "cache"), env=elsewhere)["entries"] == 3
+        ok_json("cache", "stats", "--dir", str(tmp_path / "cache"), env=elsewhere)["num_entries"]
+        == 3
     )
     assert not (tmp_path / "unused").exists()
     cleared = ok_json("cache", "clear", "--dir", str(tmp_path / "cache"))
-    assert (cleared["entries"], cleared["bytes"]) == (3, stats["bytes"])
+    assert (cleared["num_entries"], cleared["size_bytes"]) == (3, stats["size_bytes"])
     assert cache.count() == 0
-    assert ok_json("cache", "stats", env=env)["entries"] == 0
+    assert ok_json("cache", "stats", env=env)["num_entries"] == 0
     bad = one_error_line(run("cache", "stats", env={"FERROLOAD_CACHE_SIZE": "lots"}))
     assert "FERROLOAD_CACHE_SIZE" in bad
 
@@ -430,10 +479,12 @@ def test_bench_reports_throughput_per_epoch(images: str) -> None:
     )
     assert report["images"] == ["image"] and report["resize"] == [16, 16]
     assert [e["epoch"] for e in report["epochs"]] == [0, 1]
+    assert (report["uri"], report["num_samples"], report["version"]) == (images, 40, 1)
     for e in report["epochs"]:
-        assert e["samples"] == 40 and e["samples_per_s"] > 0 and e["first_batch_s"] >= 0
+        assert e["num_samples"] == 40 and e["samples_per_s"] > 0
+        assert e["first_batch_seconds"] >= 0 and e["seconds"] == round(e["seconds"], 3)
     some = ok_json("bench", images, "--epochs", "1", "--where", "label = 1", "--limit", "4")
-    assert some["samples"] == 4 and some["epochs"][0]["samples"] == 4
+    assert some["num_samples"] == 4 and some["epochs"][0]["num_samples"] == 4
     assert some["resize"] == [224, 224]  # the default size when images are decoded
     human = run("bench", images, "--epochs", "1", "--resize", "16")
     assert human.returncode == 0 and "samples/s" in human.stdout
@@ -457,7 +508,7 @@ def test_catalog_commands(dataset: str, tmp_path: Path) -> None:
     ok_json("catalog", "add", "demo", dataset, env=env)
     assert [e["name"] for e in ok_json("catalog", "ls", env=env)] == ["demo", "pets"]
     assert [e["name"] for e in ok_json("catalog", "ls", "--tag", "images", env=env)] == ["pets"]
-    assert ok_json("info", "catalog:pets", env=env)["samples"] == 1  # catalog: URIs open
+    assert ok_json("info", "catalog:pets", env=env)["num_samples"] == 1  # catalog: URIs open
     with Writer(root) as w:  # a new version: show refreshes the entry
         w.add("b", None, {"x": 2})
     assert ok_json("catalog", "show", "pets", "--no-refresh", env=env)["version"] == 1
@@ -517,14 +568,14 @@ def test_import_export_image_folder(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert (report["num_samples"], report["version"], report["skipped"]) == (6, 1, [])
-    assert "importing" in proc.stderr and "6/6" in proc.stderr  # the progress bar
+    assert "import imagefolder" in proc.stderr and "6/6" in proc.stderr  # the library's bar
     assert ok_json("sql", ds, "SELECT label, count(*) AS n FROM samples GROUP BY 1 ORDER BY 1") == [
         {"label": 0, "n": 3},
         {"label": 1, "n": 3},
     ]
     out = tmp_path / "back"
     exported = ok_json("export", "imagefolder", ds, str(out))
-    assert exported["num_samples"] == 6
+    assert (exported["num_written"], exported["dst"]) == (6, str(out))
     assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*.png")} == files
 
     (src / "dog" / "broken.png").write_bytes(_png(99)[:40])  # a truncated image
@@ -559,7 +610,7 @@ def test_import_export_webdataset_and_parquet(tmp_path: Path) -> None:
     wds = str(tmp_path / "wds")
     assert ok_json("import", "wds", str(tar_path), wds)["num_samples"] == 4
     out = tmp_path / "wds-out"
-    assert ok_json("export", "wds", wds, str(out))["num_samples"] == 4
+    assert ok_json("export", "wds", wds, str(out))["num_written"] == 4
     got = {}
     for shard in sorted(out.glob("*.tar")):
         with tarfile.open(shard) as tar:
@@ -604,6 +655,169 @@ def test_import_hf(tmp_path: Path) -> None:
     hds = str(tmp_path / "hfds")
     assert ok_json("import", "hf", str(tmp_path / "hf"), hds)["num_samples"] == 3
     assert Dataset.open(hds).column("text").to_pylist() == ["x", "y", "z"]
+
+
+#: Keys the commands used before one vocabulary (`num_samples`, `num_shards`, `size_bytes`).
+OLD_KEYS = {"samples", "shards", "bytes", "of", "entries", "rows", "kept_young", "threads"}
+
+
+def _check_vocabulary(value: Any, where: str) -> None:
+    """No old key anywhere; every `uri` absolute; every `seconds` rounded to milliseconds."""
+    if isinstance(value, list):
+        for item in value:
+            _check_vocabulary(item, where)
+        return
+    if not isinstance(value, dict):
+        return
+    assert not OLD_KEYS & set(value), (where, OLD_KEYS & set(value))
+    if "uri" in value:
+        assert value["uri"].startswith("/"), (where, value["uri"])
+    for key, item in value.items():
+        if key == "seconds" or key.endswith("_seconds"):
+            assert item == round(item, 3), (where, key, item)
+        _check_vocabulary(item, where)
+
+
+def _photos(root: Path, classes: tuple[str, ...] = ("cat", "dog"), n: int = 3) -> Path:
+    for k, c in enumerate(classes):
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            (root / c / f"{c}-{i}.png").write_bytes(_png(10 * k + i))
+    return root
+
+
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
+def test_every_command_speaks_one_json_vocabulary(tmp_path: Path) -> None:
+    """Relative paths in, absolute paths out; the same keys for the same things."""
+    _photos(tmp_path / "photos")
+    ds = str(tmp_path / "ds")
+
+    def j(*args: str) -> Any:
+        value = ok_json(*args, cwd=tmp_path)
+        _check_vocabulary(value, " ".join(args))
+        return value
+
+    def version_of(uri: str, key: str = "uri") -> dict[str, Any]:
+        d = Dataset.open(uri)
+        return {
+            key: uri, "name": d.name, "version": d.version, "num_samples": d.num_samples,
+            "num_shards": d.num_shards, "size_bytes": d.manifest.size_bytes,
+        }  # fmt: skip
+
+    imported = j("import", "imagefolder", "photos", "ds")
+    assert imported.items() >= version_of(ds).items()
+    assert (imported["num_written"], imported["mode"], imported["num_skipped"]) == (6, "create", 0)
+    info = j("info", "ds")
+    assert info.items() >= version_of(ds).items()
+    assert j("verify", "ds").items() >= {"uri": ds, "version": 1, "ok": True}.items()
+    [logged] = j("log", "ds")
+    assert (
+        logged.items()
+        >= {k: v for k, v in version_of(ds).items() if k not in ("uri", "name")}.items()
+    )
+    cats = str(tmp_path / "cats")
+    subset = j("subset", "ds", "cats", "--where", "class_name = 'cat'")
+    assert subset.items() >= version_of(cats).items()
+    assert subset["source"] == {"uri": ds, "version": 1, "num_samples": 6}
+    exported = j("export", "wds", "cats", "cats-wds")
+    assert exported.items() >= version_of(cats).items()
+    assert (exported["dst"], exported["num_written"]) == (str(tmp_path / "cats-wds"), 3)
+    assert exported["num_files"] == 1 and exported["payload_bytes"] > 0
+    assert j("gc", "ds", "--dry-run")["uri"] == ds
+    bench = j("bench", "ds", "--epochs", "1", "--resize", "8", "-b", "4")
+    assert bench.items() >= {"uri": ds, "num_samples": 6, "version": 1}.items()
+    assert j("doctor", "--uri", "ds")["dataset"].items() >= version_of(ds).items()
+    got = tmp_path / "one.png"
+    assert j("get", "ds", "0", "--column", "image", "--out", "one.png") == {
+        "column": "image", "out": str(got), "size_bytes": got.stat().st_size,
+    }  # fmt: skip
+
+
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
+def test_writing_into_an_existing_dataset_is_explicit(tmp_path: Path) -> None:
+    photos = str(_photos(tmp_path / "photos"))
+    ds = str(tmp_path / "ds")
+    assert ok_json("import", "imagefolder", photos, ds)["version"] == 1
+    again = one_error_line(run("import", "imagefolder", photos, ds))
+    assert f"{ds} already holds" in again
+    assert "pass --append to add to it or --overwrite to replace" in again
+    assert "mode=" not in again and "file://" not in again
+    assert Dataset.open(ds).version == 1  # nothing written
+    both = run("import", "imagefolder", photos, ds, "--append", "--overwrite")
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+
+    appended = ok_json(
+        "import", "imagefolder", str(_photos(tmp_path / "more", ("cow",))), ds, "--append"
+    )
+    assert (appended["version"], appended["num_samples"], appended["num_written"]) == (2, 9, 3)
+    assert appended["mode"] == "append"
+    replaced = ok_json("import", "imagefolder", photos, ds, "--overwrite")
+    assert (replaced["version"], replaced["num_samples"], replaced["num_written"]) == (3, 6, 6)
+    assert [v["num_samples"] for v in ok_json("log", ds)] == [6, 9, 6]  # history kept
+    old = set((tmp_path / "ds" / "shards").rglob("*.tar"))
+    collected = ok_json("gc", ds, "--keep-versions", "1", "--grace", "0")
+    assert collected["expired"] == [1, 2] and collected["num_expired"] == 2
+    assert collected["freed_bytes"] > 0 and collected["num_deleted"] >= 2
+    assert [v["version"] for v in ok_json("log", ds)] == [3]
+    assert len(set((tmp_path / "ds" / "shards").rglob("*.tar"))) < len(old)
+    assert Dataset.open(ds).num_samples == 6
+
+    cats = str(tmp_path / "cats")
+    assert ok_json("subset", ds, cats, "-w", "class_name = 'cat'")["num_samples"] == 3
+    line = one_error_line(run("subset", ds, cats, "-w", "class_name = 'dog'"))
+    assert "--append" in line and "--overwrite" in line and "mode=" not in line
+    more = ok_json("subset", ds, cats, "-w", "class_name = 'dog'", "--append")
+    assert (more["version"], more["num_samples"], more["num_written"]) == (2, 6, 3)
+    human = run("subset", ds, cats, "-w", "class_name = 'dog'", "--overwrite")
+    assert human.returncode == 0, human.stderr
+    assert f"overwrote with 3 of 6 samples to {cats} (version 3, 3 samples)" in human.stdout
+
+    # a dataset of another name: the message names --name, never `name=None`
+    line = one_error_line(run("subset", ds, cats, "-w", "label = 0", "--append", "--name", "x"))
+    assert line.endswith(
+        f"{cats} holds dataset 'ds', not 'x'; leave out --name (or pass --name 'ds') to append "
+        "to it"
+    ), line
+
+
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
+def test_a_subset_matching_nothing_writes_an_empty_dataset(dataset: str, tmp_path: Path) -> None:
+    empty = str(tmp_path / "empty")
+    human = run("subset", dataset, empty, "--where", "label = 99")
+    assert human.returncode == 0, human.stderr
+    assert "the filter matched no sample" in human.stdout
+    assert "wrote 0" not in human.stdout and "of 7" not in human.stdout
+    assert (Dataset.open(empty).num_samples, Dataset.open(empty).version) == (0, 1)
+    again = ok_json("subset", dataset, empty, "--where", "label = 99", "--overwrite")
+    assert (again["num_matched"], again["num_written"], again["num_samples"]) == (0, 0, 0)
+    assert again["version"] == 2
+
+
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
+def test_progress_is_the_librarys_and_quiet_hides_it(tmp_path: Path) -> None:
+    photos = str(_photos(tmp_path / "photos"))
+    forced = {"FERROLOAD_PROGRESS": "1"}
+    shown = run("import", "imagefolder", photos, str(tmp_path / "a"), env=forced)
+    assert shown.returncode == 0 and "import imagefolder" in shown.stderr and "6/6" in shown.stderr
+    quiet = run("-q", "import", "imagefolder", photos, str(tmp_path / "b"), env=forced)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    hidden = run("verify", str(tmp_path / "a"), env={"FERROLOAD_PROGRESS": "0"})
+    assert hidden.returncode == 0 and hidden.stderr == ""
+    verify = run("verify", str(tmp_path / "a"), env=forced)
+    assert verify.returncode == 0 and "verify" in verify.stderr and "1/1" in verify.stderr
+
+
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
+def test_export_into_a_non_empty_folder_needs_overwrite(tmp_path: Path) -> None:
+    ds = str(tmp_path / "ds")
+    assert ok_json("import", "imagefolder", str(_photos(tmp_path / "photos")), ds)["version"] == 1
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    line = one_error_line(run("export", "imagefolder", ds, str(out)))
+    assert "--overwrite" in line and "overwrite=" not in line
+    assert ok_json("export", "imagefolder", ds, str(out), "--overwrite")["num_written"] == 6
+    assert not (out / "old.txt").exists() and len(list(out.rglob("*.png"))) == 6
 
 
 @pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not

@@ -1,30 +1,57 @@
-"""The `ferroload` Typer app, the options commands share, and `main` (exit codes)."""
+"""The `ferroload` Typer app, the options commands share, and `main` (exit codes).
+
+Importing this module, or any command module, imports Typer and rich and nothing of the
+library: a command imports what it needs when it runs, so `ferroload --help` and shell
+completion answer at once (a test keeps pyarrow, DuckDB, numpy and the format out).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
+import typer.core
+from rich.markup import escape
 
-import ferroload
 from ferroload_cli._render import printable
+
+if TYPE_CHECKING:
+    import ferroload
 
 #: The loggers `-v` / `-q` configure: every ferroload package's.
 _LOGGERS = ("ferroload", *(f"ferroload_{p}" for p in (
     "core", "store", "format", "codec", "loader", "map", "convert", "catalog", "cli"
 )))  # fmt: skip
 
+#: How a write treats a dataset already at its destination (`--append` / `--overwrite`).
+WriteMode = Literal["create", "append", "overwrite"]
+
+
+def examples(*lines: str) -> str:
+    """The "Examples" epilog of a command's help: one command line per argument."""
+    body = "\n".join(f"  [dim]$[/dim] {escape(x)}" for x in lines)
+    return f"[bold]Examples[/bold]\n{body}"
+
+
 app = typer.Typer(
     name="ferroload",
     help="Inspect, query, check, convert and benchmark ferroload datasets.",
+    epilog=examples(
+        "ferroload import imagefolder ~/photos ./photos",
+        "ferroload info ./photos",
+        'ferroload subset ./photos ./cats --where "label = 3"',
+        "ferroload COMMAND --help",
+    ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -47,6 +74,27 @@ StorageOptions = Annotated[
         show_default=False,
     ),
 ]
+Append = Annotated[
+    bool,
+    typer.Option(
+        "--append", help="add to the dataset already at DST (default: refuse to write there)"
+    ),
+]
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="replace the content of the dataset at DST in a new version (history kept; "
+        "ferroload gc reclaims the old shards)",
+    ),
+]
+
+
+def write_mode(append: bool, overwrite: bool) -> WriteMode:
+    """`--append` / `--overwrite` as the `mode=` of the Python API (default `"create"`)."""
+    if append and overwrite:
+        raise usage_error("--append and --overwrite exclude each other")
+    return "append" if append else "overwrite" if overwrite else "create"
 
 
 def storage_options(pairs: Sequence[str] | None) -> dict[str, str] | None:
@@ -64,7 +112,21 @@ def storage_options(pairs: Sequence[str] | None) -> dict[str, str] | None:
 
 def open_dataset(uri: str, options: Sequence[str] | None) -> ferroload.Dataset:
     """Open a dataset for a command (`catalog:NAME` resolves through the catalog)."""
+    import ferroload
+
     return ferroload.Dataset.open(uri, storage_options=storage_options(options))
+
+
+def shown_uri(uri: str) -> str:
+    """A URI as every report shows it (`uri` in --json): a local dataset as its absolute
+    path, an object-store or catalog URI as given."""
+    if uri.startswith("file://"):
+        from urllib.parse import unquote, urlsplit
+
+        return unquote(urlsplit(uri).path)
+    if "://" in uri or uri.startswith("catalog:"):
+        return uri
+    return os.path.abspath(os.path.expanduser(uri))
 
 
 def usage_error(message: str) -> typer.BadParameter:
@@ -82,15 +144,150 @@ def split_names(text: str | None, *, option: str) -> list[str] | None:
     return names
 
 
+#: The `progress=` every long call gets: None (a bar when stderr is a terminal,
+#: FERROLOAD_PROGRESS=1/0 forces it) or, under `-q`, False.
+_progress: bool | None = None
+
+
+def progress_arg() -> bool | None:
+    """What a command passes as `progress=` to the library: None (its own choice: a bar on
+    a terminal, `FERROLOAD_PROGRESS=1`/`0` forces it) or False under `-q`."""
+    return _progress
+
+
+# --------------------------------------------------------------------------- messages
+
+#: Python arguments that error messages of the library name, and the flag each is here.
+_FLAGS = {
+    "binary_columns": "--binary",
+    "id_column": "--id-column",
+    "modality": "--modality",
+    "name": "--name",
+    "on_error": "--on-error",
+    "overwrite": "--overwrite",
+    "replace": "--replace",
+    "samples_per_shard": "--samples-per-shard",
+    "shard_size": "--shard-size",
+    "split": "--split",
+    "storage_options": "--storage-option",
+    "timeout": "--timeout",
+    "where": "--where",
+    "workers": "--workers",
+}
+_VALUE = r"('[^']*'|\"[^\"]*\"|[\w.+-]+)"
+_CLI_ASIDE = re.compile(r" ?\(CLI: [^)]*\)")  # "(CLI: --append / --overwrite)": said below
+_ARG_OR_FLAG = re.compile(rf"\b\w+={_VALUE} / (--[\w-]+)")  # "overwrite=True / --overwrite"
+_FILE_URI = re.compile(r"file://(/[^\s'\"),;]*[^\s'\"),;.])")
+_NAME_OR = re.compile(rf"\b(pass )?name=None or {_VALUE}")  # the writer's name clash
+_WITHOUT = re.compile(rf"\bwith ({'|'.join(_FLAGS)})=None\b")
+_ARG = re.compile(rf"\b(mode|{'|'.join(_FLAGS)})=(?:{_VALUE})?")
+
+
+def _flag(m: re.Match[str]) -> str:
+    key, value = m.group(1), m.group(2)
+    if value is not None:
+        value = value.strip("'\"")
+    if key == "mode":
+        return {"append": "--append", "overwrite": "--overwrite"}.get(
+            value or "", "--append or --overwrite"
+        )
+    flag = _FLAGS[key]
+    if value is None or value == "True":
+        return flag
+    return f"no {flag}" if value == "None" else f"{flag} {value}"
+
+
+def cli_message(exc: BaseException) -> str:
+    """The line `ferroload: error:` shows for `exc`: its first line, with the Python
+    arguments it names (`mode="append"`, `name=None`, `on_error='skip'`, …) said as this
+    command's flags (`--append`, `--name`, `--on-error skip`), local `file://` URIs as
+    paths, controls escaped. The one place messages are translated."""
+    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    text = _CLI_ASIDE.sub("", text)
+    text = _ARG_OR_FLAG.sub(lambda m: m.group(2), text)
+    text = _NAME_OR.sub(
+        lambda m: (
+            f"leave out --name (or pass --name {m.group(2)})"
+            if m.group(1)
+            else f"no --name or --name {m.group(2)}"
+        ),
+        text,
+    )
+    text = _WITHOUT.sub(lambda m: f"without {_FLAGS[m.group(1)]}", text)
+    text = _ARG.sub(_flag, text)
+    text = _FILE_URI.sub(lambda m: shown_uri(m.group()), text)
+    if type(exc).__name__ == "DatasetExistsError" and "--append" not in text:
+        uri = shown_uri(str(getattr(exc, "uri", None) or "the destination"))
+        text = (
+            f"{uri} already holds a dataset: pass --append to add to it or --overwrite to "
+            "replace it"
+        )
+    return printable(text)
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an error's message (its type's name when it has none)."""
     text = str(exc).strip() or type(exc).__name__
     return printable(text.splitlines()[0])
 
 
+# --------------------------------------------------------------------------- the root
+
+
+class _Argument(typer.core.TyperArgument):
+    """An argument shown by its metavar alone: `SRC DST` in the usage line (not `{SRC}`),
+    no `<str>` after it in the table."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = self.metavar or (self.name or "").upper()
+        return name if self.required else f"[{name}]"
+
+
+class _Option(typer.core.TyperOption):
+    """An option shown by its metavar (`--limit N`), a flag by its name alone (no `<bool>`),
+    choices as `raise|skip|warn`."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        shown = super().display_type_rich(ctx)
+        return shown.strip("<>") if shown else shown
+
+
+def _tidy_param(param: Any) -> Any:
+    if type(param) is typer.core.TyperArgument:
+        param.__class__ = _Argument
+    elif type(param) is typer.core.TyperOption:
+        param.__class__ = _Option
+    return param
+
+
+def _tidy(command: Any) -> None:
+    """Give every parameter of `command` and its subcommands the placeholders above (the
+    help option too, which click makes when help is asked for)."""
+    for param in command.params:
+        _tidy_param(param)
+    make_help_option = command.get_help_option
+    command.get_help_option = lambda ctx: _tidy_param(make_help_option(ctx))
+    for sub in getattr(command, "commands", {}).values():
+        _tidy(sub)
+
+
+def command() -> Any:
+    """The click command `main` runs: the app with every command, placeholders tidied."""
+    cmd = typer.main.get_command(app)
+    _tidy(cmd)
+    return cmd
+
+
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"ferroload {ferroload.__version__}")
+        from importlib.metadata import version
+
+        typer.echo(f"ferroload {version('ferroload')}")
         raise typer.Exit()
 
 
@@ -106,11 +303,15 @@ def _root(
             "--verbose", "-v", count=True, show_default=False, help="log more (-v info, -vv debug)"
         ),
     ] = 0,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="log errors only")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="log errors only; no progress bars")
+    ] = False,
     debug: Annotated[
         bool, typer.Option("--debug", help="show the full traceback of an error (any position)")
     ] = False,
 ) -> None:
+    global _progress
+    _progress = False if quiet else None
     if quiet:
         level = logging.ERROR
     else:
@@ -122,6 +323,15 @@ def _root(
         logger.setLevel(level)
         logger.handlers = [handler]
         logger.propagate = False
+
+
+def _expected(exc: BaseException) -> bool:
+    """Whether `exc` is a user's error (one line, exit 1) rather than a bug (traceback)."""
+    if isinstance(exc, OSError | ImportError):
+        return True
+    from ferroload_core import FerroloadError
+
+    return isinstance(exc, FerroloadError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,9 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args[:end]
     if debug:  # `--debug` may come anywhere, as in the other options people retype
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
-    command = typer.main.get_command(app)
     try:
-        rv: Any = command.main(args=args, prog_name="ferroload", standalone_mode=False)
+        rv: Any = command().main(args=args, prog_name="ferroload", standalone_mode=False)
     except typer.Abort:
         sys.stderr.write("ferroload: aborted\n")
         return 130
@@ -151,9 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             sys.stderr.write(f"ferroload: error: {exc.format_message()}\n")
         return exc.exit_code
-    except (ferroload.FerroloadError, OSError, ImportError) as exc:
+    except Exception as exc:
+        if not _expected(exc):
+            raise
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"ferroload: error: {first_line(exc)}\n")
+        sys.stderr.write(f"ferroload: error: {cli_message(exc)}\n")
         return 1
     return rv if isinstance(rv, int) else 0

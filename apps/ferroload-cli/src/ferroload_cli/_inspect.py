@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+import time
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-import ferroload
 from ferroload_cli import _render as r
 from ferroload_cli._app import (
     Json,
     StorageOptions,
     Uri,
     app,
+    examples,
     open_dataset,
+    progress_arg,
+    shown_uri,
     split_names,
     usage_error,
 )
+
+if TYPE_CHECKING:
+    import ferroload
 
 
 def _payload_size(value: Any) -> int | None:
@@ -32,6 +39,8 @@ def _payload_size(value: Any) -> int | None:
 
 
 def _check_columns(ds: ferroload.Dataset, columns: list[str]) -> None:
+    import ferroload
+
     for c in columns:
         if c not in ds.columns:
             raise ferroload.ColumnNotFoundError(
@@ -41,21 +50,29 @@ def _check_columns(ds: ferroload.Dataset, columns: list[str]) -> None:
             )
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "ferroload info ./pets",
+        "ferroload info s3://bucket/pets -o region=eu-west-1 --json",
+        "ferroload info catalog:pets",
+    )
+)
 def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
-    """Summary of a dataset: samples, shards, bytes, columns, layers."""
+    """Summary of a dataset: samples, shards, size, columns, layers."""
     ds = open_dataset(uri, storage_option)
     m = ds.manifest
-    shard_bytes = sum(s.size for s in m.shards) + sum(
-        s.size for layer in m.layers for s in layer.shards
-    )
+    shard_bytes = sum(s.size for s in m.shards)
     index_bytes = sum(p.size for p in m.index_parts)
+    layer_bytes = sum(
+        sum(s.size for s in layer.shards) + sum(p.size for p in layer.index_parts)
+        for layer in m.layers
+    )
     meta = [f for f in ds.schema if f.name in ds.metadata_columns]
     layers: list[dict[str, Any]] = [
         {
             "name": layer.name,
             "base_version": layer.base_version,
-            "rows": layer.num_rows,
+            "num_rows": layer.num_rows,
             "columns": [f.name for f in layer.columns],
             "modalities": [x.name for x in layer.modalities],
             "created_at": layer.created_at,
@@ -65,14 +82,17 @@ def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) ->
     if json:
         r.print_json(
             {
-                "uri": ds.uri,
+                "uri": shown_uri(ds.uri),
                 "name": ds.name,
                 "version": ds.version,
                 "created_at": m.created_at,
-                "samples": ds.num_samples,
-                "shards": ds.num_shards,
-                "bytes": shard_bytes,
+                "num_samples": ds.num_samples,
+                "num_shards": ds.num_shards,
+                "size_bytes": m.size_bytes,
+                "shard_bytes": shard_bytes,
                 "index_bytes": index_bytes,
+                "layer_bytes": layer_bytes,
+                "manifest_bytes": m.size_bytes - shard_bytes - index_bytes - layer_bytes,
                 "modalities": [
                     {"name": x.name, "ext": x.ext, "kind": x.kind, "codec_hint": x.codec_hint}
                     for x in ds.modalities
@@ -82,14 +102,17 @@ def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) ->
             }
         )
         return
+    parts = f"{r.size(shard_bytes)} in shards, {r.size(index_bytes)} of index"
+    if layer_bytes:
+        parts += f", {r.size(layer_bytes)} of layers"
     r.pairs(
         [
-            ("uri", ds.uri),
+            ("uri", shown_uri(ds.uri)),
             ("name", ds.name),
             ("version", f"{ds.version} ({m.created_at})"),
             ("samples", ds.num_samples),
             ("shards", ds.num_shards),
-            ("bytes", f"{r.size(shard_bytes)} in shards, {r.size(index_bytes)} of index"),
+            ("size", f"{r.size(m.size_bytes)} ({parts}, manifest)"),
         ]
     )
     if ds.modalities:
@@ -115,7 +138,7 @@ def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) ->
         r.line("\nno layers")
 
 
-@app.command()
+@app.command(epilog=examples("ferroload schema ./pets", "ferroload schema ./pets --json"))
 def schema(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
     """The columns of a dataset's index, their role and Arrow type."""
     ds = open_dataset(uri, storage_option)
@@ -139,10 +162,15 @@ def schema(uri: Uri, json: Json = False, storage_option: StorageOptions = None) 
         )
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "ferroload head ./pets",
+        "ferroload head ./pets -n 3 --columns sample_id,label,image --json",
+    )
+)
 def head(
     uri: Uri,
-    n: Annotated[int, typer.Option("-n", min=0, help="rows to show")] = 5,
+    n: Annotated[int, typer.Option("-n", min=0, metavar="N", help="rows to show")] = 5,
     columns: Annotated[
         str | None, typer.Option("--columns", metavar="A,B", help="columns (default all)")
     ] = None,
@@ -166,11 +194,21 @@ def head(
         r.table(names, [[r.size(x[c]) if c in modalities else x[c] for c in names] for x in rows])
 
 
-@app.command(context_settings={"ignore_unknown_options": True})  # INDEX may be negative
+@app.command(
+    context_settings={"ignore_unknown_options": True},  # INDEX may be negative
+    epilog=examples(
+        "ferroload get ./pets 17",
+        "ferroload get ./pets -1 --column caption --json",
+        "ferroload get ./pets 17 --column image --out cat.jpg",
+    ),
+)
 def get(
     uri: Uri,
-    index: Annotated[int, typer.Argument(help="sample position (negative counts from the end)")],
-    column: Annotated[str | None, typer.Option(help="only this column")] = None,
+    index: Annotated[
+        int,
+        typer.Argument(metavar="INDEX", help="sample position (negative counts from the end)"),
+    ],
+    column: Annotated[str | None, typer.Option(metavar="COLUMN", help="only this column")] = None,
     out: Annotated[
         str | None,
         typer.Option(metavar="FILE", help="write the column's bytes to FILE ('-': stdout)"),
@@ -187,6 +225,8 @@ def get(
     if out is not None and column is not None:
         value = sample[column]
         if value is None:
+            import ferroload
+
             raise ferroload.SampleIndexError(
                 f"sample {index} of {ds.uri} has no {column!r}", uri=ds.uri, column=column
             )
@@ -202,7 +242,7 @@ def get(
         with open(out, "wb") as f:
             f.write(data)
         if json:
-            r.print_json({"column": column, "out": out, "bytes": len(data)})
+            r.print_json({"column": column, "out": os.path.abspath(out), "size_bytes": len(data)})
         else:
             r.line(f"wrote {len(data)} bytes of {column!r} to {out}")
         return
@@ -213,16 +253,27 @@ def get(
         r.pairs([(k, r.size(v) if k in modalities else v) for k, v in shown.items()])
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        'ferroload sql ./pets "SELECT label, count(*) AS n FROM samples GROUP BY label"',
+        "ferroload sql ./pets \"SELECT sample_id FROM samples WHERE caption LIKE '%cat%'\" --json",
+    )
+)
 def sql(
     uri: Uri,
     query: Annotated[
-        str, typer.Argument(help='e.g. "SELECT label, count(*) FROM samples GROUP BY 1"')
+        str,
+        typer.Argument(
+            metavar="QUERY", help='e.g. "SELECT label, count(*) FROM samples GROUP BY 1"'
+        ),
     ],
     json: Json = False,
     storage_option: StorageOptions = None,
     timeout: Annotated[
-        float, typer.Option(min=0.001, help="seconds DuckDB may run before it is interrupted")
+        float,
+        typer.Option(
+            min=0.001, metavar="SECONDS", help="seconds DuckDB may run before it is interrupted"
+        ),
     ] = 30.0,
 ) -> None:
     """Run one SELECT over the index (table `samples`) in DuckDB's sandbox."""
@@ -235,22 +286,30 @@ def sql(
         r.line(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
 
 
-@app.command()
+@app.command(
+    epilog=examples(
+        "ferroload verify ./pets", "ferroload verify s3://bucket/pets --json || echo damaged"
+    )
+)
 def verify(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
     """Check every shard and payload checksum; exit code 1 on damage."""
     ds = open_dataset(uri, storage_option)
-    with r.progress("verifying shards") as update:
-        report = ds.verify(progress=update)
+    t0 = time.perf_counter()
+    report = ds.verify(progress=progress_arg())
+    seconds = time.perf_counter() - t0
     if json:
         r.print_json(
             {
-                "uri": report.uri,
+                "uri": shown_uri(report.uri),
+                "name": ds.name,
                 "version": report.version,
                 "ok": report.ok,
-                "shards_checked": report.shards_checked,
-                "payloads_checked": report.payloads_checked,
-                "bytes_checked": report.bytes_checked,
+                "num_shards_checked": report.shards_checked,
+                "num_payloads_checked": report.payloads_checked,
+                "checked_bytes": report.bytes_checked,
+                "num_problems": len(report.problems),
                 "problems": [dataclasses.asdict(p) for p in report.problems],
+                "seconds": round(seconds, 3),
             }
         )
     else:
@@ -259,10 +318,10 @@ def verify(uri: Uri, json: Json = False, storage_option: StorageOptions = None) 
             f"{r.size(report.bytes_checked)}"
         )
         if report.ok:
-            r.line(f"ok: {report.uri} version {report.version} ({checked} checked)")
+            r.line(f"ok: {shown_uri(report.uri)} version {report.version} ({checked} checked)")
         else:
             r.line(
-                f"damaged: {report.uri} version {report.version}: "
+                f"damaged: {shown_uri(report.uri)} version {report.version}: "
                 f"{len(report.problems)} problem(s) ({checked} checked)"
             )
             r.table(
@@ -273,16 +332,21 @@ def verify(uri: Uri, json: Json = False, storage_option: StorageOptions = None) 
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=examples("ferroload log ./pets", "ferroload log ./pets --json"))
 def log(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
-    """The committed versions of a dataset."""
+    """The committed versions of a dataset, oldest first, with their size."""
+    from ferroload_format import read_manifest
+
     ds = open_dataset(uri, storage_option)
-    versions = [dataclasses.asdict(v) for v in ds.versions()]
+    versions = []
+    for v in ds.versions():
+        m = ds.manifest if v.version == ds.version else read_manifest(ds.store, v.version)
+        versions.append({**dataclasses.asdict(v), "size_bytes": m.size_bytes})
     if json:
         r.print_json(versions)
         return
-    keys = ["version", "created_at", "operation", "num_samples", "num_shards", "txn"]
+    keys = ["version", "created_at", "operation", "num_samples", "num_shards"]
     r.table(
-        ["version", "created", "operation", "samples", "shards", "txn"],
-        [[v[k] for k in keys] for v in versions],
+        ["version", "created", "operation", "samples", "shards", "size", "txn"],
+        [[*(v[k] for k in keys), r.size(v["size_bytes"]), v["txn"]] for v in versions],
     )

@@ -1,35 +1,24 @@
-"""Output of the `ferroload` command: rich tables for people, JSON for machines, progress
-bars on stderr."""
+"""Output of the `ferroload` command: rich tables for people, JSON for machines.
+
+Progress bars are not drawn here: commands pass `progress=` to the library, which draws
+them (one library, tqdm, on stderr).
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
 #: Longest cell a human table shows (longer values are cut with `…`).
 CELL = 60
-
-#: Set to 1 to draw progress bars even when stderr is not a terminal (0: never draw them).
-PROGRESS_ENV = "FERROLOAD_PROGRESS"
 
 # What a terminal would act on rather than show: C0 controls but tab and newline (escape
 # sequences start with ESC), DEL, C1 controls, and the bidirectional overrides that can
@@ -53,16 +42,6 @@ def printable(text: str) -> str:
 def _escape(m: re.Match[str]) -> str:
     c = ord(m.group())
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-class ProgressFn(Protocol):
-    """`update(done, total)`: what a long call reports its progress through."""
-
-    def __call__(self, done: int, total: int | None = None, /) -> None: ...
-
-
-def _no_progress(done: int, total: int | None = None, /) -> None:
-    return None
 
 
 def _console(*, stderr: bool) -> Console:
@@ -148,39 +127,3 @@ def size(n: int | None) -> str:
             return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
-
-
-def progress_enabled() -> bool:
-    """Bars are drawn on a terminal; `FERROLOAD_PROGRESS=1` forces them, `=0` hides them."""
-    forced = os.environ.get(PROGRESS_ENV, "").strip()
-    if forced in ("0", "1"):
-        return forced == "1"
-    return err.is_terminal
-
-
-@contextmanager
-def progress(description: str, *, total: int | None = None) -> Iterator[ProgressFn]:
-    """A progress bar on stderr; yields `update(done, total)` (total None: unknown)."""
-    if not progress_enabled():
-        yield _no_progress
-        return
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
-    )
-    task = bar.add_task(description, total=total)
-
-    def update(done: int, total: int | None = None, /) -> None:
-        if total is None:
-            bar.update(task, completed=done)
-        else:
-            bar.update(task, completed=done, total=total)
-
-    with bar:
-        yield update
