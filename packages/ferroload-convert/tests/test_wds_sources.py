@@ -197,3 +197,17 @@ def test_tars_on_s3_import_with_storage_options_and_export_back(
 def _members(data: bytes) -> list[tuple[str, bytes]]:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]  # type: ignore[union-attr]
+
+
+def test_a_remote_tar_that_shrinks_while_read_is_a_bad_input(tmp_path: Path) -> None:
+    from ferroload_convert._sources import InputFile
+    from ferroload_convert._webdataset import _read_tar
+
+    root = f"memory://wds-shrink-{uuid.uuid4().hex}"
+    store = open_store(root)
+    data = tar_bytes(shard(0))
+    store.put("a.tar", data[:1000])  # listed at its full size, then cut
+    item = InputFile(f"{root}/a.tar", "a.tar", None, store, "a.tar", len(data))
+    with pytest.raises(BadInputError, match=r"a\.tar") as err:
+        list(_read_tar(item, max_bytes=1 << 20, ratio=100))
+    assert err.value.path == f"{root}/a.tar"

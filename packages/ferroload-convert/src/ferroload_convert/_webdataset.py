@@ -87,8 +87,9 @@ _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SKIP_META = re.compile(r"__[^/]*__($|/)")
 _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 _BLOCK = 512
-# Bytes per range request when a tar is copied from an object store
-_SPOOL_CHUNK = 8 << 20
+# Bytes read at once when a tar is copied from an object store (fetched as parallel
+# parts of `IOOptions.part_size`, 8 MiB by default)
+_SPOOL_CHUNK = 32 << 20
 # What reading a damaged (or damaged compressed) tar raises
 _READ_ERRORS = (OSError, EOFError, tarfile.TarError, lzma.LZMAError, zlib.error)
 
@@ -162,8 +163,9 @@ def import_webdataset(
     as `braceexpand` expands it, zero-padding kept), several joined by `::`, or a list;
     each may be local or an object-store URL (`s3://…`, `gs://…`, `az://…`,
     `memory://…`: an object, a prefix searched, or a glob over one prefix). A tar in an
-    object store is streamed in 8 MiB range reads into a temporary file, read there
-    with the same checks and limits as a local one, and removed: memory stays bounded.
+    object store is streamed in 32 MiB range reads (parallel parts) into a temporary
+    file, read there with the same checks and limits as a local one, and removed:
+    memory stays bounded.
 
     Args:
         src: a tar (`.tar`, `.tar.gz`, `.tgz`), a folder (or URL prefix) searched for
@@ -439,7 +441,15 @@ def _spool(item: InputFile, stack: contextlib.ExitStack) -> str:
     )
     try:
         for start in range(0, item.size, _SPOOL_CHUNK):
-            tmp.write(item.store.get_range(item.key, start, min(_SPOOL_CHUNK, item.size - start)))
+            length = min(_SPOOL_CHUNK, item.size - start)
+            (part,) = item.store.get_ranges(item.key, [start], [length], size=item.size)
+            if len(part) != length:  # the object changed since it was listed
+                raise BadInputError(
+                    f"{item.path} changed while it was read (it ends before {start + length:,} "
+                    f"bytes, {item.size:,} when listed)",
+                    path=item.path,
+                )
+            tmp.write(part)
         tmp.flush()
     except StoreError as exc:
         raise BadInputError(f"cannot read {item.path}: {exc}", path=item.path) from exc
