@@ -821,6 +821,37 @@ def test_export_into_a_non_empty_folder_needs_overwrite(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
+def test_export_wds_then_import_wds_restores_the_columns(tmp_path: Path) -> None:
+    import tarfile
+
+    dataset = str(tmp_path / "ds")
+    with Writer(dataset, "demo") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        for i in range(7):
+            w.add(f"s{i:04d}", {"image": _png(i)}, {"label": i % 3, "caption": f"cat {i}"})
+    out = tmp_path / "wds"
+    assert ok_json("export", "wds", dataset, str(out))["num_written"] == 7
+    back = str(tmp_path / "back")
+    assert ok_json("import", "wds", str(out), back)["num_samples"] == 7
+    src, got = Dataset.open(dataset), Dataset.open(back)
+    for column in ("label", "caption"):
+        assert got.column(column).to_pylist() == src.column(column).to_pylist()
+        assert got.schema.field(column).type == src.schema.field(column).type
+
+    bare = tmp_path / "bare"
+    ok_json("export", "wds", dataset, str(bare), "--metadata", "none")
+    with tarfile.open(next(bare.glob("*.tar"))) as tar:
+        assert {n.rsplit(".", 1)[1] for n in tar.getnames()} == {"jpg"}
+    some = tmp_path / "some"
+    ok_json("export", "wds", dataset, str(some), "--metadata-columns", "caption")
+    with tarfile.open(next(some.glob("*.tar"))) as tar:
+        f = tar.extractfile("s0000.json")
+        assert f is not None and json.loads(f.read()) == {"caption": "cat 0"}
+        assert "s0000.cls" not in tar.getnames()
+    assert run("export", "wds", dataset, str(tmp_path / "x"), "--metadata", "yaml").returncode == 2
+
+
+@pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
 def test_demo_command(tmp_path: Path) -> None:
     pytest.importorskip("torch")  # the demo trains with torch (the CLI alone has no torch)
     folder = tmp_path / "demo"

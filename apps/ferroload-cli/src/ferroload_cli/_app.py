@@ -161,6 +161,8 @@ def progress_arg() -> bool | None:
 _FLAGS = {
     "binary_columns": "--binary",
     "id_column": "--id-column",
+    "metadata": "--metadata",
+    "metadata_columns": "--metadata-columns",
     "modality": "--modality",
     "name": "--name",
     "on_error": "--on-error",

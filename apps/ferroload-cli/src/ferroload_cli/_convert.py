@@ -44,6 +44,13 @@ app.add_typer(import_app, name="import")
 app.add_typer(export_app, name="export")
 
 
+class Metadata(StrEnum):
+    """Whether a WebDataset export writes the metadata members."""
+
+    JSON = "json"
+    NONE = "none"
+
+
 class OnError(StrEnum):
     """What an import does with a bad input file."""
 
@@ -390,6 +397,7 @@ ExportDst = Annotated[
     epilog=examples(
         "ferroload export wds ./pets ./pets-wds",
         'ferroload export wds ./pets ./cats-wds --where "label = 3" --samples-per-shard 1000 --json',
+        "ferroload export wds ./pets ./pets-wds --metadata-columns label,caption --overwrite",
     ),
 )
 def export_wds(
@@ -399,15 +407,30 @@ def export_wds(
     samples_per_shard: Annotated[
         int | None, typer.Option(min=1, metavar="N", help="samples per tar")
     ] = None,
+    metadata: Annotated[
+        Metadata,
+        typer.Option(
+            help="json: label as <key>.cls, the other metadata as <key>.json (and the "
+            "__ferroload__ member that types them); none: modalities only"
+        ),
+    ] = Metadata.JSON,
+    metadata_columns: Annotated[
+        str | None,
+        typer.Option(metavar="A,B", help="the metadata columns written (default: all)"),
+    ] = None,
     overwrite: ExportOverwrite = False,
     json: Json = False,
     storage_option: StorageOptions = None,
 ) -> None:
-    """WebDataset tars: <key>.<ext> per modality and <key>.json with the metadata."""
+    """WebDataset tars, self-contained: <key>.<ext> per modality, <key>.cls, <key>.json."""
     from ferroload_convert import export_webdataset
 
     ds = open_dataset(src, storage_option)
-    kwargs: dict[str, Any] = {"where": where, "overwrite": overwrite, "progress": progress_arg()}
+    kwargs: dict[str, Any] = {
+        "where": where, "overwrite": overwrite, "progress": progress_arg(),
+        "metadata": metadata.value,
+        "metadata_columns": split_names(metadata_columns, option="--metadata-columns"),
+    }  # fmt: skip
     if samples_per_shard is not None:
         kwargs["samples_per_shard"] = samples_per_shard
     report = export_webdataset(ds, dst, **kwargs)
