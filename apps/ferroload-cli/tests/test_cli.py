@@ -656,6 +656,31 @@ def test_import_hf(tmp_path: Path) -> None:
     assert ok_json("import", "hf", str(tmp_path / "hf"), hds)["num_samples"] == 3
     assert Dataset.open(hds).column("text").to_pylist() == ["x", "y", "z"]
 
+    splits = {
+        name: datasets.Dataset.from_dict({"text": [f"{name} {i}" for i in range(n)]})
+        for name, n in (("train", 3), ("validation", 2), ("test", 1))
+    }
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "dd"))
+    every = str(tmp_path / "every")
+    assert ok_json("import", "hf", str(tmp_path / "dd"), every)["num_samples"] == 6
+    assert sorted(set(Dataset.open(every).column("split").to_pylist())) == [
+        "test", "train", "validation",
+    ]  # fmt: skip
+    two = str(tmp_path / "two")
+    assert (
+        ok_json("import", "hf", str(tmp_path / "dd"), two, "--splits", "train,test")["num_samples"]
+        == 4
+    )
+    one = str(tmp_path / "one")
+    assert (
+        ok_json("import", "hf", str(tmp_path / "dd"), one, "--split", "validation")["num_samples"]
+        == 2
+    )
+    assert "split" not in Dataset.open(one).columns
+    both = run("import", "hf", str(tmp_path / "dd"), str(tmp_path / "x"), "--split", "a",
+               "--splits", "b")  # fmt: skip
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+
 
 #: Keys the commands used before one vocabulary (`num_samples`, `num_shards`, `size_bytes`).
 OLD_KEYS = {"samples", "shards", "bytes", "of", "entries", "rows", "kept_young", "threads"}
