@@ -66,6 +66,30 @@ def test_show_completion_prints_a_script() -> None:
     assert "_FERROLOAD_COMPLETE" in proc.stdout  # the variable the shell sets to ask
 
 
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [("ferroload inf", "info"), ("ferroload import imagefolder --ap", "--append")],
+)
+def test_tab_completion_answers(words: str, expected: str) -> None:
+    """What the installed completion script asks: the words typed so far, in env vars."""
+    env = {
+        **os.environ,
+        "_FERROLOAD_COMPLETE": "complete_bash",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - 1),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "ferroload_cli"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [expected]
+
+
 @pytest.mark.slow  # one subprocess per command
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_shows_an_example_and_plain_placeholders(command: str) -> None:

@@ -227,12 +227,6 @@ def cli_message(exc: BaseException) -> str:
     return printable(text)
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's message (its type's name when it has none)."""
-    text = str(exc).strip() or type(exc).__name__
-    return printable(text.splitlines()[0])
-
-
 # --------------------------------------------------------------------------- the root
 
 

@@ -20,8 +20,8 @@ from ferroload_cli._app import (
     StorageOptions,
     Uri,
     app,
+    cli_message,
     examples,
-    first_line,
     open_dataset,
     progress_arg,
     shown_uri,
@@ -426,14 +426,14 @@ def doctor(
     try:
         report["cache"] = str(ferroload.BlockCache.default().directory)
     except ferroload.FerroloadError as exc:
-        report["cache"] = f"unusable: {first_line(exc)}"
+        report["cache"] = f"unusable: {cli_message(exc)}"
     code = 0
     if uri is not None:
         try:
             ds = open_dataset(uri, storage_option)
         except ferroload.FerroloadError as exc:
             report["dataset"] = {
-                "uri": shown_uri(uri), "reachable": False, "error": first_line(exc)
+                "uri": shown_uri(uri), "reachable": False, "error": cli_message(exc)
             }  # fmt: skip
             code = 1
         else:

@@ -52,7 +52,6 @@ def _console(*, stderr: bool) -> Console:
 
 
 out = _console(stderr=False)
-err = _console(stderr=True)
 
 
 def print_json(value: Any) -> None:
