@@ -499,7 +499,7 @@ def test_catalog_commands(dataset: str, tmp_path: Path) -> None:
         w.add("a", None, {"x": 1})
     env = {"FERROLOAD_CATALOG": str(tmp_path / "catalog.duckdb")}
     added = ok_json("catalog", "add", "pets", str(root), "-t", "images", "-d", "my pets", env=env)
-    assert (added["name"], added["version"], added["samples"], added["tags"]) == (
+    assert (added["name"], added["version"], added["num_samples"], added["tags"]) == (
         "pets",
         1,
         1,
@@ -513,7 +513,7 @@ def test_catalog_commands(dataset: str, tmp_path: Path) -> None:
         w.add("b", None, {"x": 2})
     assert ok_json("catalog", "show", "pets", "--no-refresh", env=env)["version"] == 1
     shown = ok_json("catalog", "show", "pets", env=env)
-    assert (shown["version"], shown["samples"], shown["description"]) == (2, 2, "my pets")
+    assert (shown["version"], shown["num_samples"], shown["description"]) == (2, 2, "my pets")
     assert ok_json("catalog", "tag", "pets", "best", "cats", env=env)["tags"] == [
         "best",
         "cats",
@@ -527,7 +527,7 @@ def test_catalog_commands(dataset: str, tmp_path: Path) -> None:
     assert human.returncode == 0 and "pets" in human.stdout and "best, images" in human.stdout
     exists = one_error_line(run("catalog", "add", "pets", str(root), env=env))
     assert "already has an entry 'pets'" in exists and "--replace" in exists
-    assert ok_json("catalog", "rm", "pets", env=env) == {"removed": "pets"}
+    assert ok_json("catalog", "rm", "pets", env=env) == {"name": "pets", "removed": True}
     assert "pets" in one_error_line(run("catalog", "show", "pets", env=env))
     assert "Bad Name" in one_error_line(run("catalog", "add", "Bad Name", str(root), env=env))
     assert Dataset.open(root).version == 2  # rm leaves the dataset alone
