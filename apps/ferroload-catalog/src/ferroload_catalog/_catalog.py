@@ -223,10 +223,10 @@ def _storable(uri: str, key: str, path: str, value: Any, name: str | None) -> An
         }
     if is_secret_option(uri, key):
         raise CatalogSecretError(
-            f"storage option {path!r} is a secret, and the catalog stores no secret: pass "
-            f"the name of an environment variable that holds it, {key}=env:MY_VAR (CLI: "
-            f"-o {key}=env:MY_VAR; it is read when the entry is opened), or leave it out "
-            "and let the standard variables (AWS_*, GOOGLE_*, AZURE_*) provide it",
+            f"storage option {path!r} is a secret, and the catalog stores no secret: give "
+            f"the name of an environment variable holding it instead, as {key}=env:MY_VAR "
+            "(read when the entry is opened), or leave it out and let the standard "
+            "variables (AWS_*, GOOGLE_*, AZURE_*) provide it",
             name=name,
             key=path,
         )
