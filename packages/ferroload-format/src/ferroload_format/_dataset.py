@@ -118,7 +118,8 @@ class Dataset:
         Args:
             uri: dataset root: a local path, `memory://…`, `s3://…`, `gs://…`, `az://…`,
                 or `catalog:name` (a dataset registered in the catalog, see
-                `ferroload_catalog.Catalog`).
+                `ferroload_catalog.Catalog`; it opens with the entry's stored storage
+                options, `storage_options` going over them).
             version: the version to open (default: the latest).
             storage_options: backend options for obstore (credentials, endpoint, …).
             verify_checksums: check every payload read against its recorded xxh3-64.
@@ -134,7 +135,7 @@ class Dataset:
             UnsupportedFormatVersionError: if the dataset needs a newer ferroload.
         """
         if isinstance(uri, str) and uri.startswith("catalog:"):
-            uri = _resolve_catalog(uri)
+            uri, storage_options = _resolve_catalog(uri, storage_options)
         store = open_store(uri, storage_options=storage_options, io=io, cache=cache)
         return cls(store, read_manifest(store, version), verify_checksums=verify_checksums)
 
@@ -764,8 +765,11 @@ class Dataset:
         return report
 
 
-def _resolve_catalog(uri: str) -> str:
-    """The URI a `catalog:name` stands for (the catalog app, imported when needed)."""
+def _resolve_catalog(
+    uri: str, storage_options: Mapping[str, Any] | None
+) -> tuple[str, Mapping[str, Any] | None]:
+    """The URI and storage options a `catalog:name` stands for (its stored options, with
+    `storage_options` over them; the catalog app, imported when needed)."""
     try:
         from ferroload_catalog import Catalog
     except ImportError as exc:
@@ -773,7 +777,7 @@ def _resolve_catalog(uri: str) -> str:
             f"opening {uri!r} needs the ferroload-catalog package: pip install "
             "ferroload-catalog (or pip install ferroload)"
         ) from exc
-    return Catalog().resolve(uri)
+    return Catalog().locate(uri, storage_options=storage_options)
 
 
 def _rebuild(
