@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -100,6 +103,25 @@ def test_every_command_shows_an_example_and_plain_placeholders(command: str) -> 
     assert f"$ ferroload {command} " in text, text
     for placeholder in ("<str>", "<bool>", "<int>", "<float", "{URI}", "{SRC}", "{DST}"):
         assert placeholder not in text, (placeholder, text)
+
+
+def test_help_text_flows_and_arguments_are_upper_case() -> None:
+    """Rich help keeps a docstring's line breaks; the app joins them (blank lines stay)."""
+    import ferroload_cli._main  # noqa: F401  (registers every command)
+    from ferroload_cli._app import command
+
+    def walk(cmd: Any) -> Iterator[Any]:
+        yield cmd
+        for sub in getattr(cmd, "commands", {}).values():
+            yield from walk(sub)
+
+    commands = list(walk(command()))
+    assert len(commands) > len(COMMANDS)
+    for cmd in commands:
+        assert not re.search(r"(?<!\n)\n(?!\n)", cmd.help or ""), (cmd.name, cmd.help)
+        for param in cmd.params:
+            if param.param_type_name == "argument":
+                assert param.display_name_raw.isupper(), (cmd.name, param.name)
 
 
 def test_importing_the_app_loads_none_of_the_library() -> None:

@@ -7,6 +7,7 @@ completion answer at once (a test keeps pyarrow, DuckDB, numpy and the format ou
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -234,11 +235,15 @@ class _Argument(typer.core.TyperArgument):
     """An argument shown by its metavar alone: `SRC DST` in the usage line (not `{SRC}`),
     no `<str>` after it in the table."""
 
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar or (self.name or "").upper()
+
     def display_type_rich(self, ctx: Any) -> str | None:
         return None
 
     def _usage_display_name(self) -> str:
-        name = self.metavar or (self.name or "").upper()
+        name = self.display_name_raw
         return name if self.required else f"[{name}]"
 
 
@@ -253,6 +258,9 @@ class _Option(typer.core.TyperOption):
         return shown.strip("<>") if shown else shown
 
 
+_ONE_BREAK = re.compile(r"(?<!\n)\n(?!\n)")
+
+
 def _tidy_param(param: Any) -> Any:
     if type(param) is typer.core.TyperArgument:
         param.__class__ = _Argument
@@ -263,7 +271,10 @@ def _tidy_param(param: Any) -> Any:
 
 def _tidy(command: Any) -> None:
     """Give every parameter of `command` and its subcommands the placeholders above (the
-    help option too, which click makes when help is asked for)."""
+    help option too, which click makes when help is asked for), and its help text flowing
+    paragraphs (a docstring's line breaks are not kept; blank lines are)."""
+    if command.help:
+        command.help = _ONE_BREAK.sub(" ", inspect.cleandoc(command.help))
     for param in command.params:
         _tidy_param(param)
     make_help_option = command.get_help_option
