@@ -151,6 +151,12 @@ def test_importing_the_app_loads_none_of_the_library() -> None:
         ('refused; pass mode="append" or mode="overwrite"', "pass --append or --overwrite"),
         ("keys repeat; export with samples_per_shard=None to keep", "export without --samples-per"),
         ("several splits: a, b; pass split= to choose one", "pass --split to choose one"),
+        (
+            "/p holds 3,000 bytes, more than max_file_bytes=1,024; raise max_file_bytes if it "
+            "is genuine, or pass on_error='skip'",
+            "/p holds 3,000 bytes, more than --max-file-size 1,024; raise --max-file-size if "
+            "it is genuine, or pass --on-error skip",
+        ),
         ("2 image modalities; pass modality= to choose", "pass --modality to choose"),
         ("an entry 'x'; pass replace=True to overwrite it", "pass --replace to overwrite it"),
         ("unknown key; set storage_options= to reach it", "set --storage-option to reach it"),

@@ -592,6 +592,14 @@ def test_import_export_image_folder(tmp_path: Path) -> None:
         ).returncode
         == 2
     )
+    # a limit of the library, said as this command's flags
+    line = one_error_line(
+        run("import", "imagefolder", str(src), str(tmp_path / "ds4"), "--max-file-size", "100")
+    )
+    assert "more than --max-file-size 100;" in line and "--on-error skip" in line
+    assert "max_file_bytes" not in line and "on_error" not in line
+    assert run("import", "imagefolder", str(src), str(tmp_path / "ds5"), "--max-file-size",
+               "lots").returncode == 2  # fmt: skip
 
 
 @pytest.mark.slow  # many subprocesses; the main suite runs it, the package alone does not
@@ -609,6 +617,17 @@ def test_import_export_webdataset_and_parquet(tmp_path: Path) -> None:
             tar.addfile(info, io.BytesIO(data))
     wds = str(tmp_path / "wds")
     assert ok_json("import", "wds", str(tar_path), wds)["num_samples"] == 4
+    gz = tmp_path / "zeros.tar.gz"  # 2 MiB of zeros in a few KiB
+    with tarfile.open(gz, "w:gz") as tar:
+        info = tarfile.TarInfo("z.bin")
+        info.size = 2 << 20
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    line = one_error_line(
+        run("import", "wds", str(gz), str(tmp_path / "gz"), "--max-inflate-ratio", "1")
+    )
+    assert "--max-inflate-ratio" in line and "max_inflate_ratio" not in line
+    bomb = run("import", "wds", str(gz), str(tmp_path / "gz"), "--max-inflate-ratio", "1e6")
+    assert bomb.returncode == 0, bomb.stderr
     out = tmp_path / "wds-out"
     assert ok_json("export", "wds", wds, str(out))["num_written"] == 4
     got = {}

@@ -162,6 +162,8 @@ def progress_arg() -> bool | None:
 _FLAGS = {
     "binary_columns": "--binary",
     "id_column": "--id-column",
+    "max_file_bytes": "--max-file-size",
+    "max_inflate_ratio": "--max-inflate-ratio",
     "metadata": "--metadata",
     "metadata_columns": "--metadata-columns",
     "modality": "--modality",
@@ -177,13 +179,16 @@ _FLAGS = {
     "where": "--where",
     "workers": "--workers",
 }
-_VALUE = r"('[^']*'|\"[^\"]*\"|[\w.+-]+)"
+_VALUE = r"('[^']*'|\"[^\"]*\"|[\w.+-]+(?:,\d{3})*)"  # 'a', "a", 1,073,741,824
 _CLI_ASIDE = re.compile(r" ?\(CLI: [^)]*\)")  # "(CLI: --append / --overwrite)": said below
 _ARG_OR_FLAG = re.compile(rf"\b\w+={_VALUE} / (--[\w-]+)")  # "overwrite=True / --overwrite"
 _FILE_URI = re.compile(r"file://(/[^\s'\"),;]*[^\s'\"),;.])")
 _NAME_OR = re.compile(rf"\b(pass )?name=None or {_VALUE}")  # the writer's name clash
 _WITHOUT = re.compile(rf"\bwith ({'|'.join(_FLAGS)})=None\b")
 _ARG = re.compile(rf"\b(mode|{'|'.join(_FLAGS)})=(?:{_VALUE})?")
+#: An argument named without a value ("raise max_file_bytes if …"): only the snake_case
+#: ones, which prose never uses as words ("name", "split" and "where" it does).
+_BARE = re.compile(rf"\b({'|'.join(k for k in _FLAGS if '_' in k)})\b(?!=)")
 
 
 def _flag(m: re.Match[str]) -> str:
@@ -218,6 +223,7 @@ def cli_message(exc: BaseException) -> str:
     )
     text = _WITHOUT.sub(lambda m: f"without {_FLAGS[m.group(1)]}", text)
     text = _ARG.sub(_flag, text)
+    text = _BARE.sub(lambda m: _FLAGS[m.group(1)], text)
     text = _FILE_URI.sub(lambda m: shown_uri(m.group()), text)
     if type(exc).__name__ == "DatasetExistsError" and "--append" not in text:
         uri = shown_uri(str(getattr(exc, "uri", None) or "the destination"))

@@ -59,13 +59,13 @@ class OnError(StrEnum):
     WARN = "warn"
 
 
-def _size(text: str | None) -> int | None:
+def _size(text: str | None, *, option: str) -> int | None:
     if text is None:
         return None
     from ferroload_store import CacheConfigError, parse_size
 
     try:
-        return parse_size(text, name="--shard-size")
+        return parse_size(text, name=option)
     except CacheConfigError as exc:
         raise usage_error(str(exc)) from None
 
@@ -96,6 +96,12 @@ OnErrorOpt = Annotated[
 ShardSize = Annotated[
     str | None, typer.Option(metavar="SIZE", help="target shard size, e.g. 256MiB")
 ]
+MaxFileSize = Annotated[
+    str | None,
+    typer.Option(
+        metavar="SIZE", help="the largest input file read (default 2GiB); a larger one is bad"
+    ),
+]
 
 
 def _common(
@@ -114,10 +120,16 @@ def _common(
         "mode": mode,
         "progress": progress_arg(),
     }
-    size = _size(shard_size)
+    size = _size(shard_size, option="--shard-size")
     if size is not None:
         kwargs["shard_size"] = size
     return kwargs
+
+
+def _max_file(kwargs: dict[str, Any], max_file_size: str | None) -> dict[str, Any]:
+    """`kwargs` with `max_file_bytes` from `--max-file-size` (when given)."""
+    size = _size(max_file_size, option="--max-file-size")
+    return kwargs if size is None else {**kwargs, "max_file_bytes": size}
 
 
 def _dataset_fields(
@@ -190,6 +202,7 @@ def import_imagefolder(
     workers: Workers = 8,
     on_error: OnErrorOpt = OnError.RAISE,
     shard_size: ShardSize = None,
+    max_file_size: MaxFileSize = None,
     append: Append = False,
     overwrite: Overwrite = False,
     json: Json = False,
@@ -200,7 +213,7 @@ def import_imagefolder(
 
     mode = write_mode(append, overwrite)
     kwargs = _common(name, workers, on_error, shard_size, storage_option, mode)
-    _run_import(import_image_folder, src, dst, json, **kwargs)
+    _run_import(import_image_folder, src, dst, json, **_max_file(kwargs, max_file_size))
 
 
 @import_app.command(
@@ -225,6 +238,15 @@ def import_wds(
     workers: Workers = 8,
     on_error: OnErrorOpt = OnError.RAISE,
     shard_size: ShardSize = None,
+    max_file_size: MaxFileSize = None,
+    max_inflate_ratio: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            metavar="RATIO",
+            help="how much a compressed tar may inflate (default 100); more is a bad input",
+        ),
+    ] = None,
     append: Append = False,
     overwrite: Overwrite = False,
     json: Json = False,
@@ -234,7 +256,11 @@ def import_wds(
     from ferroload_convert import import_webdataset
 
     mode = write_mode(append, overwrite)
-    kwargs = _common(name, workers, on_error, shard_size, storage_option, mode)
+    kwargs = _max_file(
+        _common(name, workers, on_error, shard_size, storage_option, mode), max_file_size
+    )
+    if max_inflate_ratio is not None:
+        kwargs["max_inflate_ratio"] = max_inflate_ratio
     _run_import(import_webdataset, src, dst, json, **kwargs)
 
 
@@ -272,6 +298,7 @@ def import_hf_cmd(
     workers: Workers = 8,
     on_error: OnErrorOpt = OnError.RAISE,
     shard_size: ShardSize = None,
+    max_file_size: MaxFileSize = None,
     append: Append = False,
     overwrite: Overwrite = False,
     json: Json = False,
@@ -281,7 +308,9 @@ def import_hf_cmd(
     from ferroload_convert import import_hf
 
     mode = write_mode(append, overwrite)
-    kwargs = _common(name, workers, on_error, shard_size, storage_option, mode)
+    kwargs = _max_file(
+        _common(name, workers, on_error, shard_size, storage_option, mode), max_file_size
+    )
     if split is not None and splits is not None:
         raise usage_error("--split and --splits exclude each other")
     if splits is not None:
