@@ -179,9 +179,9 @@ def _run_import(
         return
     into = f"{result['uri']} (version {report.version}"
     if kwargs["mode"] != "create":
-        into += f", {fields['num_samples']} samples now"
+        into += f", {r.count(fields['num_samples'])} now"
     r.line(
-        f"imported {report.num_samples} samples from {src} into {into}) in {report.seconds:.1f} s"
+        f"imported {r.count(report.num_samples)} from {src} into {into}) in {report.seconds:.1f} s"
     )
     for skipped in report.skipped:
         r.line(f"skipped {skipped.where}: {skipped.reason}")
@@ -390,7 +390,7 @@ def _show_export(report: ExportReport, ds: ferroload.Dataset, dst: str, *, json:
         r.print_json(result)
         return
     r.line(
-        f"exported {report.num_samples} samples to {result['dst']} "
+        f"exported {r.count(report.num_samples)} to {result['dst']} "
         f"({report.num_files} files) in {report.seconds:.1f} s"
     )
     for skipped in report.skipped:

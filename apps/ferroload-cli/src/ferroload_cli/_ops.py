@@ -118,7 +118,7 @@ def subset(
     if json:
         r.print_json(result)
         return
-    where_to = f"{result['uri']} (version {out.version}, {out.num_samples} samples)"
+    where_to = f"{result['uri']} (version {out.version}, {r.count(out.num_samples)})"
     if not matched:
         r.line(f"the filter matched no sample; wrote an empty dataset to {where_to}")
         return

@@ -116,6 +116,11 @@ def line(text: str = "") -> None:
     out.print(printable(text), markup=False)
 
 
+def count(n: int, noun: str = "sample") -> str:
+    """`1 sample`, `2 samples`, `1,024 samples`."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def size(n: int | None) -> str:
     """Bytes for people: `512 B`, `1.5 KiB`, …"""
     if n is None:
