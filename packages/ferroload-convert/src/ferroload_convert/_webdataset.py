@@ -122,7 +122,7 @@ def import_webdataset(
     workers: int = DEFAULT_WORKERS,
     on_error: OnError = "raise",
     shard_size: int = DEFAULT_SHARD_SIZE,
-    progress: Progress | None = None,
+    progress: Progress = None,
     storage_options: Mapping[str, Any] | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     max_inflate_ratio: float = DEFAULT_MAX_INFLATE_RATIO,
