@@ -192,6 +192,16 @@ def test_a_hostile_marker_is_ignored_and_the_json_stays_text(
     }
 
 
+@pytest.mark.parametrize("depth", [500, 5000])
+def test_a_marker_nested_too_deep_is_ignored(tmp_path: Path, depth: int) -> None:
+    """Deep enough to exhaust the recursion of the JSON parser or of the type parser."""
+    deep = '{"list": ' * depth + '"int64"' + "}" * depth
+    marker = ('{"ferroload": 1, "json": "json", "columns": {"a": ' + deep + "}}").encode()
+    write_members(tmp_path / "t.tar", [(MARKER, marker), ("k.json", b'{"a": 5}')])
+    import_webdataset(tmp_path / "t.tar", tmp_path / "ds")
+    assert Dataset.open(tmp_path / "ds").get(0, ["json_text"]) == {"json_text": '{"a": 5}'}
+
+
 def test_marker_values_that_do_not_fit_and_conflicting_markers(tmp_path: Path) -> None:
     write_members(
         tmp_path / "a.tar",

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from ferroload_format import (
+    MAX_METADATA_DEPTH,
     Dataset,
     DatasetExistsError,
     DatasetNotFoundError,
@@ -136,6 +137,12 @@ def test_declare_column() -> None:
         w.declare_column("small", pa.int16())
     with pytest.raises(SchemaConflictError, match="reserved"):
         w.declare_column("image", pa.int64())
+    deep: pa.DataType = pa.int64()
+    for _ in range(MAX_METADATA_DEPTH):
+        deep = pa.list_(deep)
+    w.declare_column("deepest", deep)  # as deep as a readable column goes
+    with pytest.raises(SchemaConflictError, match="MAX_METADATA_DEPTH"):
+        w.declare_column("deeper", pa.list_(deep))  # a version nothing could read back
     with pytest.raises(SchemaConflictError, match="label"):
         w.add("a", None, {"label": "three"})
     w.add("b", None, {"other": 1})
@@ -146,5 +153,6 @@ def test_declare_column() -> None:
     assert ds.schema.field("late").type == pa.float64()
     assert ds.column("late").to_pylist() == [None, 1.0]
     assert ds.column("label").to_pylist() == [None, 2]
+    assert ds.schema.field("deepest").type == deep
     with Writer(root) as w2, pytest.raises(SchemaConflictError, match="no column"):
         w2.declare_column("new", pa.int64())

@@ -18,46 +18,31 @@ from typing import Any
 
 import pyarrow as pa
 
+from ferroload_format import type_from_json
+from ferroload_format import type_to_json as format_type_to_json
+
 #: The name of the member describing a tar's metadata.
 MARKER = "__ferroload__"
 #: The largest marker read (a bigger one is ignored).
 MAX_MARKER_BYTES = 1 << 20
 
-_SCALARS: dict[str, pa.DataType] = {
-    "null": pa.null(),
-    "bool": pa.bool_(),
-    "int64": pa.int64(),
-    "float64": pa.float64(),
-    "string": pa.string(),
-    "binary": pa.binary(),
-}
-
 
 def type_to_json(t: pa.DataType) -> Any:
-    """An Arrow type in the manifest's JSON form (`ValueError` for others)."""
+    """A column's type in the manifest's JSON form; Arrow's large types (as a Parquet or
+    HF source may hold) take the form of their regular ones (`ValueError` for others)."""
+    return format_type_to_json(_regular(t))
+
+
+def _regular(t: pa.DataType) -> pa.DataType:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return {"list": type_to_json(t.value_type)}
+        return pa.list_(_regular(t.value_type))
     if pa.types.is_struct(t):
-        return {"struct": [{"name": f.name, "type": type_to_json(f.type)} for f in t]}
+        return pa.struct([pa.field(f.name, _regular(f.type)) for f in t])
     if pa.types.is_large_string(t):
-        return "string"
+        return pa.string()
     if pa.types.is_large_binary(t):
-        return "binary"
-    for name, scalar in _SCALARS.items():
-        if t == scalar:
-            return name
-    raise ValueError(f"no JSON form for {t}")
-
-
-def type_from_json(j: Any) -> pa.DataType:
-    """The inverse of `type_to_json` (`ValueError` for anything else)."""
-    if isinstance(j, str) and j in _SCALARS:
-        return _SCALARS[j]
-    if isinstance(j, dict) and set(j) == {"list"}:
-        return pa.list_(type_from_json(j["list"]))
-    if isinstance(j, dict) and set(j) == {"struct"} and isinstance(j["struct"], list):
-        return pa.struct([pa.field(str(f["name"]), type_from_json(f["type"])) for f in j["struct"]])
-    raise ValueError(f"not a metadata type: {j!r}")
+        return pa.binary()
+    return t
 
 
 def to_json(value: Any) -> Any:
@@ -102,7 +87,7 @@ def read_marker(data: bytes) -> tuple[str, str | None, dict[str, pa.DataType]] |
         json_ext, cls_ext = doc["json"], doc.get("cls")
         if not isinstance(json_ext, str) or not (cls_ext is None or isinstance(cls_ext, str)):
             return None
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return json_ext, cls_ext, columns
 

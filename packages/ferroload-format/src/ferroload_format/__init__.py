@@ -59,7 +59,7 @@ from ferroload_format._manifest import (
     Modality,
     ShardInfo,
 )
-from ferroload_format._types import MAX_METADATA_DEPTH
+from ferroload_format._types import MAX_METADATA_DEPTH, type_from_json, type_to_json
 from ferroload_format._verify import Problem, VerifyReport
 from ferroload_format._versions import latest_version, list_versions, read_manifest
 from ferroload_format._writer import DEFAULT_SHARD_SIZE, WriteMode, Writer
@@ -128,4 +128,6 @@ __all__ = [
     "list_versions",
     "numpy_column",
     "read_manifest",
+    "type_from_json",
+    "type_to_json",
 ]

@@ -180,6 +180,19 @@ def has_lone_surrogate(text: str) -> bool:
     return False
 
 
+def type_depth(t: pa.DataType) -> int:
+    """How deep lists and structs nest in `t` (a scalar is 0). Iterative."""
+    deepest, stack = 0, [(t, 0)]
+    while stack:
+        t, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            stack.append((t.value_type, depth + 1))
+        elif pa.types.is_struct(t):
+            stack.extend((f.type, depth + 1) for f in t)
+    return deepest
+
+
 def nesting_problem(value: Any) -> str | None:
     """Why a metadata value cannot be stored (too deep, or a key or string with a lone
     surrogate), else None. Iterative: a hostile value cannot exhaust the stack here."""

@@ -36,7 +36,7 @@ from ferroload_format._names import (
     new_txn_id,
 )
 from ferroload_format._tar import BLOCK, END_OF_ARCHIVE, ShardMembers, ShardWriter, padding
-from ferroload_format._types import type_to_json
+from ferroload_format._types import MAX_METADATA_DEPTH, type_depth, type_name, type_to_json
 from ferroload_format._versions import read_manifest
 from ferroload_store import Store, open_store
 
@@ -272,6 +272,14 @@ class Writer:
                 uri=self.uri,
                 column=name,
             ) from exc
+        if type_depth(dtype) > MAX_METADATA_DEPTH:
+            raise SchemaConflictError(
+                f"metadata {name!r} cannot have type {type_name(dtype)[:80]}…: it nests lists "
+                f"and structs deeper than {MAX_METADATA_DEPTH} levels (MAX_METADATA_DEPTH); "
+                "Parquet could not read such a column back",
+                uri=self.uri,
+                column=name,
+            )
         if isinstance(name, str) and name not in self._known:
             check_column_name(name, self._columns, uri=self.uri)
         self._builder.declare_column(name, dtype)
