@@ -24,10 +24,12 @@ from ferroload_format._errors import (
     DuplicateSampleError,
     VersionNotFoundError,
 )
+from ferroload_format._ids import hash_ids, next_runs, run_path, suspects
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
 from ferroload_format._manifest import (
     INDEX_DIR,
     SHARDS_DIR,
+    IdRun,
     IndexPart,
     Manifest,
     Modality,
@@ -180,11 +182,19 @@ def _conform(pending: PendingCommit, latest: Manifest, store: Store) -> pa.Table
 
 
 def _check_duplicates(
-    store: Store, ids: pa.Array, parts: Sequence[IndexPart], base_version: int | None
+    store: Store,
+    ids: pa.Array,
+    parts: Sequence[IndexPart],
+    base_version: int | None,
+    read: dict[int, pa.Array],
 ) -> None:
+    """Compare `ids` exactly with the sample ids of `parts` (kept in `read`, by version)."""
     for part in parts:
-        theirs = read_part_table(store, part, ["sample_id"]).column("sample_id")
-        hit = pc.is_in(ids, value_set=theirs.combine_chunks())
+        theirs = read.get(part.version)
+        if theirs is None:
+            table = read_part_table(store, part, ["sample_id"])
+            theirs = read[part.version] = table.column("sample_id").combine_chunks()
+        hit = pc.is_in(ids, value_set=theirs)
         if not pc.any(hit).as_py():
             continue
         first = ids[int(np.flatnonzero(hit.to_numpy(zero_copy_only=False))[0])].as_py()
@@ -266,6 +276,11 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
     store.put(staged, part_bytes)
     _checkpoint("part-staged")
     ids = table.column("sample_id").combine_chunks()
+    hashes = hash_ids(ids)
+    query = np.unique(hashes)
+    read: dict[int, pa.Array] = {}  # sample ids of parts read in full, by version
+    uncovered: set[int] = set()
+    usable: list[IdRun] = []
     checked_upto = 0
     for _attempt in range(MAX_COMMIT_ATTEMPTS):
         latest = _latest(store)
@@ -293,11 +308,18 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
                 table = conformed
                 part_bytes = write_part(table, row_group_size=pending.row_group_size)
                 store.put(staged, part_bytes)
+            named, uncovered, usable = suspects(store, latest, query)
             _check_duplicates(
                 store,
                 ids,
-                [p for p in latest.index_parts if p.version > checked_upto],
+                [
+                    p
+                    for p in latest.index_parts
+                    if p.version > checked_upto or p.version in uncovered
+                    if p.version in named or p.version in uncovered
+                ],
                 pending.base_version,
+                read,
             )
             checked_upto = latest.version
         elif pending.base_version is not None:
@@ -307,10 +329,15 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
                 uri=store.uri,
             )
         manifest = _next_manifest(latest, pending, table, part_bytes, staged)
+        manifest = manifest.derive(
+            id_runs=_id_runs(store, manifest, pending, hashes, usable, uncovered, read)
+        )
         _check_shards_exist(store, pending)
         _checkpoint("before-commit")
         if claim_version(store, manifest):
             break
+        with suppress(OSError):  # this attempt's run; a later attempt writes its own
+            store.delete([manifest.id_runs[-1].path])
     else:
         raise CommitConflictError(
             f"gave up committing to {store.uri} after {MAX_COMMIT_ATTEMPTS} attempts: "
@@ -334,6 +361,41 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
                 "could not retire replaced parts of %s; gc will", store.uri, exc_info=True
             )
     return manifest
+
+
+def _id_runs(
+    store: Store,
+    manifest: Manifest,
+    pending: PendingCommit,
+    hashes: np.ndarray,
+    usable: list[IdRun],
+    uncovered: set[int],
+    read: dict[int, pa.Array],
+) -> tuple[IdRun, ...]:
+    """The sample-id runs of `manifest` (`_ids`): its new ids, with the ids of the parts
+    no run of its base covered (read in full by the duplicate check), merged into the
+    newest runs of its base. An overwrite or a create starts afresh."""
+    version = manifest.version
+    current = {p.version for p in manifest.index_parts}
+    new_h, new_p = [hashes], [np.full(len(hashes), version, dtype=np.int64)]
+    base: list[IdRun] = []
+    covers = {version}
+    if pending.mode != "overwrite" and manifest.parent_version is not None:
+        base = usable
+        for v in sorted(uncovered & current):
+            h = hash_ids(read[v])
+            new_h.append(h)
+            new_p.append(np.full(len(h), v, dtype=np.int64))
+            covers.add(v)
+    return next_runs(
+        store,
+        base,
+        current,
+        np.concatenate(new_h),
+        np.concatenate(new_p),
+        covers,
+        run_path(pending.txn, version),
+    )
 
 
 def _part_version(key: str) -> int | None:

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from ferroload_format._commit import ensure_published, replaced_before, retire_replaced_parts
 from ferroload_format._layer_parts import PARTITION_META, PARTITION_RE
 from ferroload_format._manifest import (
+    IDS_DIR,
     INDEX_DIR,
     LAYERS_DIR,
     SHARDS_DIR,
@@ -60,8 +61,8 @@ def gc(
     """Clean a dataset root of what crashed or aborted writers left behind.
 
     Publishes the index part of the latest version if its writer died between commit and
-    publish, then deletes every object under `shards/`, `index/` and
-    `_ferroload/staging/` that no committed version references and that is older than
+    publish, then deletes every object under `shards/`, `index/`, `_ferroload/staging/`
+    and `_ferroload/ids/` that no committed version references and that is older than
     `grace`. Under `layers/` it does the same for layer shards and index parts, and
     deletes a layer's staging folder (a map that was never committed) once everything in
     it is older than `grace`; the shards of a staging folder it keeps are kept too.
@@ -130,10 +131,11 @@ def gc(
                 referenced.add(p.staged)
         # a part that an overwrite replaced lives at its staged path (retire_replaced_parts)
         referenced.update(p.staged for p in m.index_parts if p.version < first)
+        referenced.update(r.path for r in m.id_runs)
     doomed = []
     layer_objects = store.list(LAYERS_DIR)
     in_progress = _in_progress_layers(store, layer_objects, cutoff)
-    for prefix in (SHARDS_DIR, INDEX_DIR, STAGING_DIR, LAYERS_DIR):
+    for prefix in (SHARDS_DIR, INDEX_DIR, STAGING_DIR, IDS_DIR, LAYERS_DIR):
         for obj in layer_objects if prefix == LAYERS_DIR else store.list(prefix):
             if obj.path in referenced:
                 continue

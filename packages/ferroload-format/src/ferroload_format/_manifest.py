@@ -16,7 +16,7 @@ from ferroload_format._types import type_from_json, type_to_json
 
 FORMAT_NAME = "ferroload"
 FORMAT_VERSION = 1
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 CHECKSUM_ALGORITHM = "xxh3_64"
 #: The deepest nesting of JSON objects and arrays a manifest may have (docs/format.md,
 #: "Limits"); deeper manifests are refused with `ManifestError`.
@@ -31,6 +31,7 @@ STAGING_DIR = f"{META_DIR}/staging/"
 SHARDS_DIR = "shards/"
 INDEX_DIR = "index/"
 LAYERS_DIR = "layers/"
+IDS_DIR = f"{META_DIR}/ids/"
 
 
 def version_path(version: int) -> str:
@@ -239,6 +240,50 @@ class IndexPart(_Record):
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class IdRun:
+    """One sorted run of sample-id hashes (docs/format.md, "Sample-id runs").
+
+    Attributes:
+        path: the run file, a Parquet table of (`hash`, `part`) sorted by `hash`.
+        num_ids: rows in the file.
+        size: bytes in the file.
+        parts: the versions of the base index parts whose every sample id is in the run.
+    """
+
+    path: str
+    num_ids: int
+    size: int
+    parts: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as a JSON object."""
+        return {
+            "path": self.path,
+            "num_ids": self.num_ids,
+            "size": self.size,
+            "parts": list(self.parts),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any, *, key: str = "id_run") -> IdRun:
+        """Parse a run record.
+
+        Raises:
+            TypeError: for a record that is not an object or a field of the wrong type.
+        """
+        raw = _object(raw, key)
+        if not isinstance(raw.get("path"), str):
+            raise TypeError(f"{key}.path must be a string")
+        parts = _objects(raw.get("parts"), f"{key}.parts")
+        return cls(
+            path=raw["path"],
+            num_ids=_count(raw.get("num_ids"), f"{key}.num_ids"),
+            size=_count(raw.get("size"), f"{key}.size"),
+            parts=tuple(_count(v, f"{key}.parts[{i}]") for i, v in enumerate(parts)),
+        )
+
+
 def check_shard_paths(shard: ShardInfo, *, where: str) -> ShardInfo:
     """`shard` if its path and side index path pass `check_relative_path`, else raise.
 
@@ -278,6 +323,8 @@ def check_manifest_paths(manifest: Manifest, *, where: str) -> None:
             check_shard_paths(shard, where=at)
         for part in layer.index_parts:
             check_part_paths(part, where=at)
+    for run in manifest.id_runs:
+        check_relative_path(run.path, what=f"sample-id run in {where}")
 
 
 def _fields_to_json(fields: tuple[pa.Field, ...]) -> list[dict[str, Any]]:
@@ -380,6 +427,7 @@ _KNOWN_TOP = {
     "shards",
     "index_parts",
     "layers",
+    "id_runs",
     "statistics",
     "extensions",
 }
@@ -410,6 +458,7 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     schema_extra: dict[str, Any] = field(default_factory=dict, compare=False)
     layers: tuple[LayerInfo, ...] = ()
+    id_runs: tuple[IdRun, ...] = ()
 
     @property
     def num_samples(self) -> int:
@@ -460,6 +509,7 @@ class Manifest:
             "shards": [s.to_json() for s in self.shards],
             "index_parts": [p.to_json() for p in self.index_parts],
             **({"layers": [la.to_json() for la in self.layers]} if self.layers else {}),
+            **({"id_runs": [r.to_json() for r in self.id_runs]} if self.id_runs else {}),
             "statistics": self.statistics,
             "extensions": self.extensions,
             **self.extra,
@@ -518,6 +568,10 @@ class Manifest:
                 layers=tuple(
                     LayerInfo.from_json(la, key=f"layers[{i}]")
                     for i, la in enumerate(_objects(known.get("layers") or [], "layers"))
+                ),
+                id_runs=tuple(
+                    IdRun.from_json(r, key=f"id_runs[{i}]")
+                    for i, r in enumerate(_objects(known.get("id_runs") or [], "id_runs"))
                 ),
             )
         except KeyError as exc:
