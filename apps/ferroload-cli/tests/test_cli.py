@@ -321,6 +321,28 @@ def test_gc(dataset: str, tmp_path: Path) -> None:
     assert run("gc", str(root), "--grace", "-1").returncode == 2
 
 
+def test_compact(tmp_path: Path) -> None:
+    root = tmp_path / "grown"
+    for i in range(4):
+        with Writer(root, "grown") as w:
+            w.add(f"s{i}", None, {"x": i})
+    got = ok_json("compact", str(root))
+    _check_vocabulary(got, "compact")
+    assert got == {
+        "uri": str(root), "version": 5, "compacted": True, "num_parts_before": 4,
+        "num_parts": 1, "num_samples": 4, "index_bytes": got["index_bytes"],
+        "seconds": got["seconds"],
+    }  # fmt: skip
+    assert Dataset.open(root).column("x").to_pylist() == [0, 1, 2, 3]
+    again = run("compact", str(root))
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+    with Writer(root, "grown") as w:
+        w.add("s4", None, {"x": 4})
+    human = run("compact", str(root))
+    assert human.returncode == 0 and "compacted 2 index parts" in human.stdout
+    assert run("compact", str(tmp_path / "nothing")).returncode == 1
+
+
 def test_doctor(dataset: str, tmp_path: Path) -> None:
     report = ok_json("doctor", "--uri", dataset)
     assert report["packages"]["ferroload"]

@@ -192,6 +192,43 @@ def gc(
     )
 
 
+@app.command(
+    epilog=examples(
+        "ferroload compact ./pets",
+        "ferroload compact s3://bucket/pets --json",
+    )
+)
+def compact(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
+    """Merge the index parts of the latest version into one, as a new version (after many
+    small appends); the old parts are left for gc."""
+    ds = open_dataset(uri, storage_option)
+    parts = len(ds.manifest.index_parts)
+    started = time.perf_counter()
+    out = ds.compact()
+    seconds = time.perf_counter() - started
+    if json:
+        r.print_json(
+            {
+                "uri": shown_uri(ds.uri),
+                "version": out.version,
+                "compacted": out is not ds,
+                "num_parts_before": parts,
+                "num_parts": len(out.manifest.index_parts),
+                "num_samples": len(out),
+                "index_bytes": sum(p.size for p in out.manifest.index_parts),
+                "seconds": round(seconds, 3),
+            }
+        )
+        return
+    if out is ds:
+        r.line(f"{shown_uri(ds.uri)} (version {ds.version}) has one index part; nothing to do")
+        return
+    r.line(
+        f"compacted {parts} index parts of {shown_uri(ds.uri)} into 1 "
+        f"(version {out.version}, {r.count(len(out))}) in {seconds:.1f} s"
+    )
+
+
 # --------------------------------------------------------------------------- cache
 
 cache_app = typer.Typer(

@@ -737,6 +737,43 @@ class Dataset:
             )
         return out
 
+    def compact(self) -> Dataset:
+        """Merge the index parts of this version into one, as a new committed version.
+
+        After many small appends a version has one index part per append, and every
+        open, first batch or `subset` reads them all. `compact` writes the same rows, in
+        the same order and with the same types, as one part, and commits it (operation
+        `compact`) on top of this version. The shards and layers are kept as they are.
+        The old parts leave the `index/part-*.parquet` glob (readers of older versions
+        still find them) and are deleted by `gc` once no kept version references them.
+        A writer appending at the same time either lands on top of the compacted version
+        or, if it committed first, makes `compact` fail: run it again.
+
+        Returns:
+            The compacted version (this dataset itself when it has one part already).
+
+        Raises:
+            CommitConflictError: a version was committed after this one; nothing of the
+                compaction was committed.
+
+        Examples:
+            >>> from ferroload_format import Writer
+            >>> for i in range(3):
+            ...     with Writer("memory://docs/compact-example", "demo") as w:
+            ...         w.declare("text", "txt")
+            ...         w.add(f"s{i}", {"text": b"hello"}, {"label": i})
+            >>> ds = Dataset.open("memory://docs/compact-example")
+            >>> small = ds.compact()
+            >>> len(ds.manifest.index_parts), len(small.manifest.index_parts), len(small)
+            (3, 1, 3)
+        """
+        from ferroload_format._compact import compact_store
+
+        manifest = compact_store(self._store, self._manifest)
+        if manifest is self._manifest:
+            return self
+        return Dataset(self._store, manifest, verify_checksums=self._verify)
+
     def verify(
         self,
         *,

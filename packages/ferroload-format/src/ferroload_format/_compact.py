@@ -1,0 +1,100 @@
+"""`compact`: merge a version's index parts into one, as a new committed version
+(docs/format.md §7.5)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import suppress
+
+import numpy as np
+import pyarrow as pa
+
+from ferroload_format._commit import (
+    claim_version,
+    ensure_published,
+    retire_replaced_parts,
+)
+from ferroload_format._errors import CommitConflictError
+from ferroload_format._ids import hash_ids, run_path, write_run
+from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
+from ferroload_format._manifest import IndexPart, Manifest, part_path, staged_part_path, utc_now
+from ferroload_format._names import new_txn_id
+from ferroload_format._versions import read_manifest, write_hint
+from ferroload_store import ObjectExistsError, Store
+
+logger = logging.getLogger(__name__)
+
+
+def _checkpoint(name: str) -> None:
+    """A named point of compaction (`compact-staged`, `compact-committed`); crash tests
+    replace it."""
+
+
+def compact_store(store: Store, manifest: Manifest) -> Manifest:
+    """Commit, on top of `manifest` (which must still be the latest version), a version
+    whose base index is one part holding the same rows in the same order.
+
+    Returns:
+        The new manifest, or `manifest` itself when it has a single part already.
+
+    Raises:
+        CommitConflictError: another version was committed after `manifest` (nothing of
+            the compaction is committed; run it again).
+    """
+    if len(manifest.index_parts) <= 1:
+        return manifest
+    ensure_published(store, manifest)
+    txn = new_txn_id()
+    version = manifest.version + 1
+    target = index_schema([m.name for m in manifest.modalities], manifest.metadata)
+    tables = [read_part_table(store, p, None).cast(target) for p in manifest.index_parts]
+    table = pa.concat_tables(tables)
+    data = write_part(table, row_group_size=ROW_GROUP_SIZE)
+    staged = staged_part_path(txn)
+    store.put(staged, data)
+    hashes = hash_ids(table.column("sample_id"))
+    run = write_run(
+        store,
+        run_path(txn, version),
+        hashes,
+        np.full(len(hashes), version, dtype=np.int64),
+        {version},
+    )
+    _checkpoint("compact-staged")
+    stats = dict(manifest.statistics)
+    stats["index_bytes"] = len(data)
+    new = manifest.derive(
+        version=version,
+        parent_version=manifest.version,
+        created_at=utc_now(),
+        txn=txn,
+        operation="compact",
+        index_parts=(IndexPart(part_path(version), staged, table.num_rows, len(data), version),),
+        statistics=stats,
+        id_runs=(run,),
+    )
+    if read_manifest(store).version != manifest.version or not claim_version(store, new):
+        with suppress(OSError):
+            store.delete([staged, run.path])
+        raise CommitConflictError(
+            f"a version of {store.uri} was committed after version {manifest.version}, "
+            "which this compaction read; nothing was committed. Run compact() again",
+            uri=store.uri,
+        )
+    _checkpoint("compact-committed")
+    with suppress(ObjectExistsError):
+        store.put_if_absent(part_path(version), data)
+    write_hint(store, version)
+    with suppress(OSError):
+        store.delete([staged])
+    try:
+        retire_replaced_parts(store, new)
+    except OSError:
+        logger.warning("could not retire compacted parts of %s; gc will", store.uri, exc_info=True)
+    logger.info(
+        "compacted %d index parts of %s into one (version %d)",
+        len(manifest.index_parts),
+        store.uri,
+        version,
+    )
+    return new

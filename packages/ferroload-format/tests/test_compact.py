@@ -1,0 +1,173 @@
+"""`Dataset.compact`: one index part, same rows, atomic against a concurrent appender."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ferroload_format import (
+    CommitConflictError,
+    Dataset,
+    DuplicateSampleError,
+    LayerWriter,
+    Writer,
+    gc,
+)
+from ferroload_format._manifest import INDEX_DIR
+from ferroload_store import open_store
+
+
+def append(uri: str, first: int, count: int) -> None:
+    with Writer(uri, "compact", shard_size=4096) as w:
+        w.declare("blob", "bin")
+        for i in range(first, first + count):
+            meta = {"label": i % 3, "score": i / 2, "tags": [f"t{i}"], "note": None}
+            if i % 4 == 0:
+                meta["note"] = f"n{i}"
+            w.add(f"s{i:04d}", {"blob": f"payload-{i}".encode() * 5}, meta)
+
+
+def grown(uri: str, appends: int = 6) -> None:
+    for k in range(appends):
+        append(uri, k * 3, 3)
+
+
+def snapshot(ds: Dataset) -> tuple[list[dict[str, object]], str]:
+    return [ds[i] for i in range(len(ds))], str(ds.to_table().schema)
+
+
+def test_compact_keeps_rows_order_types_and_payloads(uri: str) -> None:
+    grown(uri)
+    before = Dataset.open(uri)
+    rows, schema = snapshot(before)
+    after = before.compact()
+    assert after.version == before.version + 1
+    assert after.manifest.operation == "compact"
+    assert len(after.manifest.index_parts) == 1
+    assert after.manifest.shards == before.manifest.shards
+    reopened = Dataset.open(uri)
+    assert reopened.version == after.version
+    assert snapshot(reopened) == (rows, schema)
+    assert reopened.subset("label = 1", return_indices=True).tolist() == [
+        i for i in range(len(rows)) if i % 3 == 1
+    ]
+    assert reopened.verify().ok
+    assert snapshot(Dataset.open(uri, version=before.version)) == (rows, schema)
+    assert reopened.compact() is reopened  # one part already: nothing to commit
+    with pytest.raises(DuplicateSampleError, match="s0004"):
+        append(uri, 4, 1)
+    append(uri, 100, 2)
+    assert len(Dataset.open(uri)) == len(rows) + 2
+
+
+def test_the_glob_sees_each_row_once_and_gc_keeps_old_versions(local_uri: str) -> None:
+    grown(local_uri)
+    root = local_uri.removeprefix("file://")
+    Dataset.open(local_uri).compact()
+    append(local_uri, 500, 2)
+    rows = duckdb.sql(
+        f"SELECT sample_id FROM read_parquet('{root}/index/part-*.parquet')"
+    ).fetchall()
+    ids = [r[0] for r in rows]
+    assert sorted(ids) == sorted(Dataset.open(local_uri).to_table()["sample_id"].to_pylist())
+    assert len(ids) == len(set(ids)) == 20
+    gc(local_uri, grace=timedelta(0))
+    for v in range(1, 9):
+        ds = Dataset.open(local_uri, version=v)
+        assert len([ds[i] for i in range(len(ds))]) == len(ds)
+    gc(local_uri, grace=timedelta(0), keep_versions=2)
+    store = open_store(local_uri)
+    left = sorted(o.path for o in store.list(INDEX_DIR))
+    assert left == ["index/part-0000000007.parquet", "index/part-0000000008.parquet"]
+    assert Dataset.open(local_uri).verify().ok
+    assert not Path(root, "_ferroload", "staging").exists() or not any(
+        Path(root, "_ferroload", "staging").iterdir()
+    )
+
+
+def test_an_append_started_before_compact_rebases_on_top(uri: str) -> None:
+    grown(uri)
+    w = Writer(uri, "compact")
+    w.declare("blob", "bin")
+    w.add("late", {"blob": b"late"}, {"label": 0, "score": 0.5, "tags": [], "note": None})
+    compacted = Dataset.open(uri).compact()
+    assert w.close() == compacted.version + 1
+    ds = Dataset.open(uri)
+    assert ds.manifest.operation == "append"
+    assert [p.version for p in ds.manifest.index_parts] == [compacted.version, ds.version]
+    assert ds.to_table()["sample_id"].to_pylist()[-1] == "late"
+    assert len(ds) == 19
+    assert ds.verify().ok
+
+
+def test_a_compact_of_a_version_appended_to_since_conflicts(uri: str) -> None:
+    grown(uri)
+    stale = Dataset.open(uri)
+    append(uri, 200, 1)
+    with pytest.raises(CommitConflictError, match="compact"):
+        stale.compact()
+    ds = Dataset.open(uri)
+    assert ds.version == stale.version + 1
+    assert len(ds.manifest.index_parts) == 7
+    assert len(ds.compact()) == 19
+
+
+def test_compact_keeps_layers_readable(local_uri: str) -> None:
+    grown(local_uri)
+    ds = Dataset.open(local_uri)
+    lw = LayerWriter(ds, "meta", identity="m1", columns={"double": pa.int64()})
+    lw.write_partition(0, np.arange(len(ds)), {"double": [2 * i for i in range(len(ds))]}, {})
+    layered = lw.commit(1)
+    compacted = layered.compact()
+    assert compacted.manifest.layers == layered.manifest.layers
+    assert compacted.column("double").to_pylist() == [2 * i for i in range(18)]
+    assert compacted.verify().ok
+
+
+def _race(uri: str, round_: int) -> list[CommitConflictError]:
+    """Compact and append at the same moment, from two threads."""
+    start = threading.Barrier(2)
+    errors: list[CommitConflictError] = []
+
+    def do_compact() -> None:
+        ds = Dataset.open(uri)
+        start.wait()
+        try:
+            ds.compact()
+        except CommitConflictError as exc:
+            errors.append(exc)
+
+    def do_append() -> None:
+        w = Writer(uri, "compact")
+        w.declare("blob", "bin")
+        meta = {"label": 0, "score": 0.0, "tags": [], "note": None}
+        w.add(f"race{round_}", {"blob": b"r"}, meta)
+        start.wait()
+        w.close()
+
+    threads = [threading.Thread(target=do_compact), threading.Thread(target=do_append)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_compact_and_append_racing_in_threads_lose_nothing(local_uri: str) -> None:
+    for round_ in range(4):
+        append(local_uri, 1000 * round_, 3)
+        append(local_uri, 1000 * round_ + 3, 3)
+        errors = _race(local_uri, round_)
+        ds = Dataset.open(local_uri)
+        ids = ds.to_table()["sample_id"].to_pylist()
+        assert len(ids) == len(set(ids)) == 7 * (round_ + 1)
+        assert f"race{round_}" in ids
+        assert ds.verify().ok
+        if errors:  # the append committed first: the compaction left nothing behind
+            assert ds.manifest.operation == "append"
