@@ -17,6 +17,7 @@ from ferroload_format import (
     DuplicateSampleError,
     LayerWriter,
     Writer,
+    _compact,
     gc,
 )
 from ferroload_format._manifest import INDEX_DIR
@@ -171,3 +172,37 @@ def test_compact_and_append_racing_in_threads_lose_nothing(local_uri: str) -> No
         assert ds.verify().ok
         if errors:  # the append committed first: the compaction left nothing behind
             assert ds.manifest.operation == "append"
+
+
+class SimulatedCrashError(Exception):
+    """Stands for the process dying at a checkpoint."""
+
+
+@pytest.mark.parametrize("point", ["compact-staged", "compact-committed"])
+def test_a_compaction_that_dies_leaves_a_readable_dataset(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    grown(local_uri)
+    rows = snapshot(Dataset.open(local_uri))
+
+    def die(name: str) -> None:
+        if name == point:
+            raise SimulatedCrashError(name)
+
+    monkeypatch.setattr(_compact, "_checkpoint", die)
+    with pytest.raises(SimulatedCrashError):
+        Dataset.open(local_uri).compact()
+    ds = Dataset.open(local_uri)
+    assert ds.version == (6 if point == "compact-staged" else 7)
+    assert snapshot(ds) == rows
+    report = gc(local_uri, grace=timedelta(0))
+    if point == "compact-staged":  # the staged part and the run are leftovers
+        assert len(report.deleted) == 2
+    else:  # gc publishes the part and retires the compacted ones from the glob
+        assert report.published == ["index/part-0000000007.parquet"]
+    root = local_uri.removeprefix("file://")
+    n = duckdb.sql(f"SELECT count(*) FROM read_parquet('{root}/index/part-*.parquet')")
+    assert n.fetchall() == [(18,)]
+    append(local_uri, 300, 1)
+    assert snapshot(Dataset.open(local_uri))[0][:18] == rows[0]
+    assert Dataset.open(local_uri).verify().ok
