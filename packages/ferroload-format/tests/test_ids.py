@@ -8,9 +8,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from ferroload_format import Dataset, DuplicateSampleError, Writer, _commit, gc
+from ferroload_format._index import write_part
 from ferroload_format._manifest import IDS_DIR, version_path
 from ferroload_format._versions import read_manifest
 from ferroload_store import open_store
@@ -118,3 +121,16 @@ def test_gc_keeps_the_runs_a_version_references(local_uri: str) -> None:
     with pytest.raises(DuplicateSampleError):
         append(local_uri, "g4")
     assert store.exists(version_path(5))
+
+
+def test_verify_checks_the_runs(local_uri: str) -> None:
+    for i in range(5):
+        append(local_uri, f"v{i}")
+    assert Dataset.open(local_uri).verify().ok
+    store = open_store(local_uri)
+    run = read_manifest(store).id_runs[0]
+    table = pq.read_table(pa.BufferReader(store.get(run.path)))
+    store.put(run.path, write_part(table.slice(1)))  # one id dropped
+    problems = Dataset.open(local_uri).verify().problems
+    assert [p.kind for p in problems] == ["id-run"]
+    assert run.path in problems[0].message

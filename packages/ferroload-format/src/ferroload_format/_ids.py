@@ -34,10 +34,17 @@ _SCHEMA = pa.schema([pa.field("hash", pa.int64(), False), pa.field("part", pa.in
 
 
 def hash_ids(ids: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
-    """The xxh64 of each sample id's UTF-8 bytes, as int64 (the `hash` of a run)."""
+    """The xxh64 of each sample id's UTF-8 bytes, as int64 (the `hash` of a run).
+
+    A value that is not a string (only a damaged index part holds one) hashes as its
+    `repr`, so that it can never stop a check: the exact comparison decides."""
     values = ids.to_pylist() if isinstance(ids, pa.Array | pa.ChunkedArray) else ids
     digest = xxhash.xxh64_intdigest
-    out = np.fromiter((digest(s.encode()) for s in values), dtype=np.uint64, count=len(values))
+    out = np.fromiter(
+        (digest(s.encode() if isinstance(s, str) else repr(s).encode()) for s in values),
+        dtype=np.uint64,
+        count=len(values),
+    )
     return out.view(np.int64)
 
 

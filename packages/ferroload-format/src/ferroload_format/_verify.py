@@ -39,7 +39,8 @@ class Problem:
             `tar-header` (a range over the tar header of its member), `overlap` (two
             ranges of one shard overlapping), `num-rows` (an index part holding another
             number of rows than the manifest says), `index-part` (an index part missing
-            or unreadable), or
+            or unreadable), `id-run` (a sample-id run unreadable or not holding exactly
+            the ids of the parts it covers), or
             `unsafe-path` (a shard reached through a symlink out of the root, or a side
             index member name that could leave it when the tar is extracted; a manifest
             path that could is refused when the dataset is opened).
@@ -191,6 +192,7 @@ def _verify(
     if report.problems:  # nothing below can trust the index
         return report
     ids = index.column("sample_id")
+    _check_id_runs(store, manifest, ids, report)
     for layer in manifest.layers:
         _check_layer_index(store, layer, index, ids, report)
     # (shard, the modalities whose payloads it holds), in the order of `index.shards`
@@ -293,6 +295,57 @@ def _check_ranges(
             )
         )
     return good
+
+
+def _sorted_pairs(hashes: np.ndarray, parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((parts, hashes))
+    return hashes[order], parts[order]
+
+
+def _check_id_runs(store: Store, manifest: Manifest, ids: pa.Array, report: VerifyReport) -> None:
+    """Each sample-id run must hold exactly the ids of the parts it covers (a run missing
+    one would let an append add a duplicate)."""
+    from ferroload_format._ids import hash_ids, read_run
+
+    starts = np.cumsum([0, *(p.num_rows for p in manifest.index_parts)])
+    rows = {
+        p.version: (int(a), int(b))
+        for p, a, b in zip(manifest.index_parts, starts, starts[1:], strict=False)
+    }
+    for run in manifest.id_runs:
+        covered = sorted(rows.keys() & set(run.parts))
+        try:
+            hashes, parts = read_run(store, run)
+        except (OSError, pa.ArrowException, StoreError) as exc:
+            report.problems.append(
+                Problem("id-run", run.path, f"sample-id run {run.path} unreadable: {exc}")
+            )
+            continue
+        keep = np.isin(parts, np.asarray(covered, dtype=np.int64))
+        have = _sorted_pairs(hashes[keep], parts[keep])
+        want = _sorted_pairs(
+            np.concatenate(
+                [
+                    np.zeros(0, np.int64),
+                    *(hash_ids(ids.slice(rows[v][0], rows[v][1] - rows[v][0])) for v in covered),
+                ]
+            ),
+            np.concatenate(
+                [
+                    np.zeros(0, np.int64),
+                    *(np.full(rows[v][1] - rows[v][0], v, np.int64) for v in covered),
+                ]
+            ),
+        )
+        if not (np.array_equal(have[0], want[0]) and np.array_equal(have[1], want[1])):
+            report.problems.append(
+                Problem(
+                    "id-run",
+                    run.path,
+                    f"sample-id run {run.path} does not hold exactly the ids of index parts "
+                    f"{covered}; remove it from the manifest's id_runs or rewrite it",
+                )
+            )
 
 
 def _check_layer_index(
