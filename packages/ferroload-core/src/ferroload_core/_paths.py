@@ -12,6 +12,7 @@ import re
 from ferroload_core._core import FerroloadError
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class UnsafePathError(FerroloadError, ValueError):
@@ -69,7 +70,7 @@ def check_relative_path(path: object, *, what: str) -> str:
 def _problem(path: str) -> str | None:
     if not path:
         return "it is empty"
-    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+    if _CONTROL.search(path):
         return "it holds a NUL or control character"
     if "\\" in path:
         return "it holds a backslash"
