@@ -40,7 +40,7 @@ from ferroload_format._manifest import (
     version_path,
 )
 from ferroload_format._types import fits_in, type_name
-from ferroload_format._versions import read_manifest, write_hint
+from ferroload_format._versions import latest_version, read_manifest, write_hint
 from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ class PendingCommit:
         shards: shards written (their `version` is set at commit).
         table: the index part as an Arrow table.
         operation: recorded in the manifest (`create`, `append`, `overwrite`).
+        base: the manifest of `base_version` as the writer read it (saves parsing it
+            again when it is still the latest at commit time).
         mode: the writer's mode: `append` adds to the latest version (or creates it);
             `create` fails if a version exists at commit time; `overwrite` replaces the
             content of `base_version` and fails if another version was committed since.
@@ -84,6 +86,7 @@ class PendingCommit:
     row_group_size: int = ROW_GROUP_SIZE
     extensions: dict[str, Any] = field(default_factory=dict)
     mode: str = "append"
+    base: Manifest | None = None
 
 
 def ensure_published(store: Store, manifest: Manifest) -> list[str]:
@@ -135,9 +138,16 @@ def claim_version(store: Store, manifest: Manifest) -> bool:
     return True
 
 
-def _latest(store: Store) -> Manifest | None:
+def _latest(store: Store, known: Manifest | None = None) -> Manifest | None:
+    """The latest manifest; `known` when it is still the latest (manifests are immutable:
+    a large one is not parsed again)."""
     try:
-        return read_manifest(store)
+        version = latest_version(store)
+        if version is None:
+            raise DatasetNotFoundError(f"no ferroload dataset at {store.uri}", uri=store.uri)
+        if known is not None and known.version == version:
+            return known
+        return read_manifest(store, version)
     except DatasetNotFoundError:
         return None
 
@@ -282,8 +292,9 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
     uncovered: set[int] = set()
     usable: list[IdRun] = []
     checked_upto = 0
+    latest = pending.base
     for _attempt in range(MAX_COMMIT_ATTEMPTS):
-        latest = _latest(store)
+        latest = _latest(store, latest)
         if latest is not None and pending.mode == "create":
             raise DatasetExistsError(
                 f"a concurrent writer created a dataset at {store.uri} (version "

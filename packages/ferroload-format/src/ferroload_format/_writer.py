@@ -467,6 +467,7 @@ class Writer:
                 operation=_operation(self.mode, self._base),
                 row_group_size=self._row_group_size,
                 mode=self.mode,
+                base=self._base,
             )
             manifest = commit(self._store, pending)
         except BaseException:
