@@ -34,6 +34,15 @@ def test_bench_format_quick_run_measures_every_figure(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_bench_appends_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    data, stdout = quick_run("bench_appends.py", tmp_path)
+    assert data["n"] == 50 and set(data["append_s"]) == {"10", "50"}
+    for key in ("read_appended", "read_compacted", "read_once"):
+        assert set(data[key]) == {"open", "first_batch", "subset", "total"}
+    assert data["compact_s"] > 0 and "compacting them took" in stdout
+
+
+@pytest.mark.slow
 def test_bench_codec_quick_run_measures_every_figure(tmp_path: Path) -> None:
     data, stdout = quick_run("bench_codec.py", tmp_path, "--no-stock")
     assert set(data) >= {"meta", "cases", "goals"}
