@@ -423,26 +423,33 @@ def replaced_before(manifest: Manifest) -> int:
     return min((p.version for p in manifest.index_parts), default=manifest.version)
 
 
-def retire_replaced_parts(store: Store, latest: Manifest) -> list[str]:
+def retire_replaced_parts(
+    store: Store, latest: Manifest, known: Manifest | None = None
+) -> list[str]:
     """Take the index parts that an overwrite replaced out of the `index/part-*` glob.
 
     Each published part of a version older than `replaced_before(latest)` is copied back
     to its staged path (from where ferroload's readers of that old version read it) and
     then deleted from `index/`, so that the glob shows exactly the parts of the latest
     version. Parts of newer versions are never touched (a concurrent append may be
-    publishing one). Returns the retired paths.
+    publishing one). `known` (a manifest listing replaced parts, e.g. the version a
+    compaction read) saves reading the manifest of each such part's version. Returns the
+    retired paths.
     """
     first = replaced_before(latest)
+    listed = {p.path: p for p in known.index_parts} if known is not None else {}
     retired = []
     for obj in store.list(INDEX_DIR):
         version = _part_version(obj.path)
         if version is None or version >= first:
             continue
-        try:
-            old = latest if version == latest.version else read_manifest(store, version)
-        except VersionNotFoundError:
-            continue  # an expired version's part: a leftover that gc deletes
-        part = next((p for p in old.index_parts if p.path == obj.path), None)
+        part = listed.get(obj.path)
+        if part is None:
+            try:
+                old = latest if version == latest.version else read_manifest(store, version)
+            except VersionNotFoundError:
+                continue  # an expired version's part: a leftover that gc deletes
+            part = next((p for p in old.index_parts if p.path == obj.path), None)
         if part is None:
             continue
         if not store.exists(part.staged):

@@ -88,7 +88,7 @@ def compact_store(store: Store, manifest: Manifest) -> Manifest:
     with suppress(OSError):
         store.delete([staged])
     try:
-        retire_replaced_parts(store, new)
+        retire_replaced_parts(store, new, manifest)
     except OSError:
         logger.warning("could not retire compacted parts of %s; gc will", store.uri, exc_info=True)
     logger.info(
