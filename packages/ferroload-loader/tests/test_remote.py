@@ -3,6 +3,7 @@ known-order read-ahead."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from ferroload_format import Dataset, Writer
 from ferroload_loader import make_loader
-from ferroload_loader._readahead import plan_blocks
+from ferroload_loader._readahead import BlockPlan, CachedObject, ReadAhead, plan_blocks
 from ferroload_loader._source import resolve_source
 from ferroload_store import BlockCache
 from ferroload_store.testing import FaultProxy, MotoServer
@@ -294,3 +295,40 @@ def test_a_dataset_recreated_at_the_same_memory_uri_serves_the_new_index() -> No
         first.store.delete(obj.path)
     write(1)
     assert Dataset.open(uri).subset("label = 1", return_indices=True).tolist() == list(range(8))
+
+
+class _RecordingStore:
+    """What ReadAhead calls on a store, recorded."""
+
+    def __init__(self) -> None:
+        self.prefetched: list[int] = []
+        self.cold: list[int] = []
+
+    def prefetch_blocks(self, path: str, blocks: Any, **_: Any) -> None:
+        self.prefetched += np.asarray(blocks).tolist()
+
+    def mark_cold_blocks(self, path: str, blocks: Any, **_: Any) -> None:
+        self.cold += np.asarray(blocks).tolist()
+
+
+def test_blocks_the_readahead_never_fetched_are_marked_cold_after_their_last_use() -> None:
+    """When the read-ahead falls behind, the batch builder fetches blocks itself; they
+    must still turn cold after their last batch, or they crowd the cache."""
+    store = _RecordingStore()
+    obj = CachedObject(store=store, path="shards/a.tar", size=4 * BS, version="v")  # type: ignore[arg-type]
+    n = 4
+    plan = BlockPlan(
+        [obj], np.zeros(n, np.int64), np.arange(n, dtype=np.int64),
+        first=np.array([0, 5, 5, 6]), last=np.array([0, 5, 5, 6]),
+        nbytes=np.full(n, BS, np.int64),
+    )  # fmt: skip
+    ahead = ReadAhead(plan, budget=BS)  # room for one block: it waits before block 1
+    try:
+        deadline = time.monotonic() + 10
+        while store.prefetched != [0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.prefetched == [0]  # blocks 1-3 are not fetched by the read-ahead
+        ahead.done(5)  # batch 5 read blocks 1 and 2 (the builder fetched them)
+        assert {1, 2} <= set(store.cold) and 3 not in store.cold
+    finally:
+        ahead.stop()

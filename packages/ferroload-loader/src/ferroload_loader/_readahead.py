@@ -214,9 +214,12 @@ class ReadAhead:
             fetched = sel[self._fetched[sel]]
             self._live -= int(self._plan.nbytes[fetched].sum())
             self._cond.notify_all()
-        if len(fetched):
+        # Every block last read by batch k, whoever fetched it: when the read-ahead falls
+        # behind, the batch builder fetches blocks itself, and the read-ahead may never
+        # reach them before the pass ends.
+        if len(sel):
             try:
-                self._mark_cold(fetched)
+                self._mark_cold(sel)
             except Exception as exc:  # only an eviction hint
                 logger.debug("could not mark blocks cold: %s", exc)
 
