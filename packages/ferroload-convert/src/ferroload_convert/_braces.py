@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from ferroload_convert._errors import ConvertOptionError
 
@@ -75,59 +76,41 @@ def _expand(text: str, pattern: str) -> list[str]:
 def _first_group(text: str) -> tuple[int, int, list[str] | None] | None:
     """(start, end, the range's items or None for alternatives) of the first group that
     expands, or None."""
-    i = 0
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
+    for i, c, _ in _scan(text):
+        if c != "{" or (end := _matching(text, i)) is None:
             continue
-        if text[i] == "{":
-            end = _matching(text, i)
-            if end is not None:
-                body = text[i + 1 : end]
-                items = _range(body)
-                if items is not None:
-                    return i, end, items
-                if len(_split(body)) > 1:
-                    return i, end, None
-        i += 1
+        body = text[i + 1 : end]
+        items = _range(body)
+        if items is not None:
+            return i, end, items
+        if len(_split(body)) > 1:
+            return i, end, None
     return None
 
 
-def _matching(text: str, start: int) -> int | None:
+def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """(index, character, brace depth after it) of `text` from `start`, skipping escaped
+    characters (a backslash and the one after it)."""
     depth, i = 0, start
     while i < len(text):
         c = text[i]
         if c == "\\":
             i += 2
             continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
+        depth += (c == "{") - (c == "}")
+        yield i, c, depth
         i += 1
-    return None
+
+
+def _matching(text: str, start: int) -> int | None:
+    """Where the brace opened at `start` closes, or None."""
+    return next((i for i, c, depth in _scan(text, start) if c == "}" and depth == 0), None)
 
 
 def _split(body: str) -> list[str]:
     """`body` split at its top-level commas."""
-    parts, depth, last, i = [], 0, 0, 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(body[last:i])
-            last = i + 1
-        i += 1
-    parts.append(body[last:])
-    return parts
+    cuts = [i for i, c, depth in _scan(body) if c == "," and depth == 0]
+    return [body[a + 1 : b] for a, b in zip([-1, *cuts], [*cuts, len(body)], strict=True)]
 
 
 def _range(body: str) -> list[str] | None:
