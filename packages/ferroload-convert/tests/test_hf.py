@@ -102,6 +102,9 @@ def test_save_to_disk_folders_and_splits(tmp_path: Path) -> None:
 
     with pytest.raises(InputNotFoundError):
         import_hf(tmp_path / "missing", tmp_path / "ds3")
+    # a Hub name, as an HF user would try first: told how to pass it
+    with pytest.raises(InputNotFoundError, match=r"import_hf\(datasets.load_dataset\('mnist'\)"):
+        import_hf("mnist", tmp_path / "ds3")
     (tmp_path / "notsaved").mkdir()
     with pytest.raises(InputNotFoundError, match="save_to_disk"):
         import_hf(tmp_path / "notsaved", tmp_path / "ds3")

@@ -215,7 +215,10 @@ def _load(src: Any, split: str | None, splits: Sequence[str] | None) -> tuple[li
         where = os.fspath(src)
         if not os.path.isdir(where):
             raise InputNotFoundError(
-                f"{where} is not a folder (expected a save_to_disk folder)", path=where
+                f"{where} is not a folder (expected a save_to_disk folder); for a dataset on "
+                f"the Hub, load it first and pass the object: "
+                f"import_hf(datasets.load_dataset({where!r}), ...)",
+                path=where,
             )
         try:
             obj = datasets.load_from_disk(where)
