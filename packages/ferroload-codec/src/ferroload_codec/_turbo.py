@@ -144,7 +144,11 @@ _SJ_COLORSPACES = {
     "CMYK": COLORSPACE_CMYK,
     "YCCK": COLORSPACE_YCCK,
 }
-_SJ_PIXEL_FORMATS = {code: name for name, code in PIXEL_FORMATS.items()} | {6: "GRAY"}
+_SJ_PIXEL_FORMATS = {
+    PIXEL_FORMATS["RGB"]: "RGB",
+    PIXEL_FORMATS["L"]: "GRAY",
+    PIXEL_FORMATS["RGBA"]: "RGBA",
+}
 
 
 class SimpleJpeg:
