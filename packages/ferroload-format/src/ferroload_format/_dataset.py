@@ -490,6 +490,36 @@ class Dataset:
         offsets = self._index.modality(modality).offset
         return offsets if self._rows is None else offsets[self._rows]
 
+    def locate(self, modality: str, indices: npt.ArrayLike) -> ModalityArrays:
+        """Where `modality`'s payloads of some positions live: `present`, `shard` (codes
+        for `shard_ref`, -1 where a layer stored none), `offset`, `length` and `checksum`,
+        one entry per position, in the order given. What a loader plans its reads with.
+
+        Raises:
+            ColumnNotFoundError: for an unknown modality.
+            SampleIndexError: for a position out of range.
+        """
+        rows = self._rows_of(indices)
+        a = self._index.modality(modality)
+        return ModalityArrays(
+            present=a.present[rows],
+            shard=a.shard[rows],
+            offset=a.offset[rows],
+            length=a.length[rows],
+            checksum=a.checksum[rows],
+        )
+
+    def shard_runs(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+        """The positions split into runs of one base shard: (`starts`, `codes`), the
+        first position of each run and its shard's code (for `shard_ref`). A shard may
+        have more than one run (rows of two appends interleaved by a view's order).
+        What a streaming order visits shard by shard."""
+        codes = self.shard_of()
+        if not len(codes):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(codes)) + 1]).astype(np.int64)
+        return starts, codes[starts]
+
     def shard_ref(self, code: int) -> tuple[str, int, str]:
         """(path, size, cache version) of shard `code` (a value of `shard_of`, of the
         base or of a layer modality): what a block cache needs to know about it, without

@@ -37,6 +37,9 @@ from ferroload_format._types import (
 from ferroload_store import ObjectNotFoundError, RangeFile, Store
 
 ROW_GROUP_SIZE = 65_536
+#: Opened index parts, by (key, dictionary-read columns): the file and, on an object
+#: store, the `RangeFile` under it (None for a local file).
+PartFiles = dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, "RangeFile | None"]]
 MODALITY_TYPE = pa.struct(
     [
         pa.field("present", pa.bool_(), nullable=False),
@@ -448,14 +451,16 @@ class ModalityArrays:
 
 
 def column_chunks(
-    metadata: pq.FileMetaData, columns: Sequence[str] | None
+    metadata: pq.FileMetaData,
+    columns: Sequence[str] | None,
+    groups: Iterable[int] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(starts, lengths) of the column chunks holding `columns` (top-level names; None:
-    all) in every row group: what a read of those columns fetches."""
+    all) in row groups `groups` (None: every one): what a read of those fetches."""
     wanted = None if columns is None else set(columns)
     starts: list[int] = []
     lengths: list[int] = []
-    for rg in range(metadata.num_row_groups):
+    for rg in range(metadata.num_row_groups) if groups is None else groups:
         group = metadata.row_group(rg)
         for ci in range(group.num_columns):
             col = group.column(ci)
@@ -473,7 +478,7 @@ def read_part_table(
     store: Store,
     part: IndexPart,
     columns: Sequence[str] | None,
-    files: dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, RangeFile]] | None = None,
+    files: PartFiles | None = None,
     **kwargs: Any,
 ) -> pa.Table:
     """Read some columns of one part, from its published path or, failing that, staging.
@@ -513,7 +518,7 @@ def _read_part_table(
     store: Store,
     part: IndexPart,
     columns: Sequence[str] | None,
-    files: dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, RangeFile]] | None,
+    files: PartFiles | None,
     **kwargs: Any,
 ) -> pa.Table:
     last_exc: Exception | None = None
@@ -535,6 +540,7 @@ def _read_part_table(
                 f = RangeFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
                 entry = files[cache_key] = (pq.ParquetFile(f, **kwargs), f)
             pf, f = entry
+            assert f is not None  # only remote parts are cached here
             f.prefetch(*column_chunks(pf.metadata, columns))
             return pf.read(columns=columns)
         except (FileNotFoundError, ObjectNotFoundError) as exc:
@@ -543,6 +549,53 @@ def _read_part_table(
         f"index part {part.path} of {store.uri} is missing (also at {part.staged})",
         uri=store.uri,
     ) from last_exc
+
+
+def open_part(
+    store: Store,
+    part: IndexPart,
+    files: PartFiles,
+) -> tuple[pq.ParquetFile, RangeFile | None]:
+    """One index part as a `ParquetFile` (its footer read once and kept in `files`) and,
+    on an object store, the `RangeFile` under it: for reads of some row groups. Tried at
+    its published path, then staging, then the published path again (see
+    `read_part_table`).
+
+    Raises:
+        ManifestError: the part is missing (also at its staged path).
+    """
+    last_exc: Exception | None = None
+    for key in (part.path, part.staged, part.path):
+        entry = files.get((key, ()))
+        if entry is not None:
+            return entry
+        try:
+            local = store.local_path(key)
+            if local is not None:
+                entry = (pq.ParquetFile(local, memory_map=True), None)
+            else:
+                f = RangeFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
+                entry = (pq.ParquetFile(f), f)
+        except (FileNotFoundError, ObjectNotFoundError) as exc:
+            last_exc = exc
+            continue
+        files[(key, ())] = entry
+        return entry
+    raise ManifestError(
+        f"index part {part.path} of {store.uri} is missing (also at {part.staged})",
+        uri=store.uri,
+    ) from last_exc
+
+
+def read_row_groups(
+    opened: tuple[pq.ParquetFile, RangeFile | None], groups: Sequence[int], names: Sequence[str]
+) -> pa.Table:
+    """Columns `names` of row groups `groups` of a part from `open_part`; on an object
+    store only those column chunks are fetched (coalesced)."""
+    pf, f = opened
+    if f is not None:
+        f.prefetch(*column_chunks(pf.metadata, names, groups))
+    return pf.read_row_groups(list(groups), columns=list(names))
 
 
 class IndexColumns:
@@ -590,7 +643,7 @@ class IndexColumns:
         self._modality: dict[str, ModalityArrays] = {}
         self._shard_codes: npt.NDArray[np.int32] | None = None
         self._layer_codes: dict[str, npt.NDArray[np.int32]] = {}
-        self._files: dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, RangeFile]] = {}
+        self._files: PartFiles = {}
         self._lock = threading.RLock()
 
     @property
