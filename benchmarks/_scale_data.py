@@ -327,8 +327,13 @@ def check_twin(workdir: str | Path, n: int = 10_000, **kw: Any) -> None:
             (s.size, s.num_samples, s.num_members) for s in mb.shards
         ]
         assert ma.statistics["modalities"] == mb.statistics["modalities"]
-        for key in ("num_samples", "num_shards", "shard_bytes", "index_bytes"):
+        for key in ("num_samples", "num_shards", "shard_bytes"):
             assert ma.statistics[key] == mb.statistics[key], key
+        # the shard paths in the index carry each writer's random txn: zstd may differ
+        # by a few bytes
+        assert abs(ma.statistics["index_bytes"] - mb.statistics["index_bytes"]) <= 64 * len(
+            ma.index_parts
+        )
         ta, tb = a.to_table(), b.to_table()
         assert ta.schema.equals(tb.schema), (ta.schema, tb.schema)
         for col in ta.column_names:

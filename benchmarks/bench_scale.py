@@ -1,0 +1,655 @@
+"""Scale: open, first batch, order, subset, loader overhead and memory from 10^6 to 10^8
+samples, and per-rank object-store requests with many ranks.
+
+The datasets come from `_scale_data.py` (numpy writes what the Writer would write for the
+same samples; see there): a **metadata** series (no payloads: `sample_id`, `label`, `ts`)
+at 10^6, 10^7 and 10^8 samples, and an **image** series (one 4x4 PNG per sample, a 1 KiB
+tar member) at 10^6 and 10^7 (10^8 would be 100 GB of shards). They are cached in
+`--workdir` and reused by later runs.
+
+Every figure of one dataset is measured in a fresh subprocess, so its peak RSS
+(`ru_maxrss`) is that measurement's alone:
+
+* `open`: `Dataset.open` (first, then best of 5 more in the same process).
+* `loader`: `make_loader(uri, batch_size=256, meta=["label"] (+ the image at 4x4),
+  out="numpy", rank=3, world_size=8, prefetch_bytes=512 MiB)`: seconds to the first batch
+  (from before `make_loader`), then the steady-state seconds per batch over the next
+  batches, per sample; peak RSS of the process.
+* `order`: `Sampler(N, seed=0, rank=3, world_size=8)`: seconds to its first batch of
+  indices, then per batch; peak RSS.
+* `subset`: `Dataset.open(uri).subset(where)` with a selective predicate
+  (`ts BETWEEN N/2 AND N/2 + 999`: 1,000 rows, `ts` sorted so row groups prune) and a
+  non-selective one (`label < 500`: half the rows, nothing to prune): seconds, rows, bytes
+  read (the store's counters and the process's `rchar`), peak RSS.
+* `index bytes`: the index parts, sample-id runs and manifest on disk.
+
+**Many ranks** (`ranks`): a 10^5-sample image dataset (shards of ~1,000 samples) on the
+moto S3 server; for 8 and 64 ranks, ranks 0 and W-1 each run one epoch in a fresh process
+with a fresh block cache, in the shuffled (permutation) and the streaming order, counting
+the store's GET requests against the shards and samples the rank read.
+
+Run it from the repository root (not in CI; `--quick` is the CI smoke):
+
+    uv run python benchmarks/bench_scale.py            # full: datasets ~12 GB, ~20 min
+    uv run python benchmarks/bench_scale.py --quick    # 10^4 / 10^5, seconds
+
+Writes `benchmarks/results/bench_scale.json` (`bench_scale_quick.json` with `--quick`) and,
+for a full run, the plots `docs/images/scale_*.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _meta import git_commit, loadavg, write_json  # noqa: E402
+
+DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-scale"
+RESULTS = HERE / "results"
+IMAGES = HERE.parent / "docs" / "images"
+BATCH = 256
+RANK, WORLD = 3, 8
+PREFETCH = 512 << 20
+
+FULL = {
+    "meta": [10**6, 10**7, 10**8],
+    "image": [10**6, 10**7],
+    "ranks_n": 10**5,
+    "ranks_shard_size": 1 << 20,
+    "worlds": [8, 64],
+    "batches": 200,
+}
+QUICK = {
+    "meta": [10**4, 10**5],
+    "image": [10**4],
+    "ranks_n": 2_000,
+    "ranks_shard_size": 64 << 10,
+    "worlds": [2, 8],
+    "batches": 10,
+}
+GOALS = {"open_s": 0.050, "first_batch_s": 2.0, "loader_rss_mb": 1536.0, "flat": 1.5}
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------- workers
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _rchar() -> int:
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _w_open(spec: dict[str, Any]) -> dict[str, Any]:
+    from ferroload_format import Dataset
+
+    base = _peak_rss_mb()
+    t0 = time.perf_counter()
+    ds = Dataset.open(spec["uri"])
+    first = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        Dataset.open(spec["uri"])
+        best = min(best, time.perf_counter() - t0)
+    m = ds.manifest
+    root = Path(spec["uri"])
+    on_disk = {
+        "index_parts": sum(p.stat().st_size for p in (root / "index").glob("part-*.parquet")),
+        "id_runs": sum(p.stat().st_size for p in (root / "_ferroload" / "ids").glob("*")),
+        "manifest": (root / "_ferroload" / "versions" / f"{m.version:010d}.json").stat().st_size,
+    }
+    return {
+        "open_first_s": first,
+        "open_s": best,
+        "num_samples": ds.num_samples,
+        "index_parts": len(m.index_parts),
+        "shards": len(m.shards),
+        "bytes": on_disk,
+        "index_bytes": sum(on_disk.values()),
+        "rss_import_mb": base,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def _w_loader(spec: dict[str, Any]) -> dict[str, Any]:
+    from ferroload_loader import make_loader
+
+    base = _peak_rss_mb()
+    kw: dict[str, Any] = {}
+    if spec["images"]:
+        kw = {"images": ["image"], "resize": 4}
+    t0 = time.perf_counter()
+    dl = make_loader(
+        spec["uri"], batch_size=BATCH, meta=["label"], out="numpy", seed=0, rank=RANK,
+        world_size=WORLD, prefetch_bytes=PREFETCH, **kw,
+    )  # fmt: skip
+    made = time.perf_counter() - t0
+    it = iter(dl)
+    batch = next(it)
+    first = time.perf_counter() - t0
+    assert len(batch["sample_id"]) == BATCH
+    k = min(spec["batches"], len(dl) - 1)
+    t1 = time.perf_counter()
+    for _ in range(k):
+        next(it)
+    per_batch = (time.perf_counter() - t1) / k
+    dl.close()
+    return {
+        "make_loader_s": made,
+        "first_batch_s": first,
+        "per_batch_s": per_batch,
+        "per_sample_us": per_batch / BATCH * 1e6,
+        "batches": k,
+        "rss_import_mb": base,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def _w_order(spec: dict[str, Any]) -> dict[str, Any]:
+    from itertools import islice
+
+    from ferroload_loader import Sampler
+
+    base = _peak_rss_mb()
+    t0 = time.perf_counter()
+    s = Sampler(spec["n"], seed=0, rank=RANK, world_size=WORLD)
+    it = iter(s)
+    first = list(islice(it, BATCH))
+    t_first = time.perf_counter() - t0
+    assert len(first) == BATCH
+    k = spec["batches"]
+    t1 = time.perf_counter()
+    got = sum(1 for _ in islice(it, BATCH * k))
+    per_batch = (time.perf_counter() - t1) / k
+    return {
+        "first_s": t_first,
+        "per_batch_s": per_batch,
+        "items": got,
+        "rss_import_mb": base,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def _w_subset(spec: dict[str, Any]) -> dict[str, Any]:
+    from ferroload_format import Dataset
+
+    base = _peak_rss_mb()
+    ds = Dataset.open(spec["uri"])
+    before = ds.store.stats.snapshot()
+    r0 = _rchar()
+    t0 = time.perf_counter()
+    view = ds.subset(spec["where"])
+    rows = len(view)
+    dt = time.perf_counter() - t0
+    after = ds.store.stats.snapshot()
+    return {
+        "where": spec["where"],
+        "s": dt,
+        "rows": rows,
+        "store_bytes_read": after["bytes_read"] - before["bytes_read"],
+        "store_get_requests": after["get_requests"] - before["get_requests"],
+        "rchar": _rchar() - r0,
+        "rss_import_mb": base,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def _w_rank(spec: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    from ferroload_format import Dataset
+    from ferroload_loader import make_loader
+    from ferroload_store import BlockCache
+
+    cache_dir = tempfile.mkdtemp(prefix="scale-cache-")
+    try:
+        cache = BlockCache(cache_dir, max_bytes=2 << 30)
+        t0 = time.perf_counter()
+        ds = Dataset.open(spec["uri"], storage_options=spec["options"], cache=cache)
+        s0 = ds.store.stats.snapshot()
+        dl = make_loader(
+            ds, batch_size=64, images=["image"], resize=4, out="numpy", seed=0,
+            rank=spec["rank"], world_size=spec["world"], streaming=spec["streaming"],
+            drop_last=False,
+        )  # fmt: skip
+        ids: list[str] = []
+        it = iter(dl)
+        first = next(it)
+        t_first = time.perf_counter() - t0
+        s1 = ds.store.stats.snapshot()
+        ids.extend(first["sample_id"])
+        for b in it:
+            ids.extend(b["sample_id"])
+        s2 = ds.store.stats.snapshot()
+        dl.close()
+        pos = np.array([int(s[1:]) for s in ids], dtype=np.int64)
+        shard_of = ds.shard_of()  # the bench's own check, O(N) on purpose
+        shards = np.unique(shard_of[pos])
+        return {
+            "world": spec["world"],
+            "rank": spec["rank"],
+            "streaming": spec["streaming"],
+            "samples": len(ids),
+            "distinct_samples": len(np.unique(pos)),
+            "shards_read": len(shards),
+            "get_requests": s2["get_requests"] - s0["get_requests"],
+            "get_requests_to_first_batch": s1["get_requests"] - s0["get_requests"],
+            "bytes_read": s2["bytes_read"] - s0["bytes_read"],
+            "first_batch_s": t_first,
+            "peak_rss_mb": _peak_rss_mb(),
+        }
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+WORKERS = {
+    "open": _w_open,
+    "loader": _w_loader,
+    "order": _w_order,
+    "subset": _w_subset,
+    "rank": _w_rank,
+}
+
+
+def worker(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    out = WORKERS[spec["kind"]](spec)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _run(spec: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; its result, or `{"error": ...}`."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return result
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
+    return {"error": f"exit {proc.returncode}: " + "\n".join(tail)}
+
+
+# --------------------------------------------------------------------- driver
+
+
+def _dataset(workdir: Path, kind: str, n: int, shard_size: int | None = None) -> Path:
+    """The cached dataset `kind`-`n` in `workdir`, written by `_scale_data` if absent."""
+    import _scale_data
+
+    name = f"{kind}-{n}" + (f"-{shard_size}" if shard_size else "")
+    root = workdir / name
+    done = workdir / f"{name}.done.json"
+    if done.exists() and root.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    _log(f"writing {name}")
+    kw = {"shard_size": shard_size} if shard_size else {}
+    info = _scale_data.write_dataset(root, n, payloads=kind == "image", log=_log, **kw)
+    done.write_text(json.dumps(info) + "\n")
+    _log(f"wrote {name} in {info['seconds']:.0f} s")
+    return root
+
+
+def _bench_dataset(root: Path, kind: str, n: int, batches: int) -> dict[str, Any]:
+    uri = str(root)
+    res: dict[str, Any] = {"kind": kind, "n": n}
+    res["generator"] = json.loads((root.parent / f"{root.name}.done.json").read_text())
+    res["open"] = _run({"kind": "open", "uri": uri})
+    _log(f"{kind} {n:.0e}: open {res['open'].get('open_s', res['open'])}")
+    res["loader"] = _run(
+        {"kind": "loader", "uri": uri, "images": kind == "image", "batches": batches}
+    )
+    _log(f"{kind} {n:.0e}: loader {res['loader']}")
+    if kind == "meta":
+        res["order"] = _run({"kind": "order", "n": n, "batches": batches})
+        _log(f"{kind} {n:.0e}: order {res['order']}")
+        lo = n // 2
+        res["subset_selective"] = _run(
+            {"kind": "subset", "uri": uri, "where": f"ts BETWEEN {lo} AND {lo + 999}"}
+        )
+        res["subset_all"] = _run({"kind": "subset", "uri": uri, "where": "label < 500"})
+        _log(
+            f"{kind} {n:.0e}: subset {res['subset_selective'].get('s')} / "
+            f"{res['subset_all'].get('s')}"
+        )
+    return res
+
+
+def _bench_ranks(workdir: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+    from bench_store import _upload
+
+    from ferroload_store.testing import MotoServer
+
+    n, shard_size = sizes["ranks_n"], sizes["ranks_shard_size"]
+    local = _dataset(workdir, "image", n, shard_size)
+    out: dict[str, Any] = {"n": n, "shard_size": shard_size, "runs": []}
+    with MotoServer() as s3:
+        bucket = "scale"
+        s3.create_bucket(bucket)
+        options = s3.storage_options(bucket)
+        uri = f"s3://{bucket}/ranks"
+        out["uploaded_bytes"] = _upload(local, uri, options)
+        for streaming in (False, True):
+            for world in sizes["worlds"]:
+                for rank in (0, world - 1):
+                    spec = {
+                        "kind": "rank", "uri": uri, "options": options, "world": world,
+                        "rank": rank, "streaming": streaming,
+                    }  # fmt: skip
+                    r = _run(spec, timeout=900)
+                    r.setdefault("world", world)
+                    r.setdefault("rank", rank)
+                    r.setdefault("streaming", streaming)
+                    out["runs"].append(r)
+                    _log(f"ranks: {r}")
+    return out
+
+
+def _fit(xs: list[float], ys: list[float]) -> dict[str, float] | None:
+    """A power law y = a * x^b fitted to the points (least squares in log-log)."""
+    import numpy as np
+
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y and y > 0]
+    if len(pts) < 2:
+        return None
+    lx = np.log10([p[0] for p in pts])
+    ly = np.log10([p[1] for p in pts])
+    b, log_a = np.polyfit(lx, ly, 1)
+    return {"a": float(10**log_a), "b": float(b), "at_1e9": float(10**log_a * 1e9**b)}
+
+
+def _get(r: dict[str, Any], *path: str) -> float | None:
+    for p in path:
+        if not isinstance(r, dict) or p not in r:
+            return None
+        r = r[p]
+    return float(r) if isinstance(r, int | float) else None
+
+
+METRICS = {
+    "open_s": ("open", "open_s"),
+    "first_batch_s": ("loader", "first_batch_s"),
+    "per_sample_us": ("loader", "per_sample_us"),
+    "loader_rss_mb": ("loader", "peak_rss_mb"),
+    "order_first_s": ("order", "first_s"),
+    "order_rss_mb": ("order", "peak_rss_mb"),
+    "subset_selective_s": ("subset_selective", "s"),
+    "subset_all_s": ("subset_all", "s"),
+    "subset_selective_rss_mb": ("subset_selective", "peak_rss_mb"),
+    "subset_all_rss_mb": ("subset_all", "peak_rss_mb"),
+    "index_bytes": ("open", "index_bytes"),
+}
+
+
+def _table(results: dict[str, Any]) -> dict[str, Any]:
+    """Per series, per metric: the values by N and a power-law fit."""
+    out: dict[str, Any] = {}
+    for kind in ("meta", "image"):
+        rows = [r for r in results["datasets"] if r["kind"] == kind]
+        ns = [r["n"] for r in rows]
+        series: dict[str, Any] = {"n": ns}
+        for name, path in METRICS.items():
+            vals = [_get(r, *path) for r in rows]
+            series[name] = vals
+            series[name + "_fit"] = _fit([float(x) for x in ns], [v or 0.0 for v in vals])
+        out[kind] = series
+    return out
+
+
+def _goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    meta = results["table"]["meta"]
+    ns = meta["n"]
+    if not ns:
+        return []
+    i = len(ns) - 1
+    goals = []
+
+    def goal(what: str, value: float | None, limit: float, ok: bool) -> None:
+        goals.append(
+            {"goal": what, "value": value, "limit": limit, "pass": bool(ok and value is not None)}
+        )
+
+    v = meta["open_s"][i]
+    goal(f"open at {ns[i]:.0e} < 50 ms", v, GOALS["open_s"], v is not None and v < GOALS["open_s"])
+    v = meta["first_batch_s"][i]
+    goal(f"first batch at {ns[i]:.0e} < 2 s", v, GOALS["first_batch_s"], v is not None and v < 2)
+    v = meta["loader_rss_mb"][i]
+    goal(
+        f"loader peak RSS at {ns[i]:.0e} < 1.5 GB (prefetch 512 MiB)",
+        v,
+        GOALS["loader_rss_mb"],
+        v is not None and v < GOALS["loader_rss_mb"],
+    )
+    per = [x for x in meta["per_sample_us"] if x]
+    if len(per) == len(ns) and len(per) >= 2:
+        ratio = max(per) / min(per)
+        goal(
+            f"loader overhead per sample flat {ns[0]:.0e}..{ns[i]:.0e} (max/min < 1.5)",
+            ratio,
+            GOALS["flat"],
+            ratio < GOALS["flat"],
+        )
+    return goals
+
+
+def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    tab = results["table"]
+    written = []
+
+    def panel(name: str, title: str, ylabel: str, lines: list[tuple[str, str, str]]) -> None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        for kind, metric, label in lines:
+            xs, ys = tab[kind]["n"], tab[kind][metric]
+            pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("samples in the dataset")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = outdir / f"scale_{name}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(str(path))
+
+    panel(
+        "time",
+        "Start-up costs against dataset size",
+        "seconds",
+        [
+            ("meta", "open_s", "open"),
+            ("meta", "first_batch_s", "first batch (metadata)"),
+            ("image", "first_batch_s", "first batch (images)"),
+            ("meta", "order_first_s", "order: first batch of indices"),
+            ("meta", "subset_selective_s", "subset, selective (1,000 rows)"),
+            ("meta", "subset_all_s", "subset, half the rows"),
+        ],
+    )
+    panel(
+        "memory",
+        "Peak RSS per process, and the index on disk",
+        "MB",
+        [
+            ("meta", "loader_rss_mb", "loader (metadata)"),
+            ("image", "loader_rss_mb", "loader (images)"),
+            ("meta", "order_rss_mb", "order (Sampler)"),
+            ("meta", "subset_all_rss_mb", "subset, half the rows"),
+        ],
+    )
+    # index bytes in MB on the same kind of axes
+    for kind in ("meta", "image"):
+        tab[kind]["index_mb"] = [v / 1e6 if v else None for v in tab[kind]["index_bytes"]]
+    panel(
+        "index",
+        "Index bytes on disk (parts, sample-id runs, manifest)",
+        "MB",
+        [("meta", "index_mb", "metadata series"), ("image", "index_mb", "image series")],
+    )
+    panel(
+        "overhead",
+        "Loader time per sample, steady state",
+        "microseconds per sample",
+        [("meta", "per_sample_us", "metadata only"), ("image", "per_sample_us", "4x4 PNG + label")],
+    )
+    for kind in ("meta", "image"):
+        tab[kind].pop("index_mb", None)
+    return written
+
+
+def _report(results: dict[str, Any]) -> None:
+    def fmt(v: float | None, unit: str) -> str:
+        if v is None:
+            return "—"
+        if unit == "ms":
+            return f"{v * 1e3:.1f}"
+        if unit == "MB":
+            return f"{v:.0f}"
+        if unit == "us":
+            return f"{v:.2f}"
+        return f"{v:.3g}"
+
+    cols = [
+        ("open_s", "ms", "open ms"),
+        ("first_batch_s", "ms", "1st batch ms"),
+        ("per_sample_us", "us", "µs/sample"),
+        ("loader_rss_mb", "MB", "loader RSS MB"),
+        ("order_first_s", "ms", "order ms"),
+        ("order_rss_mb", "MB", "order RSS MB"),
+        ("subset_selective_s", "ms", "subset sel ms"),
+        ("subset_all_s", "ms", "subset 50% ms"),
+        ("subset_all_rss_mb", "MB", "subset RSS MB"),
+    ]
+    for kind in ("meta", "image"):
+        tab = results["table"][kind]
+        if not tab["n"]:
+            continue
+        print(f"\n{kind} series")
+        print("| N | " + " | ".join(c[2] for c in cols) + " | index MB |")
+        print("|---" * (len(cols) + 2) + "|")
+        for i, n in enumerate(tab["n"]):
+            cells = [fmt(tab[c][i], u) for c, u, _ in cols]
+            ib = tab["index_bytes"][i]
+            print(
+                f"| {n:.0e} | " + " | ".join(cells) + f" | {fmt(ib / 1e6 if ib else None, 'MB')} |"
+            )
+    ranks = results.get("ranks")
+    if ranks:
+        print(f"\nmany ranks: {ranks['n']} samples on moto S3")
+        print("| order | world | rank | samples | shards read | GET requests | to 1st batch |")
+        print("|---|---|---|---|---|---|---|")
+        for r in ranks["runs"]:
+            if "error" in r:
+                print(f"| {r} |")
+                continue
+            mode = "streaming" if r["streaming"] else "shuffled"
+            print(
+                f"| {mode} | {r['world']} | {r['rank']} | {r['samples']} | {r['shards_read']} | "
+                f"{r['get_requests']} | {r['get_requests_to_first_batch']} |"
+            )
+    print()
+    for g in results["goals"]:
+        print(f"{'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small smoke run (seconds)")
+    ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plots", type=Path, default=None, help="folder for scale_*.png")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--meta", type=int, nargs="*", help="sizes of the metadata series")
+    ap.add_argument("--image", type=int, nargs="*", help="sizes of the image series")
+    ap.add_argument("--no-ranks", action="store_true", help="skip the many-ranks S3 part")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.worker)
+        return {}
+    sizes = dict(QUICK if args.quick else FULL)
+    if args.meta is not None:
+        sizes["meta"] = args.meta
+    if args.image is not None:
+        sizes["image"] = args.image
+    workdir: Path = args.workdir / ("quick" if args.quick else "full")
+    workdir.mkdir(parents=True, exist_ok=True)
+    out_json = args.json or RESULTS / (
+        "bench_scale_quick.json" if args.quick else "bench_scale.json"
+    )
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "meta": {
+            "mode": "quick" if args.quick else "full",
+            "command": " ".join(["python", "benchmarks/bench_scale.py", *(argv or sys.argv[1:])]),
+            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git_commit": git_commit(),
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+            "loadavg_start": loadavg(),
+            "sizes": sizes,
+            "batch_size": BATCH,
+            "rank": RANK,
+            "world_size": WORLD,
+            "prefetch_bytes": PREFETCH,
+        },
+        "datasets": [],
+    }
+    for kind in ("meta", "image"):
+        for n in sizes[kind]:
+            root = _dataset(workdir, kind, n)
+            results["datasets"].append(_bench_dataset(root, kind, n, sizes["batches"]))
+    if not args.no_ranks:
+        results["ranks"] = _bench_ranks(workdir, sizes)
+    results["table"] = _table(results)
+    results["goals"] = _goals(results)
+    if not args.no_plots and (args.plots or not args.quick):
+        results["plots"] = _plots(results, args.plots or IMAGES)
+    results["meta"]["total_s"] = time.perf_counter() - started
+    results["meta"]["loadavg_end"] = loadavg()
+    write_json(out_json, results)
+    _report(results)
+    print(f"\nresults: {out_json}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
