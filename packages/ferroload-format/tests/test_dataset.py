@@ -39,9 +39,9 @@ def test_index_columns_load_lazily_and_only_those_asked(uri: str, write: WriteFn
     ds = write(uri, 30)
     ds = Dataset.open(uri)
     assert ds.get(3, ["label"]) == {"label": 3}
-    assert set(ds._index._cache) == {"label"}
+    assert ds._index.loaded_columns() == {"label"}
     ds.get(3, ["image"])
-    assert set(ds._index._cache) == {"label", "image"}
+    assert ds._index.loaded_columns() == {"label", "image"}
 
 
 def test_positions_slices_and_iteration(uri: str, write: WriteFn) -> None:

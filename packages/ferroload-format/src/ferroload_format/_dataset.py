@@ -309,10 +309,10 @@ class Dataset:
         row = self._row(i)
         mods, meta = self._resolve(columns)
         out: dict[str, Any] = {}
-        if meta:
-            for name, arr in self._index.columns(meta).items():
-                out[name] = arr[row].as_py()
         rows = np.asarray([row], dtype=np.int64)
+        if meta:
+            for name, arr in self._index.take(meta, rows).items():
+                out[name] = arr[0].as_py()
         for m in mods:
             # the path of get_many and read: the store checks the range against the
             # shard's size before it allocates anything
@@ -338,8 +338,8 @@ class Dataset:
         n = len(rows)
         values: dict[str, list[Any]] = {}
         if meta:
-            for name, arr in self._index.columns(meta).items():
-                values[name] = arr.take(arrow_array(rows)).to_pylist()
+            for name, arr in self._index.take(meta, rows).items():
+                values[name] = arr.to_pylist()
         for m in mods:
             values[m] = self._payloads(rows, m)
         order = self._all_columns if columns is None else [*meta, *mods]
@@ -351,55 +351,61 @@ class Dataset:
     ) -> list[Any]:
         """Bytes of `modality` for each row (None where absent), one coalesced read per
         region; with `copy=False`, views into the store's buffers instead of bytes."""
-        a = self._index.modality(modality)
+        a = self._index.locate(modality, rows)  # one entry per row, by row group
         out: list[Any] = [None] * len(rows)
-        present = np.flatnonzero(a.present[rows])
+        present = np.flatnonzero(a.present)
         if not len(present):
             return out
-        sel = rows[present]
-        codes = a.shard[sel]
+        codes = a.shard[present]
         order = np.argsort(codes, kind="stable")
         bounds = np.flatnonzero(np.diff(codes[order])) + 1
         for group in np.split(order, bounds):
             code = int(codes[group[0]])
             shard = self._shard_paths[code]
             size, tag = self._shard_refs[code]
-            grows = sel[group]
+            ks = present[group]  # positions in `rows`
             try:
                 views = self._store.get_ranges(
-                    shard, a.offset[grows], a.length[grows], size=size, version=tag
+                    shard, a.offset[ks], a.length[ks], size=size, version=tag
                 )
             except (ObjectNotFoundError, ObjectTruncatedError) as exc:
-                raise self._read_error(exc, shard, grows, a) from exc
-            for k, view in zip(present[group].tolist(), views, strict=True):
+                raise self._read_error(exc, shard, rows, ks, a) from exc
+            for k, view in zip(ks.tolist(), views, strict=True):
                 out[k] = bytes(view) if copy else view
             if self._verify:
-                for k, r in zip(present[group].tolist(), grows.tolist(), strict=True):
+                for k in ks.tolist():
                     data = out[k]
                     assert data is not None
-                    self._check(data, int(a.checksum[r]), r, modality, shard)
+                    self._check(data, int(a.checksum[k]), int(rows[k]), modality, shard)
         return out
 
     def _sample_id(self, row: int) -> str:
-        return str(self._index.column("sample_id")[row].as_py())
+        ids = self._index.take(["sample_id"], np.asarray([row], dtype=np.int64))
+        return str(ids["sample_id"][0].as_py())
 
     def _read_error(
-        self, exc: Exception, shard: str, rows: npt.NDArray[np.int64], a: ModalityArrays
+        self,
+        exc: Exception,
+        shard: str,
+        rows: npt.NDArray[np.int64],
+        ks: npt.NDArray[np.int64],
+        a: ModalityArrays,
     ) -> Exception:
+        """The error for a failed read of entries `ks` of `a` (located at `rows`)."""
         if isinstance(exc, ObjectTruncatedError):
-            ends = a.offset[rows] + a.length[rows]
-            short = rows[ends > exc.size]
-            row = int(short[0]) if len(short) else int(rows[0])
-            sid = self._sample_id(row)
+            ends = a.offset[ks] + a.length[ks]
+            short = ks[ends > exc.size]
+            k = int(short[0]) if len(short) else int(ks[0])
+            sid = self._sample_id(int(rows[k]))
             return ShardTruncatedError(
                 f"shard {shard} of {self.uri} is truncated at {exc.size} bytes; sample "
-                f"{sid!r} needs bytes up to {int(a.offset[row] + a.length[row])}. Run "
+                f"{sid!r} needs bytes up to {int(a.offset[k] + a.length[k])}. Run "
                 "verify() to list every damaged sample",
                 uri=self.uri,
                 shard=shard,
                 sample_id=sid,
             )
-        sid = self._sample_id(int(rows[0]))
+        sid = self._sample_id(int(rows[ks[0]]))
         return ShardNotFoundError(
             f"shard {shard} of {self.uri} is missing (needed for sample {sid!r})",
             uri=self.uri,
@@ -454,13 +460,18 @@ class Dataset:
         """An index column (`sample_id`, a metadata column, or a modality's location
         struct), whole or at some positions.
 
+        At some positions only the row groups holding them are read (and kept in the
+        index's bounded cache): what a loader asks for each batch. Whole, the column is
+        read at once and kept.
+
         Raises:
             ColumnNotFoundError: for an unknown column.
+            SampleIndexError: for a position out of range.
         """
-        arr = self._index.column(name)
         if indices is None:
+            arr = self._index.column(name)
             return arr if self._rows is None else arr.take(arrow_array(self._rows))
-        return arr.take(arrow_array(self._rows_of(indices)))
+        return self._index.take([name], self._rows_of(indices))[name]
 
     def preload(self, columns: Sequence[str]) -> None:
         """Read these index columns (and the shard of every row) now, together: one
@@ -499,26 +510,52 @@ class Dataset:
             ColumnNotFoundError: for an unknown modality.
             SampleIndexError: for a position out of range.
         """
-        rows = self._rows_of(indices)
-        a = self._index.modality(modality)
-        return ModalityArrays(
-            present=a.present[rows],
-            shard=a.shard[rows],
-            offset=a.offset[rows],
-            length=a.length[rows],
-            checksum=a.checksum[rows],
-        )
+        if modality not in self._modalities:
+            self._index.modality(modality)  # raises ColumnNotFoundError
+        return self._index.locate(modality, self._rows_of(indices))
+
+    def all_present(self, modality: str) -> bool:
+        """Whether every sample of this dataset or view has `modality`.
+
+        For a whole version the index parts' statistics answer without reading rows
+        (row groups they leave open are read); a view not answered that way reads its
+        rows' locations in bounded chunks.
+
+        Raises:
+            ColumnNotFoundError: for an unknown modality.
+        """
+        if modality not in self._modalities:
+            self._index.modality(modality)  # raises ColumnNotFoundError
+        if self._index.all_present(modality):
+            return True
+        if self._rows is None:
+            return False
+        step = 1 << 16
+        for start in range(0, len(self._rows), step):
+            rows = self._rows[start : start + step]
+            if not self._index.locate(modality, rows).present.all():
+                return False
+        return True
 
     def shard_runs(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
         """The positions split into runs of one base shard: (`starts`, `codes`), the
         first position of each run and its shard's code (for `shard_ref`). A shard may
         have more than one run (rows of two appends interleaved by a view's order).
-        What a streaming order visits shard by shard."""
-        codes = self.shard_of()
-        if not len(codes):
+        What a streaming order visits shard by shard.
+
+        Computed per row group, not from every row: a row group whose Parquet
+        statistics name one shard is one run unread (the Writer fills shards in row
+        order); only row groups spanning shards read their (dictionary-encoded) shard
+        column. A view maps its positions onto those runs (O(its length)).
+        """
+        starts, codes = self._index.shard_runs()
+        if self._rows is None:
+            return starts, codes
+        if not len(self._rows):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-        starts = np.concatenate([[0], np.flatnonzero(np.diff(codes)) + 1]).astype(np.int64)
-        return starts, codes[starts]
+        of_rows = codes[np.searchsorted(starts, self._rows, side="right") - 1]
+        first = np.concatenate([[0], np.flatnonzero(np.diff(of_rows)) + 1]).astype(np.int64)
+        return first, of_rows[first]
 
     def shard_ref(self, code: int) -> tuple[str, int, str]:
         """(path, size, cache version) of shard `code` (a value of `shard_of`, of the

@@ -21,6 +21,7 @@ from ferroload_format._errors import (
 )
 from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, Modality, ShardInfo
 from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
+from ferroload_format._rowgroups import GroupCache, RowPlan, default_cache_bytes, plan_rows
 from ferroload_format._tar import BLOCK
 from ferroload_format._types import (
     INT64_MAX,
@@ -537,12 +538,15 @@ def _read_part_table(
             cache_key = (key, tuple(sorted(kwargs.get("read_dictionary", ()))))
             entry = files.get(cache_key)
             if entry is None:
-                f = RangeFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
-                entry = files[cache_key] = (pq.ParquetFile(f, **kwargs), f)
-            pf, f = entry
-            assert f is not None  # only remote parts are cached here
-            f.prefetch(*column_chunks(pf.metadata, columns))
-            return pf.read(columns=columns)
+                new = _PartFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
+                entry = files[cache_key] = (pq.ParquetFile(new, **kwargs), new)
+            pf, rf = entry
+            assert rf is not None  # only remote parts are cached here
+            rf.prefetch(*column_chunks(pf.metadata, columns))
+            try:
+                return pf.read(columns=columns)
+            finally:
+                _forget(rf)
         except (FileNotFoundError, ObjectNotFoundError) as exc:
             last_exc = exc
     raise ManifestError(
@@ -574,7 +578,7 @@ def open_part(
             if local is not None:
                 entry = (pq.ParquetFile(local, memory_map=True), None)
             else:
-                f = RangeFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
+                f = _PartFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
                 entry = (pq.ParquetFile(f), f)
         except (FileNotFoundError, ObjectNotFoundError) as exc:
             last_exc = exc
@@ -593,13 +597,39 @@ def read_row_groups(
     """Columns `names` of row groups `groups` of a part from `open_part`; on an object
     store only those column chunks are fetched (coalesced)."""
     pf, f = opened
-    if f is not None:
-        f.prefetch(*column_chunks(pf.metadata, names, groups))
-    return pf.read_row_groups(list(groups), columns=list(names))
+    if f is None:
+        return pf.read_row_groups(list(groups), columns=list(names))
+    f.prefetch(*column_chunks(pf.metadata, names, groups))
+    try:
+        return pf.read_row_groups(list(groups), columns=list(names))
+    finally:
+        _forget(f)  # a part stays open for the whole run: its fetched chunks must not pile up
+
+
+class _PartFile(RangeFile):
+    """The `RangeFile` of an opened index part, whose prefetched ranges are dropped once
+    the read they were fetched for is done (the part stays open, with its footer, for as
+    long as the dataset; row groups read in an epoch would otherwise all stay in memory)."""
+
+    def forget(self) -> None:
+        """Drop the prefetched ranges (later reads fetch again)."""
+        self._prefetched.clear()
+        self._starts = []
+
+
+def _forget(f: RangeFile) -> None:
+    if isinstance(f, _PartFile):
+        f.forget()
 
 
 class IndexColumns:
-    """The index of one version, loaded column by column on first use and cached.
+    """The index of one version, read lazily: some rows by row group (`take`, `locate`,
+    `shard_runs`), or whole columns on first use and cached (`columns`, `modality`).
+
+    The row-group path reads only the asked columns of only the row groups holding the
+    asked rows (an object store fetches only those column chunks) and keeps what it read
+    in an LRU bounded by `cache_bytes` (default `INDEX_CACHE_BYTES`, 256 MiB, or
+    `FERROLOAD_INDEX_CACHE_BYTES`); a column already loaded whole is used as it is.
 
     Layer columns (docs/format.md §10) are part of it: they are read from the layer's own
     index part, only when asked for, and padded to the version's length (null metadata,
@@ -612,7 +642,7 @@ class IndexColumns:
         modalities: every modality, base then layers, by name.
     """
 
-    def __init__(self, store: Store, manifest: Manifest) -> None:
+    def __init__(self, store: Store, manifest: Manifest, *, cache_bytes: int | None = None) -> None:
         self.store = store
         self.manifest = manifest
         base = index_schema([m.name for m in manifest.modalities], manifest.metadata)
@@ -645,6 +675,12 @@ class IndexColumns:
         self._layer_codes: dict[str, npt.NDArray[np.int32]] = {}
         self._files: PartFiles = {}
         self._lock = threading.RLock()
+        # the lazy path: row groups read on demand, kept in a byte-bounded LRU
+        self._groups = GroupCache(default_cache_bytes() if cache_bytes is None else cache_bytes)
+        self._scopes: dict[str, _Scope] = {}
+        self._group_starts: dict[tuple[str, int], npt.NDArray[np.int64]] = {}
+        self._lookups: dict[str, dict[str, int]] = {}
+        self._runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None
 
     @property
     def column_names(self) -> list[str]:
@@ -881,6 +917,437 @@ class IndexColumns:
             column=name,
         )
 
+    # ------------------------------------------------------------- the row-group path
+
+    def loaded_columns(self) -> set[str]:
+        """Columns read so far, whole or some row groups of them (modalities by name)."""
+        with self._lock:
+            names = set(self._cache) | set(self._modality)
+            names.update(str(k[4]) for k in self._groups.held() if k[3] != "codes")
+            return names
+
+    def _scope(self, layer: LayerInfo | None) -> _Scope:
+        key = "" if layer is None else layer.name
+        scope = self._scopes.get(key)
+        if scope is not None:
+            return scope
+        parts = self.manifest.index_parts if layer is None else layer.index_parts
+        bounds = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([p.num_rows for p in parts], out=bounds[1:])
+        if layer is not None and (
+            int(bounds[-1]) != layer.num_rows or layer.num_rows > self.manifest.num_samples
+        ):
+            raise ManifestError(
+                f"layer {layer.name!r} of {self.store.uri} has {int(bounds[-1])} index rows; "
+                f"its manifest entry says {layer.num_rows} (version {self.manifest.version} "
+                f"has {self.manifest.num_samples} samples)",
+                uri=self.store.uri,
+                layer=layer.name,
+            )
+        scope = self._scopes[key] = _Scope(key, tuple(parts), bounds, layer)
+        return scope
+
+    def _starts(self, scope: _Scope, p: int) -> npt.NDArray[np.int64]:
+        """Cumulative row counts of the row groups of part `p` of `scope` (its footer)."""
+        starts = self._group_starts.get((scope.key, p))
+        if starts is not None:
+            return starts
+        part = scope.parts[p]
+        md = open_part(self.store, part, self._files)[0].metadata
+        if md.num_rows != part.num_rows:
+            raise ManifestError(
+                f"index part {part.path} of {self.store.uri} holds {md.num_rows} rows; the "
+                f"manifest says {part.num_rows}. The manifest or the part was altered; run "
+                "verify()",
+                uri=self.store.uri,
+                part=part.path,
+            )
+        starts = np.zeros(md.num_row_groups + 1, dtype=np.int64)
+        np.cumsum([md.row_group(g).num_rows for g in range(md.num_row_groups)], out=starts[1:])
+        self._group_starts[(scope.key, p)] = starts
+        return starts
+
+    def _plan(self, scope: _Scope, rows: npt.NDArray[np.int64]) -> RowPlan:
+        # rows < scope.bounds[-1]: the manifest's sample count is its parts' rows, and
+        # a layer's rows beyond its parts are taken out by the callers
+        return plan_rows(rows, scope.bounds, lambda p: self._starts(scope, p))
+
+    def _lookup(self, scope: _Scope) -> dict[str, int]:
+        lookup = self._lookups.get(scope.key)
+        if lookup is None:
+            if scope.layer is None:
+                lookup = {s.path: i for i, s in enumerate(self.manifest.shards)}
+            else:
+                start = self._shard_start[scope.key]
+                lookup = {s.path: start + i for i, s in enumerate(scope.layer.shards)}
+            self._lookups[scope.key] = lookup
+        return lookup
+
+    def _codes_of(self, scope: _Scope, arr: pa.Array) -> npt.NDArray[np.int32]:
+        """Shard codes (into `shards`) of a row group's `shard` values; -1 where a layer
+        stored no payload."""
+        layer = scope.layer
+        where = "" if layer is None else f" of layer {layer.name!r}"
+        if pa.types.is_null(arr.type) and layer is not None:
+            return np.full(len(arr), -1, dtype=np.int32)
+        d = arr if pa.types.is_dictionary(arr.type) else None
+        if d is None and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            d = pc.dictionary_encode(arr)
+        if d is None or not (
+            pa.types.is_string(d.type.value_type) or pa.types.is_large_string(d.type.value_type)
+        ):
+            raise ManifestError(
+                f"the shard column of the index{where} of {self.store.uri} holds {arr.type}, "
+                "not strings. The index was altered; run verify()",
+                uri=self.store.uri,
+                column="shard",
+            )
+        if d.null_count and layer is None:
+            raise ManifestError(
+                f"the shard column of the index of {self.store.uri} has nulls. The index "
+                "was altered; run verify()",
+                uri=self.store.uri,
+                column="shard",
+            )
+        lookup = self._lookup(scope)
+        try:
+            mapping = np.asarray(
+                [lookup[s] for s in d.dictionary.to_pylist()] or [-1], dtype=np.int32
+            )
+        except KeyError as exc:
+            raise ManifestError(
+                f"index{where} of {self.store.uri} names shard {exc.args[0]!r}, which the "
+                "manifest does not list",
+                uri=self.store.uri,
+                shard=str(exc.args[0]),
+                **({} if layer is None else {"layer": layer.name}),
+            ) from None
+        codes: npt.NDArray[np.int32] = mapping[numpy_column(pc.fill_null(d.indices, 0))]
+        if d.null_count:
+            codes = np.where(numpy_column(d.is_valid()), codes, np.int32(-1)).astype(np.int32)
+        return codes
+
+    def _one_shard(self, p: int, g: int) -> int | None:
+        """The code of the one base shard that the statistics of row group `g` of base
+        part `p` say all its rows are in; None when they do not say so."""
+        pf = open_part(self.store, self.manifest.index_parts[p], self._files)[0]
+        md = pf.metadata
+        col = next((i for i in range(md.num_columns) if md.schema.column(i).path == "shard"), None)
+        if col is None:
+            return None
+        stats = md.row_group(g).column(col).statistics
+        if stats is None or not stats.has_min_max or stats.min != stats.max:
+            return None
+        value = stats.min.decode() if isinstance(stats.min, bytes) else stats.min
+        code = self._lookup(self._scope(None)).get(str(value))
+        if code is None:
+            raise ManifestError(
+                f"index of {self.store.uri} names shard {value!r}, which the manifest does "
+                "not list",
+                uri=self.store.uri,
+                shard=str(value),
+            )
+        return code
+
+    def _group_values(
+        self, scope: _Scope, groups: Sequence[tuple[int, int]], kind: str, name: str
+    ) -> list[Any]:
+        """What row groups `groups` hold of `name`, read where not cached: `kind` "col"
+        (the column as an Arrow array), "loc" (a modality's `ModalityArrays`, range
+        checked) or "codes" (shard codes)."""
+        out: list[Any] = [None] * len(groups)
+        missing: dict[int, list[tuple[int, int]]] = {}
+        for i, (p, g) in enumerate(groups):
+            value = self._groups.get((scope.key, p, g, kind, name))
+            if value is None:
+                missing.setdefault(p, []).append((i, g))
+            else:
+                out[i] = value
+        for p, items in missing.items():
+            loaded = self._load_groups(scope, p, sorted({g for _, g in items}), kind, name)
+            for i, g in items:
+                out[i] = loaded[g]
+        return out
+
+    def _load_groups(
+        self, scope: _Scope, p: int, gs: list[int], kind: str, name: str
+    ) -> dict[int, Any]:
+        part = scope.parts[p]
+        starts = self._starts(scope, p)
+        opened = open_part(self.store, part, self._files)
+        phys = ([] if kind == "codes" else [name]) + ([] if kind == "col" else ["shard"])
+        for c in phys:
+            if opened[0].schema_arrow.get_field_index(c) < 0:
+                raise _no_column(self.store, part, c)
+        table = read_row_groups(opened, gs, phys)
+        out: dict[int, Any] = {}
+        off = 0
+        for g in gs:
+            n = int(starts[g + 1] - starts[g])
+            t = table.slice(off, n)
+            off += n
+            codes = None
+            if "shard" in phys:
+                codes = self._codes_of(scope, t.column("shard").combine_chunks())
+                if scope.layer is None:
+                    one = self._one_shard(p, g)
+                    if one is not None and bool((codes != one).any()):
+                        raise ManifestError(
+                            f"row group {g} of index part {part.path} of {self.store.uri} "
+                            "holds rows of several shards; its statistics say one. The index "
+                            "was altered; run verify()",
+                            uri=self.store.uri,
+                            part=part.path,
+                        )
+                self._groups.put((scope.key, p, g, "codes", "shard"), codes, codes.nbytes)
+            if kind == "codes":
+                out[g] = codes
+                continue
+            arr = self._typed(name, t.column(name))
+            if kind == "col":
+                value: Any = arr
+                nbytes = arr.nbytes
+            else:
+                assert codes is not None
+                value = ModalityArrays(
+                    present=numpy_column(arr.field("present"), writable=True),
+                    shard=codes,
+                    offset=numpy_column(arr.field("offset"), writable=True),
+                    length=numpy_column(arr.field("length"), writable=True),
+                    checksum=numpy_column(arr.field("checksum"), writable=True),
+                )
+                self._check_group(name, value, int(scope.bounds[p] + starts[g]))
+                nbytes = sum(
+                    x.nbytes for x in (value.present, value.offset, value.length, value.checksum)
+                )
+            self._groups.put((scope.key, p, g, kind, name), value, nbytes)
+            out[g] = value
+        return out
+
+    def _typed(self, name: str, col: pa.ChunkedArray) -> pa.Array:
+        """A row group's column as the schema's type, in memory of its own (not a slice
+        of the table read, which would keep the other groups alive)."""
+        field_type = self.schema.field(name).type
+        try:
+            return pa.concat_arrays(
+                [_as_type(c, field_type) for c in col.chunks] or [pa.array([], type=field_type)]
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise ManifestError(
+                f"column {name!r} of the index of {self.store.uri} does not hold "
+                f"{field_type} as the manifest's schema says ({exc}). The manifest or "
+                "the index was altered; run verify()",
+                uri=self.store.uri,
+                column=name,
+            ) from exc
+
+    def _check_group(self, name: str, a: ModalityArrays, first: int) -> None:
+        """`_check_ranges` for one row group whose first row is `first`."""
+        bad = self.bad_ranges(a)
+        if not bad.any():
+            return
+        k = int(np.flatnonzero(bad)[0])
+        code = int(a.shard[k])
+        known = 0 <= code < len(self.shards)
+        shard = self.shards[code].path if known else None
+        sid = str(self.take(["sample_id"], np.asarray([first + k]))["sample_id"][0].as_py())
+        where = f"shard {shard}" if shard is not None else f"unknown shard code {code}"
+        limit = f" of {self.shards[code].size} bytes" if known else ""
+        raise PayloadRangeError(
+            f"index of {self.store.uri} is damaged: {name!r} of sample {sid!r} claims bytes "
+            f"[{int(a.offset[k])}, +{int(a.length[k])}) of {where}{limit}, which is not a tar "
+            f"member's data inside the shard ({int(bad.sum())} such sample(s) in its row "
+            "group); run verify()",
+            uri=self.store.uri,
+            shard=shard,
+            sample_id=sid,
+            column=name,
+        )
+
+    def take(self, names: Sequence[str], rows: npt.NDArray[np.int64]) -> dict[str, pa.Array]:
+        """Columns `names` at `rows` (row numbers of the version, any order, repeats
+        allowed), in that order: whole columns already loaded are indexed, others read
+        only the row groups holding `rows`. A modality comes back as its location struct.
+
+        Raises:
+            ColumnNotFoundError: for an unknown column.
+        """
+        for name in names:
+            self._require(name)
+        rows = np.asarray(rows, dtype=np.int64)
+        out: dict[str, pa.Array] = {}
+        with self._lock:
+            for name in dict.fromkeys(names):
+                whole = self._cache.get(name)
+                if whole is not None:
+                    out[name] = whole.take(arrow_array(rows))
+                    continue
+                out[name] = self._take_lazy(name, rows)
+        return {n: out[n] for n in names}
+
+    def _take_lazy(self, name: str, rows: npt.NDArray[np.int64]) -> pa.Array:
+        layer = self._layer_of.get(name)
+        scope = self._scope(layer)
+        field_type = self.schema.field(name).type
+        covered = rows if layer is None else rows[rows < scope.bounds[-1]]
+        plan = self._plan(scope, covered)
+        values = self._group_values(scope, plan.groups, "col", name)
+        pieces = [
+            v.take(arrow_array(plan.inner[sel]))
+            for v, (_, sel) in zip(values, plan.segments(), strict=True)
+        ]
+        order = plan.order
+        if layer is not None and len(covered) < len(rows):
+            # rows the layer does not cover: absent / null, placed after the covered ones
+            inside = np.flatnonzero(rows < scope.bounds[-1])
+            outside = np.flatnonzero(rows >= scope.bounds[-1])
+            pieces.append(_absent(field_type, len(outside)))
+            order = np.concatenate([inside[order], outside])
+        if not pieces:
+            return pa.array([], type=field_type)
+        merged = pa.concat_arrays(pieces)
+        inverse = np.empty(len(order), dtype=np.int64)
+        inverse[order] = np.arange(len(order), dtype=np.int64)
+        return merged.take(arrow_array(inverse))
+
+    def locate(self, name: str, rows: npt.NDArray[np.int64]) -> ModalityArrays:
+        """Where modality `name`'s payloads of `rows` (row numbers of the version) live,
+        one entry per row in the order given, range checked (each row group once, when
+        it is read; see `_check_ranges`).
+
+        Raises:
+            ColumnNotFoundError: for an unknown modality.
+            PayloadRangeError: a row group holding one of `rows` has a bad range.
+        """
+        whole = self._modality.get(name)
+        rows = np.asarray(rows, dtype=np.int64)
+        if whole is not None:
+            return ModalityArrays(
+                present=whole.present[rows],
+                shard=whole.shard[rows],
+                offset=whole.offset[rows],
+                length=whole.length[rows],
+                checksum=whole.checksum[rows],
+            )
+        if name not in self.modalities:
+            self.modality(name)  # raises ColumnNotFoundError
+        n = len(rows)
+        out = ModalityArrays(
+            present=np.zeros(n, dtype=np.bool_),
+            shard=np.full(n, -1, dtype=np.int32),
+            offset=np.zeros(n, dtype=np.int64),
+            length=np.zeros(n, dtype=np.int64),
+            checksum=np.zeros(n, dtype=np.uint64),
+        )
+        layer = self._layer_of.get(name)
+        with self._lock:
+            scope = self._scope(layer)
+            inside = np.flatnonzero(rows < scope.bounds[-1]) if layer is not None else None
+            covered = rows if inside is None else rows[inside]
+            plan = self._plan(scope, covered)
+            values = self._group_values(scope, plan.groups, "loc", name)
+        for v, (_, sel) in zip(values, plan.segments(), strict=True):
+            at = sel if inside is None else inside[sel]
+            k = plan.inner[sel]
+            out.present[at] = v.present[k]
+            out.shard[at] = v.shard[k]
+            out.offset[at] = v.offset[k]
+            out.length[at] = v.length[k]
+            out.checksum[at] = v.checksum[k]
+        return out
+
+    def shard_codes_at(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+        """The base shard code of each of `rows` (see `shard_codes`), by row group."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._shard_codes is not None:
+            return self._shard_codes[rows]
+        out = np.empty(len(rows), dtype=np.int32)
+        with self._lock:
+            scope = self._scope(None)
+            plan = self._plan(scope, rows)
+            values = self._group_values(scope, plan.groups, "codes", "shard")
+        for v, (_, sel) in zip(values, plan.segments(), strict=True):
+            out[sel] = v[plan.inner[sel]]
+        return out
+
+    def shard_runs(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+        """The rows of the version split into runs of one base shard: (first row of each
+        run, its shard code).
+
+        A row group whose Parquet statistics say one shard (min = max; the Writer fills
+        shards in row order, so most groups do) is one run without reading it; the shard
+        column of the others is read (dictionary indices, cheap). A group read later
+        that contradicts its statistics is refused (`ManifestError`).
+        """
+        with self._lock:
+            if self._runs is not None:
+                return self._runs
+            if self._shard_codes is not None:
+                self._runs = _runs_of(self._shard_codes, 0)
+                return self._runs
+            scope = self._scope(None)
+            starts: list[npt.NDArray[np.int64]] = []
+            codes: list[npt.NDArray[np.int32]] = []
+            for p in range(len(scope.parts)):
+                gstarts = self._starts(scope, p)
+                base = int(scope.bounds[p])
+                ones = [self._one_shard(p, g) for g in range(len(gstarts) - 1)]
+                mixed = [(p, g) for g, one in enumerate(ones) if one is None]
+                read = dict(
+                    zip(mixed, self._group_values(scope, mixed, "codes", "shard"), strict=True)
+                )
+                for g, one in enumerate(ones):
+                    first = base + int(gstarts[g])
+                    if one is not None:
+                        starts.append(np.asarray([first], dtype=np.int64))
+                        codes.append(np.asarray([one], dtype=np.int32))
+                    elif gstarts[g + 1] > gstarts[g]:
+                        s, c = _runs_of(read[(p, g)], first)
+                        starts.append(s)
+                        codes.append(c)
+            if not starts:
+                self._runs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32))
+                return self._runs
+            s_all = np.concatenate(starts)
+            c_all = np.concatenate(codes)
+            keep = np.concatenate([[True], c_all[1:] != c_all[:-1]])
+            self._runs = (s_all[keep], c_all[keep])
+            return self._runs
+
+    def all_present(self, name: str) -> bool:
+        """Whether every row of the version has a payload of modality `name`: from the
+        Parquet statistics of its `present` field where they say so, else by reading the
+        row groups they leave open."""
+        if name not in self.modalities:
+            self.modality(name)  # raises ColumnNotFoundError
+        whole = self._modality.get(name)
+        if whole is not None:
+            return bool(whole.present.all())
+        layer = self._layer_of.get(name)
+        with self._lock:
+            scope = self._scope(layer)
+            if int(scope.bounds[-1]) < self.manifest.num_samples:
+                return False  # rows a layer does not cover read as absent
+            path = f"{name}.present"
+            for p, part in enumerate(scope.parts):
+                starts = self._starts(scope, p)
+                md = open_part(self.store, part, self._files)[0].metadata
+                col = next(
+                    (i for i in range(md.num_columns) if md.schema.column(i).path == path),
+                    None,
+                )
+                for g in range(len(starts) - 1):
+                    stats = None if col is None else md.row_group(g).column(col).statistics
+                    if stats is not None and stats.has_min_max:
+                        if stats.min is False:
+                            return False
+                        if stats.min is True:
+                            continue
+                    (v,) = self._group_values(scope, [(p, g)], "loc", name)
+                    if not v.present.all():
+                        return False
+            return True
+
 
 def _as_type(arr: pa.Array, dtype: pa.DataType) -> pa.Array:
     return arr if arr.type == dtype else arr.cast(dtype)
@@ -905,3 +1372,23 @@ def _absent(dtype: pa.DataType, n: int) -> pa.Array:
     if dtype == MODALITY_TYPE:
         return absent_modality(n)
     return pa.nulls(n, type=dtype)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The index parts of the base ("") or of one layer, and their cumulative rows."""
+
+    key: str
+    parts: tuple[IndexPart, ...]
+    bounds: npt.NDArray[np.int64]
+    layer: LayerInfo | None
+
+
+def _runs_of(
+    codes: npt.NDArray[np.int32], first: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """(starts, codes) of the runs of equal `codes`, starts offset by `first`."""
+    if not len(codes):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(codes)) + 1]).astype(np.int64)
+    return starts + first, codes[starts].astype(np.int32)
