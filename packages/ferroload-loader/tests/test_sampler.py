@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -90,6 +92,9 @@ def test_set_epoch_and_state() -> None:
         Sampler(51).load_state_dict(state)
     with pytest.raises(ValueError, match="version"):
         Sampler(50).load_state_dict({**state, "version": 99})
+    # a state of the older, materialised orders would resume into another order
+    with pytest.raises(ValueError, match="older ferroload whose epoch orders differ"):
+        Sampler(50).load_state_dict({**state, "version": 1})
     s.advance(1000)
     assert s.exhausted and s.consumed == 50
 
@@ -131,3 +136,83 @@ def test_sampler_is_cheap_to_iterate_for_a_million_items() -> None:
     idx = s.indices()
     assert len(idx) == 250_000
     assert idx.dtype == np.int64
+
+
+@given(
+    n=st.integers(0, 200),
+    world=st.integers(1, 6),
+    consumed=st.integers(0, 220),
+    batch=st.integers(1, 9),
+    drop_last=st.booleans(),
+    mode=st.sampled_from(["permutation", "shard_block", "sequential"]),
+)
+def test_batches_computed_on_demand_are_the_rank_share(
+    n: int, world: int, consumed: int, batch: int, drop_last: bool, mode: str
+) -> None:
+    shard_of = np.arange(n) // 7
+    for rank in range(world):
+        s = Sampler(n, seed=2, rank=rank, world_size=world, drop_last=drop_last, mode=mode,  # type: ignore[arg-type]
+                    shard_of=shard_of, shuffle_buffer=5)  # fmt: skip
+        s.consumed = consumed
+        # the materialised rule: the rest of the global order, wrapped or cut per rank
+        rest = s.global_order()[min(consumed, n) :]
+        if drop_last:
+            rest = rest[: len(rest) // world * world]
+        elif len(rest) % world:
+            rest = np.resize(rest, -(-len(rest) // world) * world)
+        expected = rest[rank::world].tolist()
+        assert s.remaining() == len(expected)
+        assert s.indices().tolist() == expected
+        got = [s.batch(k, batch).tolist() for k in range(-(-len(expected) // batch))]
+        assert sum(got, []) == expected
+        assert s.batch(len(got), batch).tolist() == []
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_512_ranks_cover_the_epoch_once_and_start_without_per_rank_work(drop_last: bool) -> None:
+    n, world, batch = 1_000_003, 512, 64
+    samplers = [
+        Sampler(n, seed=4, rank=r, world_size=world, drop_last=drop_last) for r in range(world)
+    ]
+    per_rank = n // world if drop_last else -(-n // world)
+    assert {len(s) for s in samplers} == {s.remaining() for s in samplers} == {per_rank}
+    items = np.concatenate([s.indices() for s in samplers])
+    order = samplers[0].global_order()
+    counts = np.bincount(items, minlength=n)
+    if drop_last:  # the first n // world * world items of the global order, each once
+        assert len(items) == n // world * world
+        assert counts.max() == 1 and set(np.flatnonzero(counts)) == set(order[: len(items)])
+    else:  # every item, and the wrap-around pads with the head of the order
+        assert counts.min() == 1
+        assert sorted(np.flatnonzero(counts == 2)) == sorted(order[: per_rank * world - n])
+    # a rank's start-up (its sampler and first batch) computes that batch only, whatever
+    # the number of ranks
+    for w in (1, 8, 512):
+        s = Sampler(n, seed=4, rank=w - 1, world_size=w, drop_last=drop_last)
+        first = s.batch(0, batch)
+        assert len(first) == batch and s.order().computed == batch
+    tracemalloc.start()
+    s = Sampler(10**8, seed=4, rank=511, world_size=512)
+    s.batch(1000, 256)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 256 << 10  # a batch's worth of positions, not 10^8 items
+
+
+def test_shard_block_sampler_takes_shard_runs() -> None:
+    shard_of = np.repeat(np.arange(50), 20)
+    from ferroload_loader._order import runs_of
+
+    by_runs = Sampler(1000, seed=1, mode="shard_block", shard_runs=runs_of(shard_of))
+    by_column = Sampler(1000, seed=1, mode="shard_block", shard_of=shard_of)
+    assert by_runs.indices().tolist() == by_column.indices().tolist()
+    assert sorted(by_runs.indices().tolist()) == list(range(1000))
+
+
+def test_iteration_is_lazy() -> None:
+    s = Sampler(10**9, seed=0, rank=3, world_size=4)
+    it = iter(s)
+    head = [next(it) for _ in range(10)]
+    assert head == s.order().at(3 + 4 * np.arange(10)).tolist()
+    assert s.consumed == 40
+    assert s.order().computed < 10_000

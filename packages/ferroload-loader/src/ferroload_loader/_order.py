@@ -1,4 +1,11 @@
-"""The global order of one epoch: a pure function of (dataset layout, seed, epoch)."""
+"""The global order of one epoch: a pure function of (dataset layout, seed, epoch).
+
+An order is computed on demand: `order.at(positions)` gives the item ids at any global
+positions of the epoch, in memory proportional to the number of positions asked for, so
+a rank's start-up and memory do not grow with the dataset (or with the number of ranks).
+Every order is built from one primitive, a seeded bijection on `[0, n)` (`_bijection`):
+a Feistel network over the next even power of two, cycle-walked into range.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,20 @@ import numpy.typing as npt
 
 Order = npt.NDArray[np.int64]
 
-#: Default shuffle buffer of the shard-block shuffle, in items.
+#: Default shuffle window of the shard-block order, in items.
 DEFAULT_SHUFFLE_BUFFER = 8192
-#: Items the shuffle buffer holds when it starts emitting (it then grows to full size).
+#: Items in the first shuffle window of the shard-block order (the windows then double
+#: up to the full `shuffle_buffer`): the first batch reads from the first 128 items.
 SHUFFLE_RAMP_START = 128
+#: Slots of a mixture whose per-source counts are drawn together.
+MIXTURE_CHUNK = 1 << 16
+#: Rounds of the Feistel network.
+ROUNDS = 6
+
+_U64 = np.uint64
+_M1 = _U64(0xBF58476D1CE4E5B9)
+_M2 = _U64(0x94D049BB133111EB)
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
 
 
 def rng(seed: int, *keys: int) -> np.random.Generator:
@@ -18,117 +35,271 @@ def rng(seed: int, *keys: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, *keys])))
 
 
+def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64's finaliser: a bijection of uint64 with full avalanche (wrapping)."""
+    x = (x ^ (x >> _U64(30))) * _M1
+    x = (x ^ (x >> _U64(27))) * _M2
+    return x ^ (x >> _U64(31))
+
+
+def _round_keys(seed: int, *tags: int) -> npt.NDArray[np.uint64]:
+    """ROUNDS 64-bit keys for `(seed, *tags)`."""
+    return rng(seed, *tags).integers(0, 1 << 64, size=ROUNDS, dtype=np.uint64, endpoint=False)
+
+
+def _lane_keys(
+    base: npt.NDArray[np.uint64], ids: npt.NDArray[np.uint64]
+) -> list[npt.NDArray[np.uint64]]:
+    """Per-lane round keys: the keys `base` mixed with each lane's id (one independent
+    bijection per id, such as a window or a pass over a source)."""
+    h = _mix(ids * _GOLDEN + _U64(1))
+    return [_mix(h ^ k) for k in base]
+
+
+def _half_bits(n: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+    """Per lane, `h` with `4**h >= n`: the halves of the smallest even power of two that
+    holds `[0, n)`."""
+    uniq, inverse = np.unique(n, return_inverse=True)
+    half = np.asarray([(max(int(v) - 1, 0).bit_length() + 1) // 2 for v in uniq], dtype=np.uint64)
+    return half[inverse.reshape(-1)]
+
+
+def _feistel(
+    x: npt.NDArray[np.uint64], h: npt.NDArray[np.uint64], keys: list[npt.NDArray[np.uint64]]
+) -> npt.NDArray[np.uint64]:
+    mask = (_U64(1) << h) - _U64(1)
+    left, right = x >> h, x & mask
+    for k in keys:
+        left, right = right, left ^ (_mix(right ^ k) & mask)
+    return (left << h) | right
+
+
+def _bijection(
+    i: npt.NDArray[np.int64],
+    n: npt.NDArray[np.int64],
+    keys: list[npt.NDArray[np.uint64]],
+) -> npt.NDArray[np.int64]:
+    """For each lane, `pi(i)` where `pi` is the lane's seeded bijection on `[0, n)`.
+
+    `keys` are per-lane arrays (or broadcastable scalars). A Feistel network permutes
+    `[0, 4**h)`; values that land outside `[0, n)` are sent through it again (cycle
+    walking: the cycle through an in-range value returns to the range), iterating only the
+    lanes still out of range: about `4**h / n < 4` rounds per lane on average.
+    """
+    n = np.broadcast_to(np.asarray(n, dtype=np.int64), i.shape)
+    h = _half_bits(n)
+    un = n.astype(np.uint64)
+    full = [np.broadcast_to(k, i.shape) for k in keys]
+    x = _feistel(i.astype(np.uint64), h, full)
+    todo = np.flatnonzero(x >= un)
+    while len(todo):
+        y = _feistel(x[todo], h[todo], [k[todo] for k in full])
+        x[todo] = y
+        todo = todo[y >= un[todo]]
+    return x.astype(np.int64)
+
+
+def _positions(positions: npt.ArrayLike, n: int) -> Order:
+    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= n):
+        raise IndexError(f"positions must be in [0, {n})")
+    return pos
+
+
+class EpochOrder:
+    """The order of one epoch, computed on demand: `len()` items, `at(positions)` their
+    ids. `computed` counts the positions computed so far (what tests measure work by)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.computed = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def at(self, positions: npt.ArrayLike) -> Order:
+        """The item ids at these global positions (int64, in the order given)."""
+        pos = _positions(positions, self.n)
+        self.computed += len(pos)
+        return self._at(pos) if len(pos) else np.zeros(0, dtype=np.int64)
+
+    def _at(self, pos: Order) -> Order:
+        raise NotImplementedError
+
+    def materialize(self) -> Order:
+        """The whole order (O(n) memory: for inspection and tests)."""
+        return self.at(np.arange(self.n, dtype=np.int64))
+
+
+class SequentialOrder(EpochOrder):
+    """The dataset order."""
+
+    def _at(self, pos: Order) -> Order:
+        return pos.copy()
+
+
+class PermutationOrder(EpochOrder):
+    """A seeded pseudo-random permutation of `range(n)` for (seed, epoch)."""
+
+    def __init__(self, n: int, seed: int, epoch: int) -> None:
+        super().__init__(n)
+        self._keys = list(_round_keys(seed, epoch, 0))
+
+    def _at(self, pos: Order) -> Order:
+        return _bijection(pos, np.int64(self.n), self._keys)  # type: ignore[arg-type]
+
+
+def runs_of(shard_of: npt.ArrayLike) -> tuple[Order, npt.NDArray[np.int32]]:
+    """`(starts, codes)` of the runs of equal shard in a per-item shard array (what
+    `Dataset.shard_runs()` returns without the whole array)."""
+    codes = np.asarray(shard_of)
+    if not len(codes):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(codes)) + 1]).astype(np.int64)
+    return starts, codes[starts].astype(np.int32)
+
+
+class ShardBlockOrder(EpochOrder):
+    """Shards in a seeded order, each read whole, then a seeded shuffle within windows.
+
+    The *stream* visits the shards in a seeded order (a shard's runs in position order).
+    The stream is then cut into windows, and the items of each window are permuted by the
+    window's own seeded bijection: no state carries from one window to the next, so any
+    position is computed in O(log runs). The first window holds `initial` items (default
+    `min(buffer, SHUFFLE_RAMP_START)`) and each next one twice as many, up to `buffer`:
+    the first batch reads from the first `initial` items of the stream, not from a whole
+    window (WebDataset's `shuffle(initial=…)` has the same purpose).
+
+    Memory: O(runs) for the shard layout (given as runs, `Dataset.shard_runs()`), O(1)
+    per position.
+    """
+
+    def __init__(
+        self,
+        starts: npt.ArrayLike,
+        codes: npt.ArrayLike,
+        n: int,
+        seed: int,
+        epoch: int,
+        buffer: int,
+        initial: int | None = None,
+    ) -> None:
+        if buffer < 1:
+            raise ValueError(f"shuffle_buffer must be >= 1, got {buffer}")
+        if initial is not None and initial < 1:
+            raise ValueError(f"the shuffle buffer's initial fill must be >= 1, got {initial}")
+        super().__init__(n)
+        starts = np.asarray(starts, dtype=np.int64)
+        codes = np.asarray(codes, dtype=np.int64)
+        if len(starts) != len(codes) or (n and (not len(starts) or starts[0] != 0)):
+            raise ValueError("shard runs must start at position 0, one code per run")
+        lengths = np.diff(np.append(starts, n))
+        # shards by first appearance, then in a seeded order; a shard's runs in place order
+        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        by_appearance = np.argsort(first, kind="stable")
+        shard_rank = np.empty(len(uniq), dtype=np.int64)
+        shard_rank[by_appearance[rng(seed, epoch, 1).permutation(len(uniq))]] = np.arange(len(uniq))
+        run_order = np.lexsort((starts, shard_rank[inverse.reshape(-1)]))
+        self._run_start = starts[run_order]
+        self._stream_start = np.concatenate([[0], np.cumsum(lengths[run_order])[:-1]]).astype(
+            np.int64
+        )
+        self.buffer = buffer
+        s0 = min(SHUFFLE_RAMP_START if initial is None else initial, buffer)
+        ramp = []  # the growing windows' starts
+        size, at = s0, 0
+        while size < buffer and at < n:
+            ramp.append(at)
+            at += size
+            size *= 2
+        self._ramp = np.asarray([*ramp, at], dtype=np.int64)  # + where full windows start
+        self._keys = _round_keys(seed, epoch, 4)
+
+    def windows(self, pos: Order) -> tuple[Order, Order, Order]:
+        """Per position: its window's id, first position and size."""
+        ramp_end = int(self._ramp[-1])
+        in_ramp = pos < ramp_end
+        k = np.searchsorted(self._ramp, pos, side="right") - 1
+        full = (pos - ramp_end) // self.buffer
+        wid = np.where(in_ramp, k, len(self._ramp) - 1 + full)
+        start = np.where(
+            in_ramp, self._ramp[np.minimum(k, len(self._ramp) - 1)], ramp_end + full * self.buffer
+        )
+        end = np.where(
+            in_ramp, self._ramp[np.minimum(k + 1, len(self._ramp) - 1)], start + self.buffer
+        )
+        return wid, start, np.minimum(end, self.n) - start
+
+    def _at(self, pos: Order) -> Order:
+        wid, start, size = self.windows(pos)
+        keys = _lane_keys(self._keys, wid.astype(np.uint64))
+        stream = start + _bijection(pos - start, size, keys)
+        run = np.searchsorted(self._stream_start, stream, side="right") - 1
+        out: Order = self._run_start[run] + (stream - self._stream_start[run])
+        return out
+
+
+class MixtureOrder(EpochOrder):
+    """A weighted mixture of `length` slots over sources of `sizes` items (item ids
+    offset per source).
+
+    Every slot draws its source with probability `weights`, independently, and a
+    source's k-th draw takes the k-th item of that source's own order (a seeded
+    permutation per pass over it when `shuffle`, else its dataset order): a source drawn
+    more often than it has items starts a new pass. Computed in chunks of `chunk` slots:
+    a chunk's per-source counts are drawn at construction (multinomial), and a seeded
+    bijection of the chunk places them, which is exactly the distribution of independent
+    draws. Memory: O(length / chunk × sources).
+    """
+
+    def __init__(
+        self,
+        sizes: list[int],
+        weights: npt.NDArray[np.float64],
+        length: int,
+        seed: int,
+        epoch: int,
+        shuffle: bool,
+        chunk: int = MIXTURE_CHUNK,
+    ) -> None:
+        super().__init__(length)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.shuffle = shuffle
+        self.chunk = chunk
+        p = np.asarray(weights, dtype=np.float64)
+        p = p / p.sum()
+        g = rng(seed, epoch, 2)
+        full, last = divmod(length, chunk)
+        counts = g.multinomial(chunk, p, size=full).astype(np.int64).reshape(full, len(p))
+        if last:
+            counts = np.vstack([counts, g.multinomial(last, p).astype(np.int64)[None, :]])
+        # per chunk and source: draws of the source before this chunk, and where its slots
+        # start within the chunk's arrangement
+        self._before = np.cumsum(counts, axis=0) - counts
+        self._within = np.cumsum(counts, axis=1) - counts
+        self._ends = np.cumsum(counts, axis=1)
+        self._keys = _round_keys(seed, epoch, 2, 1)
+        self._pass_keys = _round_keys(seed, epoch, 3)
+
+    def _at(self, pos: Order) -> Order:
+        c, j = np.divmod(pos, self.chunk)
+        size = np.minimum(self.chunk, self.n - c * self.chunk)
+        q = _bijection(j, size, _lane_keys(self._keys, c.astype(np.uint64)))
+        src = (q[:, None] >= self._ends[c]).sum(axis=1)
+        k = self._before[c, src] + q - self._within[c, src]
+        n_src = self.sizes[src]
+        passes, idx = np.divmod(k, n_src)
+        if self.shuffle:
+            ids = (src.astype(np.uint64) << _U64(40)) ^ passes.astype(np.uint64)
+            idx = _bijection(idx, n_src, _lane_keys(self._pass_keys, ids))
+        out: Order = self.offsets[src] + idx
+        return out
+
+
 def permutation(n: int, seed: int, epoch: int) -> Order:
-    """A full random permutation of `range(n)` for (seed, epoch)."""
-    return rng(seed, epoch, 0).permutation(n).astype(np.int64, copy=False)
-
-
-def shard_blocks(shard_of: npt.NDArray[np.integer]) -> list[Order]:
-    """Item ids grouped by shard, each group in item order, groups by first appearance."""
-    shard_of = np.asarray(shard_of)
-    if len(shard_of) == 0:
-        return []
-    order = np.argsort(shard_of, kind="stable").astype(np.int64)
-    codes = shard_of[order]
-    cuts = np.flatnonzero(np.diff(codes)) + 1
-    groups = np.split(order, cuts)
-    return sorted(groups, key=lambda g: int(g[0]))
-
-
-def shard_block_shuffle(
-    blocks: list[Order], seed: int, epoch: int, buffer: int, initial: int | None = None
-) -> Order:
-    """Shards in a seeded order, then a seeded shuffle buffer of `buffer` items over them.
-
-    The buffer starts emitting once it holds `initial` items (default
-    `min(buffer, SHUFFLE_RAMP_START)`), then grows by one item per item emitted (two
-    come in, one goes out) until it holds `buffer`; from there each incoming item
-    replaces the one emitted; at the end the rest leaves in random order. So the first
-    batch waits for `initial` items to be read, not for a whole buffer (WebDataset's
-    `shuffle(initial=…)` does the same). Computed without a Python loop: the item emitted
-    at step t is the last one written to the chosen slot before t.
-    """
-    if buffer < 1:
-        raise ValueError(f"shuffle_buffer must be >= 1, got {buffer}")
-    if initial is not None and initial < 1:
-        raise ValueError(f"the shuffle buffer's initial fill must be >= 1, got {initial}")
-    g = rng(seed, epoch, 1)
-    stream = (
-        np.concatenate([blocks[i] for i in g.permutation(len(blocks))])
-        if blocks
-        else np.zeros(0, dtype=np.int64)
-    )
-    n = len(stream)
-    s0 = min(SHUFFLE_RAMP_START if initial is None else initial, buffer, n)
-    if s0 == 0:
-        return stream
-    ramp = min(buffer - s0, (n - s0) // 2)  # steps that also grow the buffer
-    size = s0 + ramp
-    steps = ramp + (n - s0 - 2 * ramp)
-    t = np.arange(steps, dtype=np.int64)
-    highs = np.where(t < ramp, s0 + t + 1, size)
-    slots = g.integers(0, highs) if steps else np.zeros(0, dtype=np.int64)
-    # Every step, in time order: an append (while growing), the read of the chosen slot,
-    # the write of the incoming item into it. Sorting these by slot (stably, so time order
-    # stays within a slot; a radix sort for small buffers) puts each read right after
-    # the write it returns: a running maximum of write positions finds it.
-    ent_slot = np.empty((steps, 3), dtype=np.int64)
-    ent_slot[:, 0] = s0 + t
-    ent_slot[:, 1] = slots
-    ent_slot[:, 2] = slots
-    ent_pos = np.empty((steps, 3), dtype=np.int64)
-    ent_pos[:, 0] = s0 + 2 * t
-    ent_pos[:, 1] = t  # a read: which step it belongs to
-    ent_pos[:, 2] = np.where(t < ramp, s0 + 2 * t + 1, s0 + ramp + t)
-    valid = np.ones((steps, 3), dtype=bool)
-    valid[ramp:, 0] = False
-    is_read = np.zeros((steps, 3), dtype=bool)
-    is_read[:, 1] = True
-    all_slot = np.concatenate([np.arange(s0), ent_slot[valid]])
-    all_pos = np.concatenate([np.arange(s0), ent_pos[valid]])
-    all_read = np.concatenate([np.zeros(s0, dtype=bool), is_read[valid]])
-    narrow = np.int16 if size < (1 << 15) else np.int32
-    order = np.argsort(all_slot.astype(narrow), kind="stable")
-    pos, read = all_pos[order], all_read[order]
-    last_write = np.maximum.accumulate(np.where(read, 0, np.arange(len(order))))
-    emitted = np.empty(steps, dtype=np.int64)
-    emitted[pos[read]] = stream[pos[last_write[read]]]
-    ends = np.append(np.flatnonzero(np.diff(all_slot[order])), len(order) - 1)
-    final = stream[pos[last_write[ends]]]
-    return np.concatenate([emitted, final[g.permutation(size)]]).astype(np.int64, copy=False)
-
-
-def mixture(
-    sizes: list[int],
-    weights: npt.NDArray[np.float64],
-    length: int,
-    seed: int,
-    epoch: int,
-    shuffle: bool,
-) -> Order:
-    """Item ids (offset per source) of a weighted mixture of `length` slots.
-
-    Each slot draws its source with probability `weights`; a source's k-th draw takes the
-    k-th item of that source's own order (a permutation per pass when `shuffle`, so a
-    source drawn more often than it has items starts a fresh pass).
-    """
-    g = rng(seed, epoch, 2)
-    choice = g.choice(len(sizes), size=length, p=weights)
-    out = np.empty(length, dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    for src, size in enumerate(sizes):
-        where = np.flatnonzero(choice == src)
-        if not len(where):
-            continue
-        passes = -(-len(where) // size)
-        if shuffle:
-            local = np.concatenate(
-                [rng(seed, epoch, 3, src, p).permutation(size) for p in range(passes)]
-            )
-        else:
-            local = np.tile(np.arange(size, dtype=np.int64), passes)
-        out[where] = offsets[src] + local[: len(where)]
-    return out
+    """The whole permutation order of `range(n)` for (seed, epoch) (materialised)."""
+    return PermutationOrder(n, seed, epoch).materialize()
 
 
 def locality(

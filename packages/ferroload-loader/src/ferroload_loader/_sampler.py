@@ -11,15 +11,59 @@ import numpy.typing as npt
 from ferroload_loader._dist import resolve_rank
 from ferroload_loader._order import (
     DEFAULT_SHUFFLE_BUFFER,
+    EpochOrder,
+    MixtureOrder,
     Order,
-    mixture,
-    permutation,
-    shard_block_shuffle,
-    shard_blocks,
+    PermutationOrder,
+    SequentialOrder,
+    ShardBlockOrder,
+    runs_of,
 )
 
 Mode = Literal["permutation", "shard_block", "sequential", "mixture"]
-STATE_VERSION = 1
+#: 2: the orders are computed on demand (Feistel bijections, windowed shard-block
+#: shuffle, chunked mixture); a version-1 state counted items of the older orders.
+STATE_VERSION = 2
+#: Items `iter(sampler)` computes at a time.
+_ITER_CHUNK = 4096
+
+
+class RankItems:
+    """One rank's items for the rest of an epoch, computed on demand.
+
+    The `j`-th item is at global position `start + (rank + j·world) mod rest` of the
+    epoch's order (`rest` items after `start`): the wrap-around pads the tail so that
+    every rank gets the same count, or `drop_last` cuts it. Nothing is materialised:
+    `items(j0, j1)` computes those positions only.
+    """
+
+    def __init__(self, order: EpochOrder, start: int, rank: int, world: int, drop_last: bool):
+        self.order = order
+        self.start = start
+        self.rank = rank
+        self.world = world
+        self.rest = max(len(order) - start, 0)
+        per = self.rest // world if drop_last else -(-self.rest // world)
+        self.count = per
+
+    def __len__(self) -> int:
+        return self.count
+
+    def positions(self, j0: int, j1: int) -> Order:
+        """Global positions of this rank's items `j0..j1`."""
+        j1 = min(j1, self.count)
+        if j1 <= j0:
+            return np.zeros(0, dtype=np.int64)
+        i = self.rank + np.arange(j0, j1, dtype=np.int64) * self.world
+        return self.start + i % self.rest
+
+    def items(self, j0: int, j1: int) -> Order:
+        """Item ids of this rank's items `j0..j1` (clipped to its count)."""
+        return self.order.at(self.positions(j0, j1))
+
+    def batch(self, k: int, batch_size: int) -> Order:
+        """Item ids of this rank's batch `k` of `batch_size` (the last may be short)."""
+        return self.items(k * batch_size, (k + 1) * batch_size)
 
 
 class Sampler:
@@ -28,7 +72,9 @@ class Sampler:
     The epoch's *global* order is the same on every rank and whatever the world size;
     rank `r` of `W` takes its items `r, r+W, r+2W, …`. After `k` batches of `B` items on
     every rank, the first `k·B·W` items of the global order are used, so progress is one
-    number (`consumed`) that any world size can resume from.
+    number (`consumed`) that any world size can resume from. The order is computed on
+    demand (`batch`, `items`): a rank's memory and start-up do not grow with the number
+    of items or of ranks.
 
     It is a valid `torch.utils.data.DataLoader` sampler (an iterable of item ids with a
     length), and Lightning calls its `set_epoch`.
@@ -47,9 +93,12 @@ class Sampler:
         shuffle: shuffle each epoch (else dataset order).
         seed: the seed; with the epoch it fixes the order.
         mode: `permutation` (full shuffle), `shard_block` (shuffled shards, then a
-            seeded shuffle buffer: for streaming), or `mixture` (see `ferroload.mix`).
-        shard_of: the shard of every item (`shard_block` mode).
-        shuffle_buffer: items in the shuffle buffer (`shard_block` mode).
+            seeded shuffle within windows: for streaming), or `mixture` (see
+            `ferroload.mix`).
+        shard_runs: `(starts, codes)`: the positions split into runs of one shard, as
+            `Dataset.shard_runs()` gives them (`shard_block` mode).
+        shard_of: the shard of every item (`shard_block` mode; instead of `shard_runs`).
+        shuffle_buffer: items per shuffle window (`shard_block` mode).
         mixture_sizes: items in each source of a mixture (`mixture` mode).
         mixture_weights: the sources' probabilities (`mixture` mode).
         drop_last: drop the tail that does not fill every rank equally (else pad it by
@@ -75,6 +124,7 @@ class Sampler:
         shuffle: bool = True,
         seed: int = 0,
         mode: Mode = "permutation",
+        shard_runs: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
         shard_of: npt.NDArray[np.integer[Any]] | None = None,
         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
         mixture_sizes: list[int] | None = None,
@@ -89,8 +139,15 @@ class Sampler:
             raise ValueError(f"seed must be an int, got {seed!r}")
         if mode not in ("permutation", "shard_block", "sequential", "mixture"):
             raise ValueError(f"unknown sampler mode {mode!r}")
-        if mode == "shard_block" and (shard_of is None or len(shard_of) != num_items):
-            raise ValueError("shard_block mode needs shard_of with one shard per item")
+        if shard_runs is None and shard_of is not None and len(shard_of) == num_items:
+            shard_runs = runs_of(shard_of)
+        if mode == "shard_block" and shard_runs is None:
+            raise ValueError(
+                "shard_block mode needs shard_runs (Dataset.shard_runs()) or shard_of with "
+                "one shard per item"
+            )
+        if mode == "shard_block" and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
+            raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer!r}")
         if mode == "mixture" and (mixture_sizes is None or mixture_weights is None):
             raise ValueError("mixture mode needs mixture_sizes and mixture_weights")
         self.num_items = num_items
@@ -99,7 +156,7 @@ class Sampler:
         self.mode: Mode = mode if shuffle or mode == "mixture" else "sequential"
         self.shuffle_buffer = shuffle_buffer
         self.drop_last = drop_last
-        self._shard_of = shard_of
+        self._shard_runs = shard_runs
         self._mixture = (mixture_sizes, mixture_weights)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.epoch = 0
@@ -108,60 +165,73 @@ class Sampler:
         self._resume = False
         # the last pass ran to the end of its epoch (and set_epoch was not called since)
         self._finished = False
-        self._cache: tuple[tuple[int, int], Order] | None = None
+        self._cache: tuple[tuple[int, int], EpochOrder] | None = None
 
     # ------------------------------------------------------------------ the order
 
-    def global_order(self, epoch: int | None = None) -> Order:
-        """Every item id of `epoch` (default: the current one), in order, for all ranks."""
+    def order(self, epoch: int | None = None) -> EpochOrder:
+        """The on-demand order of `epoch` (default: the current one), for all ranks."""
         epoch = self.epoch if epoch is None else epoch
         if self._cache is not None and self._cache[0] == (epoch, self.seed):
             return self._cache[1]
         n, seed = self.num_items, self.seed
+        order: EpochOrder
         if self.mode == "permutation":
-            order = permutation(n, seed, epoch)
+            order = PermutationOrder(n, seed, epoch)
         elif self.mode == "shard_block":
-            assert self._shard_of is not None
-            order = shard_block_shuffle(
-                shard_blocks(self._shard_of), seed, epoch, self.shuffle_buffer
-            )
+            assert self._shard_runs is not None
+            starts, codes = self._shard_runs
+            order = ShardBlockOrder(starts, codes, n, seed, epoch, self.shuffle_buffer)
         elif self.mode == "mixture":
             sizes, weights = self._mixture
             assert sizes is not None and weights is not None
-            order = mixture(sizes, weights, n, seed, epoch, self.shuffle)
+            order = MixtureOrder(sizes, weights, n, seed, epoch, self.shuffle)
         else:
-            order = np.arange(n, dtype=np.int64)
+            order = SequentialOrder(n)
         self._cache = ((epoch, self.seed), order)
         return order
 
-    def _remaining(self) -> Order:
-        """The global order after the items already consumed, padded or cut so that every
-        rank gets the same count."""
-        rest = self.global_order()[min(self.consumed, self.num_items) :]
-        w = self.world_size
-        if self.drop_last:
-            return rest[: len(rest) // w * w]
-        if len(rest) % w and len(rest):
-            rest = np.resize(rest, -(-len(rest) // w) * w)  # wrap around
-        return rest
+    def global_order(self, epoch: int | None = None) -> Order:
+        """Every item id of `epoch` (default: the current one), in order, for all ranks
+        (materialised: O(items); for inspection and tests, never used by the loader)."""
+        return self.order(epoch).materialize()
+
+    def view(self) -> RankItems:
+        """This rank's items for the rest of the epoch (from the current position),
+        computed on demand."""
+        return RankItems(
+            self.order(), min(self.consumed, self.num_items), self.rank, self.world_size,
+            self.drop_last,
+        )  # fmt: skip
+
+    def items(self, start: int, stop: int) -> Order:
+        """Item ids `start..stop` of this rank's rest of the epoch."""
+        return self.view().items(start, stop)
+
+    def batch(self, k: int, batch_size: int) -> Order:
+        """Item ids of this rank's batch `k` (of `batch_size`) of the rest of the epoch."""
+        return self.view().batch(k, batch_size)
 
     def indices(self) -> Order:
-        """This rank's item ids for the rest of the epoch."""
-        return self._remaining()[self.rank :: self.world_size]
+        """This rank's item ids for the rest of the epoch (materialised: O(items / ranks);
+        `batch` and `items` compute a part)."""
+        view = self.view()
+        return view.items(0, len(view))
 
     def __iter__(self) -> Iterator[int]:
         """A pass: this rank's item ids (see the pass rules above); each item drawn
         advances the position."""
         self.begin_pass()
-        return self._drain(self.indices().tolist())
+        return self._drain(self.view())
 
-    def _drain(self, items: list[int]) -> Iterator[int]:
+    def _drain(self, view: RankItems) -> Iterator[int]:
         epoch = self.epoch
-        for item in items:
-            if self.epoch != epoch:  # set_epoch / load_state_dict during the pass
-                return
-            self.advance(1)
-            yield item
+        for j in range(0, len(view), _ITER_CHUNK):
+            for item in view.items(j, j + _ITER_CHUNK).tolist():
+                if self.epoch != epoch:  # set_epoch / load_state_dict during the pass
+                    return
+                self.advance(1)
+                yield item
         if self.epoch == epoch:
             self.end_pass()
 
@@ -172,7 +242,8 @@ class Sampler:
 
     def remaining(self) -> int:
         """Items this rank still has in the current epoch."""
-        return len(self._remaining()) // self.world_size
+        rest, w = self.num_items - min(self.consumed, self.num_items), self.world_size
+        return rest // w if self.drop_last else -(-rest // w)
 
     # ------------------------------------------------------------------ progress
 
@@ -242,8 +313,16 @@ class Sampler:
         Raises:
             ValueError: when the state belongs to another dataset (item count) or order.
         """
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unknown sampler state version {state.get('version')!r}")
+        version = state.get("version")
+        if version == 1:
+            raise ValueError(
+                "this sampler state (version 1) was saved by an older ferroload whose epoch "
+                "orders differ from this one's: resuming it would repeat some items and skip "
+                "others. Start the epoch again (set_epoch), or resume with the ferroload "
+                "that saved it"
+            )
+        if version != STATE_VERSION:
+            raise ValueError(f"unknown sampler state version {version!r}")
         if state["num_items"] != self.num_items or state["mode"] != self.mode:
             raise ValueError(
                 f"this state is for {state['num_items']} items in {state['mode']!r} order; "
