@@ -247,9 +247,6 @@ class MetaField(Field):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        # per dataset: the whole column as numpy when it is numeric without nulls (then a
-        # batch is one fancy index), else None (a batch takes from the Arrow column)
-        self._numeric: dict[int, npt.NDArray[Any] | None] = {}
 
     def check(self, ds: Dataset) -> None:
         if self.name not in ds.metadata_columns:
@@ -263,32 +260,20 @@ class MetaField(Field):
     def item_bytes(self) -> int:
         return 8
 
-    def _as_numpy(self, d: int, ds: Dataset) -> npt.NDArray[Any] | None:
-        if d not in self._numeric:
-            values = to_values(ds.column(self.name))
-            self._numeric[d] = values if isinstance(values, np.ndarray) else None
-        return self._numeric[d]
-
     def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
-        parts = []
-        for d, slots, pos in source.split(batch.items):
-            ds = source.datasets[d]
-            numeric = self._as_numpy(d, ds)
-            parts.append(
-                (slots, numeric[pos] if numeric is not None else ds.column(self.name, pos))
-            )
-        batch.payloads[self.name] = parts
+        # the batch's rows only: the index reads the row groups holding them (cached)
+        batch.payloads[self.name] = [
+            (slots, source.datasets[d].column(self.name, pos))
+            for d, slots, pos in source.split(batch.items)
+        ]
 
     def fill(self, batch: BatchState) -> None:
         parts = batch.payloads.pop(self.name)
         if len(parts) == 1:
-            _, values = parts[0]
-            batch.columns[self.name] = (
-                values if isinstance(values, np.ndarray) else to_values(values)
-            )
+            batch.columns[self.name] = to_values(parts[0][1])
             return
         # a mixture: several datasets, one column in batch order
-        arrays = [arrow_array(v) if isinstance(v, np.ndarray) else v for _, v in parts]
+        arrays = [v for _, v in parts]
         merged = pa.concat_arrays([a.cast(arrays[0].type) for a in arrays])
         order = np.argsort(np.concatenate([slots for slots, _ in parts]))
         batch.columns[self.name] = to_values(merged.take(arrow_array(order)))
@@ -370,7 +355,8 @@ def build_fields(
         for f in fields:
             f.check(ds)
             if isinstance(f, _DecodedField):
-                f.with_mask = f.with_mask or not bool(ds.present(f.name).all())
+                # from the index's statistics, not a whole column
+                f.with_mask = f.with_mask or not ds.all_present(f.name)
     names = [f.name for f in fields]
     if len(set(names)) != len(names) or "sample_id" in names:
         raise ValueError(f"each column may appear once (sample_id is always included): {names}")
