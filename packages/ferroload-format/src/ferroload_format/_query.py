@@ -38,10 +38,15 @@ def sandboxed_connection() -> duckdb.DuckDBPyConnection:
 
 
 def _tokens(where: str) -> list[tuple[str, object]]:
-    """(text, token type) of each token DuckDB sees in `where`."""
+    """(text, token type) of each token DuckDB sees in `where` (DuckDB gives where each
+    starts in the UTF-8 bytes, not in characters)."""
+    data = where.encode("utf-8", "surrogatepass")
     tokens = duckdb.tokenize(where)
-    ends = [pos for pos, _ in tokens[1:]] + [len(where)]
-    return [(where[pos:end].strip(), kind) for (pos, kind), end in zip(tokens, ends, strict=True)]
+    ends = [pos for pos, _ in tokens[1:]] + [len(data)]
+    return [
+        (data[pos:end].decode("utf-8", "replace").strip(), kind)
+        for (pos, kind), end in zip(tokens, ends, strict=True)
+    ]
 
 
 def referenced_columns(tokens: list[tuple[str, object]], columns: list[str]) -> list[str]:
