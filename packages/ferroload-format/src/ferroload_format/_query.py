@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import duckdb
@@ -12,9 +14,17 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ferroload_format import _sandbox
-from ferroload_format._errors import QueryError, QueryTimeoutError, UnsafeQueryError
-from ferroload_format._index import IndexColumns, arrow_array
+from ferroload_format import _pruning, _sandbox
+from ferroload_format._errors import ManifestError, QueryError, QueryTimeoutError, UnsafeQueryError
+from ferroload_format._index import (
+    IndexColumns,
+    _no_column,
+    arrow_array,
+    column_chunks,
+    open_part,
+    read_row_groups,
+)
+from ferroload_format._pruning import Pruner, ScanStats
 from ferroload_format._sandbox import DEFAULT_TIMEOUT, TABLE
 
 T = TypeVar("T")
@@ -66,13 +76,29 @@ def where_positions(
     *,
     uri: str,
     timeout: float = DEFAULT_TIMEOUT,
+    stats: ScanStats | None = None,
 ) -> npt.NDArray[np.int64]:
     """Positions (within `rows`, or the whole index) whose index row satisfies `where`.
 
-    The clause runs over one in-memory table of the columns it mentions, layer columns
-    included: `index` aligns them with the base rows by position (docs/format.md §10), so
-    DuckDB never opens a file. It is one expression: its parentheses balance, and DuckDB's
-    parse of the query around it must be that query's own WHERE and nothing more.
+    The clause reads only the columns it mentions, and never a file itself: it is one
+    expression, its parentheses balance, and DuckDB's parse of the query around it must be
+    that query's own WHERE and nothing more. It runs one of two ways:
+
+    - Row group by row group (an index of more than `_pruning.BATCH_ROWS` rows, queried
+      whole, on base columns not already loaded): the base index parts are read a batch
+      of row groups at a time (about `BATCH_ROWS` rows per DuckDB call, on one sandboxed
+      connection), so memory is one batch plus the result; row groups whose Parquet
+      statistics prove a conjunct of the clause false are not read at all (see
+      `_pruning`). `stats`, if given, counts the row groups and bytes read and skipped.
+    - Whole columns (a view, i.e. `rows` given; a clause on a layer column, or with a
+      subquery, which reads `samples` whole; a small index; columns already cached): one
+      in-memory table of the columns, layer columns aligned with the base rows by
+      position (docs/format.md §10), loaded through `index` and cached there.
+
+    Both give the same positions: pruning only skips row groups where no row can match.
+    `timeout` bounds the time DuckDB takes, over all batches (not the reads).
+    (A clause that raises on some value, e.g. a failing cast, may not raise when that
+    value sits in a skipped row group.)
 
     Raises:
         UnsafeQueryError: the clause reaches for files, settings or a second statement.
@@ -102,7 +128,6 @@ def where_positions(
         )
     names = referenced_columns(tokens, columns)
     _check_case(names, uri)
-    table = _index_table(index, rows, names, positions=pos)
 
     def check(node: dict[str, Any]) -> None:
         if not _is_plain_where(node, pos):
@@ -112,12 +137,155 @@ def where_positions(
                 uri=uri,
             )
 
-    result = _run(table, query, lambda con: con.execute(query).fetchnumpy()[pos], uri=uri,
-                  what=f"the WHERE clause {where!r}", columns=columns, where=where,
-                  check=check, timeout=seconds)  # fmt: skip
-    positions = np.asarray(result, dtype=np.int64)
-    _check_positions(positions, table.num_rows, where, uri)
+    def fetch(con: duckdb.DuckDBPyConnection) -> npt.NDArray[np.int64]:
+        return np.asarray(con.execute(query).fetchnumpy()[pos], dtype=np.int64)
+
+    with _sandboxed(query, uri=uri, what=f"the WHERE clause {where!r}", columns=columns,
+                    where=where, check=check, timeout=seconds) as (con, node):  # fmt: skip
+        clause = node["where_clause"]
+        if _scans_row_groups(index, rows, names, clause):
+            scan = _RowGroupScan(con, index, names, pos, fetch, timeout=seconds)
+            positions = scan.run(Pruner(clause, index.schema), stats or ScanStats())
+            n = index.manifest.num_samples
+        else:
+            table = _index_table(index, rows, names, positions=pos)
+            con.register(TABLE, table)
+            positions = _sandbox.run(con, fetch, timeout=seconds)
+            n = table.num_rows
+    _check_positions(positions, n, where, uri)
     return positions
+
+
+def _scans_row_groups(
+    index: IndexColumns,
+    rows: npt.NDArray[np.int64] | None,
+    names: Sequence[str],
+    clause: dict[str, Any],
+) -> bool:
+    """Whether a clause runs row group by row group (see `where_positions`)."""
+    cache: dict[str, Any] = getattr(index, "_cache", {})
+    return (
+        rows is None
+        and index.manifest.num_samples > _pruning.BATCH_ROWS
+        and not any(index.layer_of(n) is not None for n in names)
+        and not (names and all(n in cache for n in names))
+        and not _pruning.has_subquery(clause)
+    )
+
+
+class _RowGroupScan:
+    """A WHERE clause over the base index parts, a batch of row groups per DuckDB call."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        index: IndexColumns,
+        names: Sequence[str],
+        pos: str,
+        fetch: Callable[[duckdb.DuckDBPyConnection], npt.NDArray[np.int64]],
+        *,
+        timeout: float,
+    ) -> None:
+        self.con, self.index, self.names, self.pos = con, index, list(names), pos
+        self.fetch = fetch
+        self.left = timeout  # seconds DuckDB may still take, over all the batches
+        self.types = {n: index.schema.field(n).type for n in names}
+        self.found: list[npt.NDArray[np.int64]] = []
+        self.batch: list[pa.Table] = []
+        self.batch_rows = 0
+        self.ran = False
+
+    def run(self, pruner: Pruner, stats: ScanStats) -> npt.NDArray[np.int64]:
+        index = self.index
+        start = 0
+        for part in index.manifest.index_parts:
+            opened = open_part(index.store, part, index._files)
+            metadata = opened[0].metadata
+            if metadata.num_rows != part.num_rows:
+                raise ManifestError(
+                    f"index part {part.path} of {index.store.uri} holds {metadata.num_rows} "
+                    f"rows; the manifest says {part.num_rows}. The manifest or the part was "
+                    "altered; run verify()",
+                    uri=index.store.uri,
+                    part=part.path,
+                )
+            for name in self.names:
+                if opened[0].schema_arrow.get_field_index(name) < 0:
+                    raise _no_column(index.store, part, name)
+            sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+            offsets = start + np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+            keep = pruner.may_match(self.con, metadata)
+            groups: list[int] = []
+            for g in np.flatnonzero(keep).tolist():
+                groups.append(g)
+                self.batch_rows += sizes[g]
+                if self.batch_rows >= _pruning.BATCH_ROWS:
+                    self._read(part.path, opened, groups, offsets, stats)
+                    groups = []
+                    self._flush(stats)
+            self._read(part.path, opened, groups, offsets, stats)
+            skipped = len(sizes) - int(keep.sum())
+            stats.add(row_groups=len(sizes), groups_skipped=skipped)
+            start += part.num_rows
+        if self.batch or not self.ran:  # one run at least: DuckDB binds the clause
+            self._flush(stats)
+        return np.concatenate(self.found) if self.found else np.zeros(0, np.int64)
+
+    def _read(
+        self,
+        path: str,
+        opened: tuple[Any, Any],
+        groups: list[int],
+        offsets: npt.NDArray[np.int64],
+        stats: ScanStats,
+    ) -> None:
+        """Add row groups `groups` of one part to the batch, with their positions."""
+        if not groups:
+            return
+        positions = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups])
+        columns: dict[str, pa.Array | pa.ChunkedArray] = {self.pos: arrow_array(positions)}
+        if self.names:
+            table = read_row_groups(opened, groups, self.names)
+            for name, dtype in self.types.items():
+                columns[name] = self._typed(table.column(name), dtype, name)
+            _, lengths = column_chunks(opened[0].metadata, self.names, groups)
+            stats.add(bytes_read=sum(lengths))
+        stats.add(groups_read=len(groups), rows_read=len(positions))
+        self.batch.append(pa.table(columns))
+
+    def _typed(self, column: pa.ChunkedArray, dtype: pa.DataType, name: str) -> pa.ChunkedArray:
+        if column.type == dtype:
+            return column
+        try:
+            return column.cast(dtype)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            uri = self.index.store.uri
+            raise ManifestError(
+                f"column {name!r} of the index of {uri} does not hold {dtype} as the "
+                f"manifest's schema says ({exc}). The manifest or the index was altered; "
+                "run verify()",
+                uri=uri,
+                column=name,
+            ) from exc
+
+    def _flush(self, stats: ScanStats) -> None:
+        """Run the clause over the batch (an empty table if there is none)."""
+        if self.batch:
+            table = pa.concat_tables(self.batch)
+        else:
+            empty = {self.pos: pa.array([], pa.int64())}
+            table = pa.table({**empty, **{n: pa.array([], t) for n, t in self.types.items()}})
+        self.batch, self.batch_rows, self.ran = [], 0, True
+        if self.left <= 0:
+            raise _sandbox.TimedOutError
+        self.con.register(TABLE, table)
+        began = time.monotonic()
+        try:
+            self.found.append(_sandbox.run(self.con, self.fetch, timeout=self.left))
+        finally:
+            self.left -= time.monotonic() - began
+            self.con.unregister(TABLE)
+        stats.add(batches=1)
 
 
 def select(
@@ -325,21 +493,37 @@ def _run(
     what: str,
     columns: Sequence[str],
     timeout: float,
+) -> T:
+    """`fetch(con)` on a sandboxed connection where `table` is `samples` (see
+    `_sandboxed`)."""
+    with _sandboxed(query, uri=uri, what=what, columns=columns, timeout=timeout) as (con, _):
+        con.register(TABLE, table)
+        return _sandbox.run(con, fetch, timeout=timeout)
+
+
+@contextmanager
+def _sandboxed(
+    query: str,
+    *,
+    uri: str,
+    what: str,
+    columns: Sequence[str],
+    timeout: float,
     where: str | None = None,
     check: Callable[[dict[str, Any]], None] | None = None,
-) -> T:
-    """`fetch(con)` on a sandboxed connection where `table` is `samples`, once DuckDB's
-    parse of `query` passed the sandbox's checks (and `check`, if given); DuckDB's errors
-    become ours, naming `what`, told in terms of the dataset's `columns` (and of the WHERE
-    clause `where`, if that is what runs: see `describe_error`), without host paths."""
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, dict[str, Any]]]:
+    """A sandboxed connection and DuckDB's parse of `query`, once that parse passed the
+    sandbox's checks (and `check`, if given), for the caller to register `samples` and run
+    `query` (through `_sandbox.run`). DuckDB's errors, then and in the body, become ours,
+    naming `what`, told in terms of the dataset's `columns` (and of the WHERE clause
+    `where`, if that is what runs: see `describe_error`), without host paths."""
     con = sandboxed_connection()
     try:
         node = _sandbox.parse(con, query)
         if check is not None:
             check(node)
         _sandbox.check_names(node)
-        con.register(TABLE, table)
-        return _sandbox.run(con, fetch, timeout=timeout)
+        yield con, node
     except _sandbox.RefusedError as exc:
         raise UnsafeQueryError(
             f"{what} tries to reach outside the dataset's index: {exc} (the query "
