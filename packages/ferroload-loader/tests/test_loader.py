@@ -359,3 +359,38 @@ def test_length_is_the_whole_epoch_and_batches_are_chosen_lazily(make_dataset: M
     assert first == next(iter(fresh))["sample_id"]
     resumed.close()
     fresh.close()
+
+
+def _refused_from_the_loader(name: str, original: object) -> object:
+    """`original`, except when code of ferroload_loader calls it directly."""
+
+    def guarded(*args: object, **kwargs: object) -> object:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.startswith("ferroload_loader"):
+            raise AssertionError(f"{caller} called {name}: O(items) on the loader's path")
+        return original(*args, **kwargs)  # type: ignore[operator]
+
+    return guarded
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"streaming": True, "shuffle_buffer": 8}, {"shuffle": False}, {"mix": True}]
+)
+def test_the_loader_never_materialises_the_order_or_whole_columns(
+    make_dataset: MakeDataset, monkeypatch: pytest.MonkeyPatch, kw: dict[str, object]
+) -> None:
+    from ferroload_loader import Sampler
+
+    uri = make_dataset(60, shard_size=2048)
+    for name in ("global_order", "indices"):
+        monkeypatch.setattr(Sampler, name, _refused_from_the_loader(name, getattr(Sampler, name)))
+    for name in ("shard_of", "preload", "sizes", "offsets"):
+        monkeypatch.setattr(Dataset, name, _refused_from_the_loader(name, getattr(Dataset, name)))
+    source: object = uri
+    if kw.pop("mix", False):
+        source = mix([uri, uri], [1, 1], num_samples=60)
+    dl = numpy_loader(source, batch_size=7, **kw)
+    got = sum(ids(dl), [])
+    assert len(got) == 60
+    if source == uri:
+        assert sorted(got) == [f"s{i:05d}" for i in range(60)]

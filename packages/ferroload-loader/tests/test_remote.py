@@ -14,7 +14,7 @@ import pytest
 
 from ferroload_format import Dataset, Writer
 from ferroload_loader import make_loader
-from ferroload_loader._readahead import BlockPlan, CachedObject, ReadAhead, plan_blocks
+from ferroload_loader._readahead import ReadAhead, plan_blocks
 from ferroload_loader._source import resolve_source
 from ferroload_store import BlockCache
 from ferroload_store.testing import FaultProxy, MotoServer
@@ -112,17 +112,34 @@ def test_first_batch_comes_before_the_first_shard_is_read_whole(
     dl.close()
 
 
+def _refuse_whole_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-column reads of the index (O(items)) fail when ferroload_loader calls them."""
+    import sys
+
+    for name in ("shard_of", "preload", "sizes", "offsets"):
+        original = getattr(Dataset, name)
+
+        def guarded(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            assert not caller.startswith("ferroload_loader"), f"{caller} called {_name}"
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(Dataset, name, guarded)
+
+
 def test_readahead_fetches_in_order_within_budget_and_marks_blocks_cold(
-    remote: tuple[str, dict[str, Any]], tmp_path: Path
+    remote: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uri, options = remote
+    _refuse_whole_columns(monkeypatch)
     c = cache(tmp_path)
     dl = make_loader(
         uri, batch_size=16, images=["image"], resize=(24, 24), out="numpy", streaming=True,
         storage_options=options, cache=c, readahead_bytes=4 * BS,
     )  # fmt: skip
     store = dl.source.datasets[0].store
-    batches = list(np.array_split(dl._rank_items(), 600 // 16))
+    count, batch_of = dl._rank_batches()
+    batches = [batch_of(k) for k in range(count)]
     plan = plan_blocks(resolve_source(dl.source.datasets[0]), ["image"], batches)
     assert plan is not None
     assert (np.diff(plan.first) >= 0).all()  # in order of first use
@@ -300,6 +317,8 @@ def test_a_dataset_recreated_at_the_same_memory_uri_serves_the_new_index() -> No
 class _RecordingStore:
     """What ReadAhead calls on a store, recorded."""
 
+    block_size = BS
+
     def __init__(self) -> None:
         self.prefetched: list[int] = []
         self.cold: list[int] = []
@@ -311,24 +330,73 @@ class _RecordingStore:
         self.cold += np.asarray(blocks).tolist()
 
 
+class _BlockPerItem:
+    """A dataset stand-in whose item i fills block i of one shard."""
+
+    def __init__(self, store: _RecordingStore, n: int) -> None:
+        self.store = store
+        self.n = n
+        self.located = 0
+
+    def locate(self, name: str, pos: Any) -> Any:
+        from types import SimpleNamespace
+
+        pos = np.asarray(pos, dtype=np.int64)
+        self.located += len(pos)
+        return SimpleNamespace(present=np.ones(len(pos), bool), shard=np.zeros(len(pos), np.int32),
+                               offset=pos * BS, length=np.full(len(pos), BS))  # fmt: skip
+
+    def shard_ref(self, code: int) -> tuple[str, int, str]:
+        return "shards/a.tar", self.n * BS, "v"
+
+
+def _readahead(batches: list[list[int]], budget: int, **kw: Any) -> tuple[ReadAhead, Any]:
+    from ferroload_loader._source import ResolvedSource
+
+    store = _RecordingStore()
+    ds = _BlockPerItem(store, 1 + max((i for b in batches for i in b), default=0))
+    source = ResolvedSource([ds], np.zeros(1, np.int64))  # type: ignore[list-item]
+    arrays = [np.asarray(b, dtype=np.int64) for b in batches]
+    return ReadAhead(source, ["image"], arrays.__getitem__, len(arrays), budget, **kw), ds
+
+
 def test_blocks_the_readahead_never_fetched_are_marked_cold_after_their_last_use() -> None:
     """When the read-ahead falls behind, the batch builder fetches blocks itself; they
     must still turn cold after their last batch, or they crowd the cache."""
-    store = _RecordingStore()
-    obj = CachedObject(store=store, path="shards/a.tar", size=4 * BS, version="v")  # type: ignore[arg-type]
-    n = 4
-    plan = BlockPlan(
-        [obj], np.zeros(n, np.int64), np.arange(n, dtype=np.int64),
-        first=np.array([0, 5, 5, 6]), last=np.array([0, 5, 5, 6]),
-        nbytes=np.full(n, BS, np.int64),
-    )  # fmt: skip
-    ahead = ReadAhead(plan, budget=BS)  # room for one block: it waits before block 1
+    # batch 0 reads block 0, batch 5 blocks 1 and 2, batch 6 block 3
+    ahead, ds = _readahead([[0], [], [], [], [], [1, 2], [3]], budget=BS)
+    store = ds.store
     try:
         deadline = time.monotonic() + 10
         while store.prefetched != [0] and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert store.prefetched == [0]  # blocks 1-3 are not fetched by the read-ahead
+        time.sleep(0.05)
+        assert store.prefetched == [0]  # room for one block: it waits before block 1
         ahead.done(5)  # batch 5 read blocks 1 and 2 (the builder fetched them)
-        assert {1, 2} <= set(store.cold) and 3 not in store.cold
+        assert {0, 1, 2} <= set(store.cold) and 3 not in store.cold
+    finally:
+        ahead.stop()
+
+
+def test_the_plan_is_a_window_and_reuse_beyond_it_is_not_marked_cold_early() -> None:
+    """Batches are planned a window ahead of the one marked: a block read again within
+    the window stays warm; the plan never covers the whole epoch at once."""
+    n = 200
+    # block 0 is read by batch 0 and again by batch 3; every other batch reads a new block
+    batches = [[0]] + [[k] for k in range(1, 3)] + [[0]] + [[k] for k in range(3, n)]
+    ahead, ds = _readahead(batches, budget=2 * BS, horizon=4)
+    try:
+        ahead.done(0)
+        assert 0 not in ds.store.cold  # batch 3 reads it again: within the planned window
+        for k in range(1, 4):
+            ahead.done(k)
+        assert 0 in ds.store.cold
+        for k in range(4, len(batches)):
+            ahead.done(k)
+        deadline = time.monotonic() + 10
+        while ahead._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(ds.store.cold) == list(range(n))  # every block once cold
+        assert ahead.planned_peak < 20  # a window of blocks, not the epoch's 200
     finally:
         ahead.stop()

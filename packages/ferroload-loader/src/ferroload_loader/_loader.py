@@ -19,7 +19,7 @@ from ferroload_loader._augment import BatchTransform, Layout, Normalize
 from ferroload_loader._batch import finish_batch, prepare_batch
 from ferroload_loader._fields import BatchState, ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
-from ferroload_loader._readahead import ReadAhead, plan_blocks
+from ferroload_loader._readahead import ReadAhead
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import ResolvedSource, resolve_source
 from ferroload_store import BlockCache
@@ -120,11 +120,14 @@ class FerroLoader:
 
     # ------------------------------------------------------------------ size and state
 
-    def _rank_items(self) -> npt.NDArray[np.int64]:
-        items = self.sampler.indices()
-        if self.drop_last:
-            items = items[: len(items) // self.batch_size * self.batch_size]
-        return items
+    def _rank_batches(self) -> tuple[int, Callable[[int], npt.NDArray[np.int64]]]:
+        """This rank's batches for the rest of the epoch, from the current position:
+        their count and a function computing batch `k`'s item ids (nothing is
+        materialised ahead)."""
+        view = self.sampler.view()
+        b = self.batch_size
+        count = len(view) // b if self.drop_last else -(-len(view) // b)
+        return count, lambda k: view.batch(k, b)
 
     #: Lightning looks for a batch sampler next to `sampler`; the loader batches itself.
     batch_sampler = None
@@ -179,18 +182,19 @@ class FerroLoader:
         resumed run's iterator before it calls `set_epoch`.
         """
         self._begin_pass()
-        items = self._rank_items()
-        batches = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
+        count, batch_of = self._rank_batches()
         self.close()
-        readahead = self._readahead(batches)
-        worker = _Prefetcher(self, batches, self.sampler.seed, self.sampler.epoch, readahead)
+        readahead = self._readahead(count, batch_of)
+        worker = _Prefetcher(
+            self, count, batch_of, self.sampler.seed, self.sampler.epoch, readahead
+        )
         self._worker = worker
         try:
-            for items in batches:
+            for _ in range(count):
                 t0 = time.perf_counter()
-                batch, errors = worker.take()
+                batch, errors, n_items = worker.take()
                 self.stats.wait_seconds += time.perf_counter() - t0
-                self.sampler.advance(len(items))
+                self.sampler.advance(n_items)
                 self.stats.batches += 1
                 self.stats.samples += len(batch["sample_id"])
                 if errors:
@@ -214,15 +218,24 @@ class FerroLoader:
         with contextlib.suppress(Exception):
             self.close()
 
-    def _readahead(self, batches: list[npt.NDArray[np.int64]]) -> ReadAhead | None:
-        """A read-ahead over the blocks `batches` read, for datasets with a block cache
-        (remote ones); None for local data."""
+    def _readahead(
+        self, count: int, batch_of: Callable[[int], npt.NDArray[np.int64]]
+    ) -> ReadAhead | None:
+        """A read-ahead over the blocks the batches read, planned a window at a time, for
+        datasets with a block cache (remote ones); None for local data."""
         modalities = {m.name for d in self.source.datasets for m in d.modalities}
         names = [f.name for f in self.fields if f.name in modalities]
-        plan = plan_blocks(self.source, names, batches)
-        if plan is None or self.readahead_bytes == 0:
+        if not count or not names or self.readahead_bytes == 0:
             return None
-        return ReadAhead(plan, self.readahead_bytes)
+        if all(d.store.block_size is None for d in self.source.datasets):
+            return None
+        per_rank = self.batch_size * self.sampler.world_size
+        horizon = (
+            2 * -(-self.sampler.shuffle_buffer // per_rank) + 1
+            if self.sampler.mode == "shard_block"
+            else 0
+        )
+        return ReadAhead(self.source, names, batch_of, count, self.readahead_bytes, horizon=horizon)
 
     def _prepare(self, items: npt.NDArray[np.int64], seed: int, epoch: int) -> BatchState:
         return prepare_batch(self.source, self.fields, items, seed=seed, epoch=epoch)
@@ -241,10 +254,12 @@ class FerroLoader:
         self.stats.build_seconds += time.perf_counter() - t0
         return batch, errors
 
-    def estimate_bytes(self, items: npt.NDArray[np.int64]) -> int:
-        """Bytes a built batch of `items` holds while it waits: its decoded arrays (the
-        encoded payloads are released once decoded), plus a little per sample for ids."""
-        return len(items) * (self._item_bytes + 64)
+    def estimate_bytes(self, items: int | npt.NDArray[np.int64]) -> int:
+        """Bytes a built batch of `items` (ids, or their count) holds while it waits: its
+        decoded arrays (the encoded payloads are released once decoded), plus a little
+        per sample for ids."""
+        n = items if isinstance(items, int) else len(items)
+        return n * (self._item_bytes + 64)
 
     def __repr__(self) -> str:
         names = [f.name for f in self.fields]
@@ -267,7 +282,8 @@ class _Prefetcher:
     def __init__(
         self,
         loader: FerroLoader,
-        batches: list[npt.NDArray[np.int64]],
+        count: int,
+        batch_of: Callable[[int], npt.NDArray[np.int64]],
         seed: int,
         epoch: int,
         readahead: ReadAhead | None = None,
@@ -275,13 +291,14 @@ class _Prefetcher:
         self._loader = loader
         self._readahead = readahead
         self._prepared = 0
-        self._queue: deque[tuple[Any, int]] = deque()
+        self._queue: deque[tuple[Any, int, int]] = deque()
         self._bytes = 0
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(
-            target=self._run, args=(batches, seed, epoch), name="ferroload-prefetch", daemon=True
-        )
+            target=self._run, args=(count, batch_of, seed, epoch), name="ferroload-prefetch",
+            daemon=True,
+        )  # fmt: skip
         self._thread.start()
 
     def _prepare(self, items: npt.NDArray[np.int64], seed: int, epoch: int) -> Any:
@@ -294,22 +311,41 @@ class _Prefetcher:
                 self._readahead.done(self._prepared)
             self._prepared += 1
 
-    def _run(self, batches: list[npt.NDArray[np.int64]], seed: int, epoch: int) -> None:
+    def _run(
+        self, count: int, batch_of: Callable[[int], npt.NDArray[np.int64]], seed: int, epoch: int
+    ) -> None:
         budget = self._loader.prefetch_bytes
-        state: Any = self._prepare(batches[0], seed, epoch) if batches else None
-        for i, items in enumerate(batches):
-            cost = self._loader.estimate_bytes(items)
+        items: npt.NDArray[np.int64] | None
+        state: Any
+        try:
+            items = batch_of(0) if count else None
+        except BaseException as exc:  # handed on, raised in the consumer
+            items, state = None, exc
+        else:
+            state = self._prepare(items, seed, epoch) if items is not None else None
+        for i in range(count):
+            n_items = len(items) if items is not None else 0
+            cost = self._loader.estimate_bytes(n_items)
             with self._cond:
                 while not self._stopped and self._queue and self._bytes + cost > budget:
                     self._cond.wait()
                 if self._stopped:
                     return
             upcoming: list[Any] = []
-            following = batches[i + 1] if i + 1 < len(batches) else None
+            following: list[Any] = []
 
-            def read_next(following: Any = following, upcoming: list[Any] = upcoming) -> None:
-                if following is not None:
-                    upcoming.append(self._prepare(following, seed, epoch))
+            def read_next(
+                i: int = i, upcoming: list[Any] = upcoming, following: list[Any] = following
+            ) -> None:
+                if i + 1 < count:
+                    try:
+                        nxt = batch_of(i + 1)
+                    except BaseException as exc:  # handed on, raised in the consumer
+                        following.append(None)
+                        upcoming.append(exc)
+                        return
+                    following.append(nxt)
+                    upcoming.append(self._prepare(nxt, seed, epoch))
 
             if isinstance(state, BaseException):
                 result: Any = state
@@ -319,28 +355,31 @@ class _Prefetcher:
                 except BaseException as exc:  # handed on, raised in the consumer
                     result = exc
             with self._cond:
-                self._queue.append((result, cost))
+                self._queue.append((result, cost, n_items))
                 self._bytes += cost
                 stats = self._loader.stats
                 stats.peak_prefetch_bytes = max(stats.peak_prefetch_bytes, self._bytes)
                 self._cond.notify_all()
             if isinstance(result, BaseException):
                 return
-            state = upcoming[0] if upcoming else None  # finish_batch always runs read_next
+            # finish_batch always runs read_next
+            state = upcoming[0] if upcoming else None
+            items = following[0] if following else None
 
-    def take(self) -> tuple[dict[str, Any], list[DecodeError]]:
+    def take(self) -> tuple[dict[str, Any], list[DecodeError], int]:
+        """The next batch, its decode errors and the number of items it was built from."""
         with self._cond:
             while not self._queue:
                 if not self._thread.is_alive():
                     raise RuntimeError("the prefetch thread stopped without a batch")
                 self._cond.wait(timeout=0.5)
-            result, cost = self._queue.popleft()
+            result, cost, n_items = self._queue.popleft()
             self._bytes -= cost
             self._cond.notify_all()
         if isinstance(result, BaseException):
             raise result
-        batch: tuple[dict[str, Any], list[DecodeError]] = result
-        return batch
+        batch, errors = result
+        return batch, errors, n_items
 
     def stop(self) -> None:
         with self._cond:
@@ -510,9 +549,6 @@ def make_loader(
         resolved, images=images, audio=audio, video=video, meta=meta, resize=resize, crop=crop,
         threads=threads, hflip=hflip, layout=layout, dtype=dtype, normalize=normalize,
     )  # fmt: skip
-    for ds in resolved.datasets:  # every index column the batches read, in one go
-        names = {m.name for m in ds.modalities} | set(ds.metadata_columns)
-        ds.preload(["sample_id", *(f.name for f in fields if f.name in names)])
     sampler = make_sampler(
         resolved, shuffle=shuffle, seed=seed, streaming=streaming, shuffle_buffer=shuffle_buffer,
         drop_last=drop_last, rank=rank, world_size=world_size,
@@ -550,13 +586,19 @@ def make_sampler(
         )  # fmt: skip
     if streaming:
         base = 0
-        codes = []
-        for ds in source.datasets:
-            codes.append(ds.shard_of().astype(np.int64) + base)
+        starts, codes = [], []
+        for ds, offset in zip(source.datasets, source.offsets.tolist(), strict=True):
+            s, c = ds.shard_runs()  # O(runs), not a shard per item
+            starts.append(np.asarray(s, dtype=np.int64) + offset)
+            codes.append(np.asarray(c, dtype=np.int64) + base)
             base += ds.num_shards
-        shard_of = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
+        runs = (
+            (np.concatenate(starts), np.concatenate(codes))
+            if starts
+            else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        )
         return Sampler(
-            source.num_items, mode="shard_block", shard_of=shard_of,
+            source.num_items, mode="shard_block", shard_runs=runs,
             shuffle_buffer=shuffle_buffer, **common,
         )  # fmt: skip
     return Sampler(source.num_items, mode="permutation", **common)

@@ -1,12 +1,16 @@
 """Known-order read-ahead: the epoch's order is fixed in advance, so the cache blocks the
-next batches need are fetched before the batch builder asks, and the blocks read for the
-last time this epoch are marked cold (evicted first)."""
+next batches need are fetched before the batch builder asks, and the blocks no batch of
+the planned window reads again are marked cold (evicted first).
+
+The plan is incremental: batches are planned a window at a time ahead of the batch
+builder (their payload locations through `Dataset.locate`), so its memory is that of
+the window, not of the epoch."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,39 +61,42 @@ class BlockPlan:
         return int(self.nbytes.sum())
 
 
-def plan_blocks(
+def _block_uses(
     source: ResolvedSource,
     modalities: Sequence[str],
     batches: Sequence[npt.NDArray[np.int64]],
-) -> BlockPlan | None:
-    """The blocks `batches` read from the datasets' block caches (None when no dataset of
-    `source` has one, for example local ones)."""
+    objects: list[CachedObject],
+    obj_id: dict[tuple[int, int], int],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Every (object, block, batch) that `batches` read, with repeats; new shards are
+    added to `objects` / `obj_id`. Payload locations come from `Dataset.locate` of the
+    batches' positions only."""
+    empty = np.zeros(0, dtype=np.int64)
     if not batches or not modalities:
-        return None
+        return empty, empty, empty
     lens = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
     items = np.concatenate(batches).astype(np.int64, copy=False)
     batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), lens)
-    objects: list[CachedObject] = []
-    obj_id: dict[tuple[int, int], int] = {}
-    keys_obj, keys_block, keys_batch = [], [], []
+    keys_obj, keys_block, keys_batch = [empty], [empty], [empty]
     for d, slots, pos in source.split(items):
         ds = source.datasets[d]
         bs = ds.store.block_size
         if bs is None:
             continue
         for name in modalities:
-            shard_of = ds.shard_of(name)  # a layer's modalities live in its own shards
-            length = ds.sizes(name)[pos]
-            keep = np.flatnonzero(ds.present(name)[pos] & (length > 0))
+            loc = ds.locate(name, pos)  # a layer's modalities live in its own shards
+            length = np.asarray(loc.length, dtype=np.int64)
+            codes_all = np.asarray(loc.shard, dtype=np.int64)
+            keep = np.flatnonzero(np.asarray(loc.present) & (length > 0) & (codes_all >= 0))
             if not len(keep):
                 continue
-            start = ds.offsets(name)[pos[keep]]
+            start = np.asarray(loc.offset, dtype=np.int64)[keep]
             b0 = start // bs
             b1 = (start + length[keep] - 1) // bs
             count = b1 - b0 + 1
             rep = np.repeat(np.arange(len(keep)), count)
             within = np.arange(len(rep)) - np.repeat(np.cumsum(count) - count, count)
-            codes = shard_of[pos[keep]].astype(np.int64)
+            codes = codes_all[keep]
             # shard code -> object id, vectorised (a mask per shard would be O(shards x items))
             uniq, inverse = np.unique(codes, return_inverse=True)
             lut = np.empty(len(uniq), dtype=np.int64)
@@ -100,14 +107,31 @@ def plan_blocks(
                     obj_id[key] = len(objects)
                     objects.append(CachedObject(ds.store, path, size, version))
                 lut[j] = obj_id[key]
-            keys_obj.append(lut[inverse][rep])
+            keys_obj.append(lut[inverse.reshape(-1)][rep])
             keys_block.append(b0[rep] + within)
             keys_batch.append(batch_of[slots[keep]][rep])
+    return np.concatenate(keys_obj), np.concatenate(keys_block), np.concatenate(keys_batch)
+
+
+def _block_bytes(
+    objects: list[CachedObject], obj: npt.NDArray[np.int64], block: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    sizes = np.asarray([objects[i].size for i in obj.tolist()], dtype=np.int64)
+    bs_of = np.asarray([objects[i].store.block_size or 1 for i in obj.tolist()], dtype=np.int64)
+    return np.clip(sizes - block * bs_of, 0, bs_of).astype(np.int64)
+
+
+def plan_blocks(
+    source: ResolvedSource,
+    modalities: Sequence[str],
+    batches: Sequence[npt.NDArray[np.int64]],
+) -> BlockPlan | None:
+    """The blocks `batches` read from the datasets' block caches (None when no dataset of
+    `source` has one, for example local ones)."""
+    objects: list[CachedObject] = []
+    o, b, t = _block_uses(source, modalities, batches, objects, {})
     if not objects:
         return None
-    o = np.concatenate(keys_obj)
-    b = np.concatenate(keys_block)
-    t = np.concatenate(keys_batch)
     # one row per (object, block): its first and last batch
     order = np.lexsort((t, b, o))
     o, b, t = o[order], b[order], t[order]
@@ -116,110 +140,240 @@ def plan_blocks(
     starts = np.flatnonzero(new)
     ends = np.append(starts[1:], len(o)) - 1
     uo, ub, first, last = o[starts], b[starts], t[starts], t[ends]
-    sizes = np.asarray([objects[i].size for i in uo.tolist()], dtype=np.int64)
-    bs_of = np.asarray([objects[i].store.block_size or 1 for i in uo.tolist()], dtype=np.int64)
-    nbytes = np.clip(sizes - ub * bs_of, 0, bs_of).astype(np.int64)
+    nbytes = _block_bytes(objects, uo, ub)
     by_use = np.lexsort((ub, uo, first))
     return BlockPlan(objects, uo[by_use], ub[by_use], first[by_use], last[by_use], nbytes[by_use])
 
 
 #: The most bytes one read-ahead step fetches at once.
 STEP_MAX = 64 << 20
+#: Batches planned beyond the one whose blocks are marked cold, at least.
+AHEAD_MIN = 4
+
+_Key = tuple[int, int]
+
+
+class _Block:
+    """A block of the planned window: its size, last planned reader, whether fetched."""
+
+    __slots__ = ("fetched", "last", "nbytes")
+
+    def __init__(self, nbytes: int, last: int) -> None:
+        self.nbytes = nbytes
+        self.last = last
+        self.fetched = False
 
 
 class ReadAhead:
-    """Fetches a `BlockPlan`'s blocks in order of first use on a background thread.
+    """Fetches the blocks of upcoming batches, in order of first use, on a background
+    thread, planning a window of batches at a time.
 
-    At most `budget` bytes of fetched blocks are still waiting for their last reader
-    (the blocks of the batch about to be built are always allowed). `done(k)` tells it
-    that batch `k` has read its payloads: blocks whose last use was `k` are marked cold in
-    the cache and leave the budget.
+    `batch_of(k)` gives batch `k`'s item ids (of `count` batches). At most `budget`
+    bytes of fetched blocks are still waiting for their last planned reader (the blocks
+    of the batch about to be built are always allowed). `done(k)` tells it that batch
+    `k` has read its payloads: blocks that no batch up to `k + ahead` reads again are
+    marked cold in the cache and leave the budget, where `ahead` is at least `horizon`
+    (the loader passes two shuffle windows for the streaming order, whose blocks are
+    reused within a window) and `AHEAD_MIN`, and the plan always reaches that far before
+    anything is marked: a block read again later than that is no longer known to be
+    needed soon, and cold only means "evict first".
     """
 
-    def __init__(self, plan: BlockPlan, budget: int) -> None:
-        self._plan = plan
+    def __init__(
+        self,
+        source: ResolvedSource,
+        modalities: Sequence[str],
+        batch_of: Callable[[int], npt.NDArray[np.int64]],
+        count: int,
+        budget: int,
+        *,
+        horizon: int = 0,
+    ) -> None:
+        self._source = source
+        self._modalities = list(modalities)
+        self._batch_of = batch_of
+        self._count = count
         self._budget = budget
+        self._ahead = max(horizon, AHEAD_MIN)
         self._cond = threading.Condition()
+        self._plan_lock = threading.Lock()
+        self._objects: list[CachedObject] = []
+        self._obj_id: dict[tuple[int, int], int] = {}
+        self._planned = 0  # batches planned: 0..planned-1
+        self._blocks: dict[_Key, _Block] = {}  # blocks of the window, by (object, block)
+        self._batch_keys: dict[int, list[_Key]] = {}  # per planned batch not yet fetched
+        self._last_of: dict[int, set[_Key]] = {}  # batch -> blocks it reads last (so far)
         self._done = -1  # batches whose payloads have been read: 0..done
+        self._retired = -1  # batches whose last-read blocks were marked: 0..retired
         self._live = 0  # fetched bytes not yet past their last use
-        self._fetched = np.zeros(len(plan), dtype=bool)
         self._stopped = False
         self.fetched_bytes = 0
+        self.planned_peak = 0  # the most blocks the window held at once
         self.error: BaseException | None = None
-        by_last = np.argsort(plan.last, kind="stable")
-        cuts = np.searchsorted(plan.last[by_last], np.arange(int(plan.last.max()) + 2))
-        self._last_of = [by_last[cuts[k] : cuts[k + 1]] for k in range(len(cuts) - 1)]
         self._thread = threading.Thread(target=self._run, name="ferroload-readahead", daemon=True)
         self._thread.start()
 
+    # ------------------------------------------------------------------ planning
+
+    def _ensure_planned(self, upto: int) -> None:
+        """Plan batches up to `upto` (exclusive)."""
+        upto = min(upto, self._count)
+        with self._plan_lock:
+            lo = self._planned
+            if upto <= lo:
+                return
+            batches = [self._batch_of(k) for k in range(lo, upto)]
+            o, b, t = _block_uses(
+                self._source, self._modalities, batches, self._objects, self._obj_id
+            )
+            t = t + lo
+            # one row per (batch, object, block), in batch order
+            order = np.lexsort((b, o, t))
+            o, b, t = o[order], b[order], t[order]
+            keep = np.ones(len(o), dtype=bool)
+            keep[1:] = (o[1:] != o[:-1]) | (b[1:] != b[:-1]) | (t[1:] != t[:-1])
+            o, b, t = o[keep], b[keep], t[keep]
+            nbytes = _block_bytes(self._objects, o, b) if len(o) else o
+            with self._cond:
+                for k in range(lo, upto):
+                    self._batch_keys[k] = []
+                for oi, bi, ti, nb in zip(
+                    o.tolist(), b.tolist(), t.tolist(), nbytes.tolist(), strict=True
+                ):
+                    key = (oi, bi)
+                    blk = self._blocks.get(key)
+                    if blk is None:
+                        blk = self._blocks[key] = _Block(nb, ti)
+                    else:
+                        self._last_of[blk.last].discard(key)
+                        blk.last = ti
+                    self._last_of.setdefault(ti, set()).add(key)
+                    self._batch_keys[ti].append(key)
+                self._planned = upto
+                self.planned_peak = max(self.planned_peak, len(self._blocks))
+                self._cond.notify_all()
+
+    def _need(self, k: int) -> int:
+        """Bytes of batch `k`'s blocks not fetched yet (under the lock)."""
+        return sum(
+            blk.nbytes
+            for key in self._batch_keys.get(k, ())
+            if (blk := self._blocks.get(key)) is not None and not blk.fetched
+        )
+
+    # ------------------------------------------------------------------ fetching
+
     def _run(self) -> None:
-        plan = self._plan
-        i, n = 0, len(plan)
+        k, n = 0, self._count
         # Steps start small (the first batch waits for the first step) and double up to
         # STEP_MAX: a step's blocks are fetched together (coalesced, in parallel).
         step = 0
         try:
-            while i < n:
+            while k < n:
+                self._ensure_planned(k + 1 + self._ahead)
                 with self._cond:
                     while not self._stopped and (
-                        plan.first[i] > self._done + 1
-                        and self._live + plan.nbytes[i] > self._budget
+                        k > self._done + 1 and self._live + self._need(k) > self._budget
                     ):
                         self._cond.wait()
                     if self._stopped:
                         return
+                    if k <= self._done:  # the builder is past it: nothing to fetch for it
+                        self._batch_keys.pop(k, None)
+                        k += 1
+                        continue
                     room = min(self._budget - self._live, step)
                     urgent = self._done + 1
-                j, took = i + 1, int(plan.nbytes[i])
-                while j < n and (plan.first[j] <= urgent or took + plan.nbytes[j] <= room):
-                    took += int(plan.nbytes[j])
+                j, took = k, 0
+                keys: list[_Key] = []
+                while j < n:
+                    self._ensure_planned(j + 1)
+                    with self._cond:
+                        need = self._need(j)
+                        if j > k and j > urgent and took + need > room:
+                            break
+                        for key in self._batch_keys.pop(j, ()):
+                            blk = self._blocks.get(key)
+                            if blk is not None and not blk.fetched:
+                                blk.fetched = True  # claimed: fetched by this step
+                                keys.append(key)
+                        took += need
                     j += 1
                 step = min(max(2 * step, 2 * took), STEP_MAX)
-                self._fetch(i, j)
-                i = j
+                self._fetch(keys)
+                k = j
         except BaseException as exc:  # the builder then fetches for itself
             self.error = exc
             logger.warning("read-ahead stopped: %s", exc)
 
-    def _fetch(self, i: int, j: int) -> None:
-        plan = self._plan
-        objs = plan.obj[i:j]
-        for o in np.unique(objs).tolist():
-            sel = np.flatnonzero(objs == o) + i
-            ob = plan.objects[o]
-            ob.store.prefetch_blocks(ob.path, plan.block[sel], size=ob.size, version=ob.version)
-        nbytes = int(plan.nbytes[i:j].sum())
+    def _fetch(self, keys: list[_Key]) -> None:
+        if not keys:
+            return
+        self._store_call(keys, cold=False)
         with self._cond:
-            self._fetched[i:j] = True
-            # blocks whose last reader is already done are cold at once
-            late = np.arange(i, j)[plan.last[i:j] <= self._done]
-            self._live += nbytes - int(plan.nbytes[late].sum())
+            nbytes = late = 0
+            cold: list[_Key] = []
+            for key in keys:
+                blk = self._blocks.get(key)
+                size = blk.nbytes if blk is not None else self._size(key)
+                nbytes += size
+                if blk is None:  # retired while being fetched: its last reader is done
+                    cold.append(key)
+                if blk is None or not blk.fetched:  # (or planned anew since): not live
+                    late += size
+            self._live += nbytes - late
             self.fetched_bytes += nbytes
-        if len(late):
-            self._mark_cold(late)
+        if cold:
+            self._store_call(cold, cold=True)
 
-    def _mark_cold(self, sel: npt.NDArray[np.int64]) -> None:
-        plan = self._plan
-        objs = plan.obj[sel]
-        for o in np.unique(objs).tolist():
-            ob = plan.objects[o]
-            blocks = plan.block[sel[objs == o]]
-            ob.store.mark_cold_blocks(ob.path, blocks, size=ob.size, version=ob.version)
+    def _size(self, key: _Key) -> int:
+        o, b = key
+        return int(_block_bytes(self._objects, np.asarray([o]), np.asarray([b]))[0])
+
+    def _store_call(self, keys: list[_Key], *, cold: bool) -> None:
+        by_obj: dict[int, list[int]] = {}
+        for o, b in keys:
+            by_obj.setdefault(o, []).append(b)
+        for o, blocks in by_obj.items():
+            ob = self._objects[o]
+            arr = np.asarray(blocks, dtype=np.int64)
+            if cold:
+                ob.store.mark_cold_blocks(ob.path, arr, size=ob.size, version=ob.version)
+            else:
+                ob.store.prefetch_blocks(ob.path, arr, size=ob.size, version=ob.version)
+
+    # ------------------------------------------------------------------ progress
 
     def done(self, k: int) -> None:
         """Batch `k` has read its payloads."""
-        sel = self._last_of[k] if k < len(self._last_of) else np.zeros(0, dtype=np.int64)
+        if not self._stopped:
+            try:  # the plan must reach `ahead` batches past k before anything is marked
+                self._ensure_planned(k + 1 + self._ahead)
+            except Exception as exc:  # the read-ahead reports its own errors
+                logger.debug("could not plan past batch %d: %s", k, exc)
         with self._cond:
             self._done = max(self._done, k)
-            fetched = sel[self._fetched[sel]]
-            self._live -= int(self._plan.nbytes[fetched].sum())
+            # batch j's last readers are final once the plan reaches j + ahead (or the end)
+            upto = (
+                self._done
+                if self._planned >= self._count
+                else min(self._done, self._planned - 1 - self._ahead)
+            )
+            cold: list[_Key] = []
+            while self._retired < upto:
+                self._retired += 1
+                for key in self._last_of.pop(self._retired, ()):
+                    blk = self._blocks.pop(key)
+                    if blk.fetched:
+                        self._live -= blk.nbytes
+                    cold.append(key)
             self._cond.notify_all()
-        # Every block last read by batch k, whoever fetched it: when the read-ahead falls
-        # behind, the batch builder fetches blocks itself, and the read-ahead may never
-        # reach them before the pass ends.
-        if len(sel):
+        # Every block last read by these batches, whoever fetched it: when the read-ahead
+        # falls behind, the batch builder fetches blocks itself, and the read-ahead may
+        # never reach them before the pass ends.
+        if cold:
             try:
-                self._mark_cold(sel)
+                self._store_call(cold, cold=True)
             except Exception as exc:  # only an eviction hint
                 logger.debug("could not mark blocks cold: %s", exc)
 

@@ -38,7 +38,7 @@ from ferroload_loader._batch import build_batch, item_seeds
 from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._loader import check_state, make_sampler, to_torch
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
-from ferroload_loader._sampler import Sampler
+from ferroload_loader._sampler import RankItems, Sampler
 from ferroload_loader._source import Mixture, ResolvedSource, resolve_source
 
 if TYPE_CHECKING:
@@ -633,17 +633,17 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
 
     # ------------------------------------------------------------------ position
 
-    def _order(self, seed: int, epoch: int, consumed: int) -> npt.NDArray[np.int64]:
-        """This rank's items of `epoch` from position `consumed` (whole batches only
-        with `drop_last`)."""
+    def _order(self, seed: int, epoch: int, consumed: int) -> tuple[int, RankItems]:
+        """This rank's batches of `epoch` from position `consumed` (whole batches only
+        with `drop_last`): their count, and the rank's items computed on demand."""
         s = self._sampler
         if s.seed != seed:
             s.seed, s._cache = seed, None
         s.epoch, s.consumed = epoch, consumed
-        items = s.indices()
-        if self.drop_last:
-            items = items[: len(items) // self.batch_size * self.batch_size]
-        return items
+        view = s.view()
+        b = self.batch_size
+        count = len(view) // b if self.drop_last else -(-len(view) // b)
+        return count, view
 
     def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int]:
         """`(seed, epoch, consumed, batches to skip)` where this worker's next pass
@@ -760,7 +760,8 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         sampler = copy.copy(self._sampler)
         sampler.seed, sampler.epoch, sampler.consumed = seed, epoch, consumed
         if workers == 1:
-            items = len(self._order(seed, epoch, consumed))
+            count, view = self._order(seed, epoch, consumed)
+            items = len(view) if not self.drop_last else count * self.batch_size
             sampler.advance(min(batches * self.batch_size, items))
             return {"sampler": sampler.state_dict(), "batch_size": self.batch_size}
         return {
@@ -799,11 +800,11 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         worker, workers = self._worker()
         source, fields = self._runtime()
         seed, epoch, consumed, skip = self._plan(worker, workers, begin=True)
-        items = self._order(seed, epoch, consumed)
+        count, view = self._order(seed, epoch, consumed)
         self._pass = [seed, epoch, consumed, skip]
         b = self.batch_size
-        for start in range((worker + skip * workers) * b, len(items), workers * b):
-            chunk = items[start : start + b]
+        for k in range(worker + skip * workers, count, workers):
+            chunk = view.batch(k, b)
             batch, _ = build_batch(
                 source, fields, chunk, seed=seed, epoch=epoch, on_error=self.on_error
             )
@@ -817,7 +818,7 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         sampler = copy.copy(self._sampler)
-        sampler._cache = None  # the epoch's order: cheaper to recompute than to send
+        sampler._cache = None  # the epoch's order: rebuilt on demand in each process
         state["_sampler"] = sampler
         state["_local"] = state["_pass"] = None  # a worker starts its own passes
         return state
