@@ -516,8 +516,9 @@ def make_loader(
         readahead_bytes: for remote datasets, bytes of cache blocks fetched ahead of the
             batch builder in the epoch's known order (0 turns read-ahead off).
         streaming: read shard by shard: shards in a shuffled order, then a seeded shuffle
-            buffer of `shuffle_buffer` items.
-        shuffle_buffer: items in the streaming shuffle buffer.
+            within windows of `shuffle_buffer` items of that stream.
+        shuffle_buffer: items per streaming shuffle window (the first windows are
+            smaller: 128 items, doubling).
         pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
         on_error: per-sample decode failures: `raise`, or leave the sample out of its
             batch (`skip`), also logging it (`warn`); counted in `loader.stats`.
