@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,6 +38,8 @@ from ferroload_format._types import (
 from ferroload_store import ObjectNotFoundError, RangeFile, Store
 
 ROW_GROUP_SIZE = 65_536
+#: Row groups read together by the row-group path (one coalesced fetch on an object store).
+_GROUPS_PER_READ = 16
 #: Opened index parts, by (key, dictionary-read columns): the file and, on an object
 #: store, the `RangeFile` under it (None for a local file).
 PartFiles = dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, "RangeFile | None"]]
@@ -1049,29 +1051,43 @@ class IndexColumns:
             )
         return code
 
-    def _group_values(
-        self, scope: _Scope, groups: Sequence[tuple[int, int]], kind: str, name: str
-    ) -> list[Any]:
-        """What row groups `groups` hold of `name`, read where not cached: `kind` "col"
-        (the column as an Arrow array), "loc" (a modality's `ModalityArrays`, range
-        checked) or "codes" (shard codes)."""
-        out: list[Any] = [None] * len(groups)
-        missing: dict[int, list[tuple[int, int]]] = {}
+    def _each_group(
+        self,
+        scope: _Scope,
+        groups: Sequence[tuple[int, int]],
+        kind: str,
+        name: str,
+        use: Callable[[int, Any], None],
+    ) -> None:
+        """Call `use(i, value)` with what row group `groups[i]` holds of `name`, read
+        where not cached: `kind` "col" (the column as an Arrow array), "loc" (a
+        modality's `ModalityArrays`, range checked) or "codes" (shard codes). Values are
+        handed over as they are read, so a call touching many row groups holds a few at
+        a time beyond the cache."""
+        missing: dict[int, dict[int, list[int]]] = {}
         for i, (p, g) in enumerate(groups):
             value = self._groups.get((scope.key, p, g, kind, name))
             if value is None:
-                missing.setdefault(p, []).append((i, g))
+                missing.setdefault(p, {}).setdefault(g, []).append(i)
             else:
-                out[i] = value
-        for p, items in missing.items():
-            loaded = self._load_groups(scope, p, sorted({g for _, g in items}), kind, name)
-            for i, g in items:
-                out[i] = loaded[g]
-        return out
+                use(i, value)
+        for p, by_group in missing.items():
+
+            def hand(g: int, value: Any, by_group: dict[int, list[int]] = by_group) -> None:
+                for i in by_group[g]:
+                    use(i, value)
+
+            self._load_groups(scope, p, sorted(by_group), kind, name, hand)
 
     def _load_groups(
-        self, scope: _Scope, p: int, gs: list[int], kind: str, name: str
-    ) -> dict[int, Any]:
+        self,
+        scope: _Scope,
+        p: int,
+        gs: list[int],
+        kind: str,
+        name: str,
+        use: Callable[[int, Any], None],
+    ) -> None:
         part = scope.parts[p]
         starts = self._starts(scope, p)
         opened = open_part(self.store, part, self._files)
@@ -1079,50 +1095,52 @@ class IndexColumns:
         for c in phys:
             if opened[0].schema_arrow.get_field_index(c) < 0:
                 raise _no_column(self.store, part, c)
-        table = read_row_groups(opened, gs, phys)
-        out: dict[int, Any] = {}
-        off = 0
-        for g in gs:
-            n = int(starts[g + 1] - starts[g])
-            t = table.slice(off, n)
-            off += n
-            codes = None
-            if "shard" in phys:
-                codes = self._codes_of(scope, t.column("shard").combine_chunks())
-                if scope.layer is None:
-                    one = self._one_shard(p, g)
-                    if one is not None and bool((codes != one).any()):
-                        raise ManifestError(
-                            f"row group {g} of index part {part.path} of {self.store.uri} "
-                            "holds rows of several shards; its statistics say one. The index "
-                            "was altered; run verify()",
-                            uri=self.store.uri,
-                            part=part.path,
-                        )
-                self._groups.put((scope.key, p, g, "codes", "shard"), codes, codes.nbytes)
-            if kind == "codes":
-                out[g] = codes
-                continue
-            arr = self._typed(name, t.column(name))
-            if kind == "col":
-                value: Any = arr
-                nbytes = arr.nbytes
-            else:
-                assert codes is not None
-                value = ModalityArrays(
-                    present=numpy_column(arr.field("present"), writable=True),
-                    shard=codes,
-                    offset=numpy_column(arr.field("offset"), writable=True),
-                    length=numpy_column(arr.field("length"), writable=True),
-                    checksum=numpy_column(arr.field("checksum"), writable=True),
-                )
-                self._check_group(name, value, int(scope.bounds[p] + starts[g]))
-                nbytes = sum(
-                    x.nbytes for x in (value.present, value.offset, value.length, value.checksum)
-                )
-            self._groups.put((scope.key, p, g, kind, name), value, nbytes)
-            out[g] = value
-        return out
+        # a few row groups per read: what one read holds at once stays small
+        for c0 in range(0, len(gs), _GROUPS_PER_READ):
+            chunk = gs[c0 : c0 + _GROUPS_PER_READ]
+            table = read_row_groups(opened, chunk, phys)
+            off = 0
+            for g in chunk:
+                n = int(starts[g + 1] - starts[g])
+                t = table.slice(off, n)
+                off += n
+                codes = None
+                if "shard" in phys:
+                    codes = self._codes_of(scope, t.column("shard").combine_chunks())
+                    if scope.layer is None:
+                        one = self._one_shard(p, g)
+                        if one is not None and bool((codes != one).any()):
+                            raise ManifestError(
+                                f"row group {g} of index part {part.path} of {self.store.uri} "
+                                "holds rows of several shards; its statistics say one. The index "
+                                "was altered; run verify()",
+                                uri=self.store.uri,
+                                part=part.path,
+                            )
+                    self._groups.put((scope.key, p, g, "codes", "shard"), codes, codes.nbytes)
+                if kind == "codes":
+                    use(g, codes)
+                    continue
+                arr = self._typed(name, t.column(name))
+                if kind == "col":
+                    value: Any = arr
+                    nbytes = arr.nbytes
+                else:
+                    assert codes is not None
+                    value = ModalityArrays(
+                        present=numpy_column(arr.field("present"), writable=True),
+                        shard=codes,
+                        offset=numpy_column(arr.field("offset"), writable=True),
+                        length=numpy_column(arr.field("length"), writable=True),
+                        checksum=numpy_column(arr.field("checksum"), writable=True),
+                    )
+                    self._check_group(name, value, int(scope.bounds[p] + starts[g]))
+                    nbytes = sum(
+                        x.nbytes
+                        for x in (value.present, value.offset, value.length, value.checksum)
+                    )
+                self._groups.put((scope.key, p, g, kind, name), value, nbytes)
+                use(g, value)
 
     def _typed(self, name: str, col: pa.ChunkedArray) -> pa.Array:
         """A row group's column as the schema's type, in memory of its own (not a slice
@@ -1191,11 +1209,13 @@ class IndexColumns:
         field_type = self.schema.field(name).type
         covered = rows if layer is None else rows[rows < scope.bounds[-1]]
         plan = self._plan(scope, covered)
-        values = self._group_values(scope, plan.groups, "col", name)
-        pieces = [
-            v.take(arrow_array(plan.inner[sel]))
-            for v, (_, sel) in zip(values, plan.segments(), strict=True)
-        ]
+        segments = plan.segments()
+        pieces: list[pa.Array] = [pa.array([], type=field_type)] * len(segments)
+
+        def use(i: int, v: pa.Array) -> None:
+            pieces[i] = v.take(arrow_array(plan.inner[segments[i][1]]))
+
+        self._each_group(scope, plan.groups, "col", name, use)
         order = plan.order
         if layer is not None and len(covered) < len(rows):
             # rows the layer does not cover: absent / null, placed after the covered ones
@@ -1245,15 +1265,19 @@ class IndexColumns:
             inside = np.flatnonzero(rows < scope.bounds[-1]) if layer is not None else None
             covered = rows if inside is None else rows[inside]
             plan = self._plan(scope, covered)
-            values = self._group_values(scope, plan.groups, "loc", name)
-        for v, (_, sel) in zip(values, plan.segments(), strict=True):
-            at = sel if inside is None else inside[sel]
-            k = plan.inner[sel]
-            out.present[at] = v.present[k]
-            out.shard[at] = v.shard[k]
-            out.offset[at] = v.offset[k]
-            out.length[at] = v.length[k]
-            out.checksum[at] = v.checksum[k]
+            segments = plan.segments()
+
+            def use(i: int, v: ModalityArrays) -> None:
+                sel = segments[i][1]
+                at = sel if inside is None else inside[sel]
+                k = plan.inner[sel]
+                out.present[at] = v.present[k]
+                out.shard[at] = v.shard[k]
+                out.offset[at] = v.offset[k]
+                out.length[at] = v.length[k]
+                out.checksum[at] = v.checksum[k]
+
+            self._each_group(scope, plan.groups, "loc", name, use)
         return out
 
     def shard_codes_at(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
@@ -1265,9 +1289,13 @@ class IndexColumns:
         with self._lock:
             scope = self._scope(None)
             plan = self._plan(scope, rows)
-            values = self._group_values(scope, plan.groups, "codes", "shard")
-        for v, (_, sel) in zip(values, plan.segments(), strict=True):
-            out[sel] = v[plan.inner[sel]]
+            segments = plan.segments()
+
+            def use(i: int, v: npt.NDArray[np.int32]) -> None:
+                sel = segments[i][1]
+                out[sel] = v[plan.inner[sel]]
+
+            self._each_group(scope, plan.groups, "codes", "shard", use)
         return out
 
     def shard_runs(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
@@ -1293,18 +1321,27 @@ class IndexColumns:
                 base = int(scope.bounds[p])
                 ones = [self._one_shard(p, g) for g in range(len(gstarts) - 1)]
                 mixed = [(p, g) for g, one in enumerate(ones) if one is None]
-                read = dict(
-                    zip(mixed, self._group_values(scope, mixed, "codes", "shard"), strict=True)
-                )
+                runs: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = {}
+
+                def use(
+                    i: int,
+                    v: npt.NDArray[np.int32],
+                    mixed: Any = mixed,
+                    runs: Any = runs,
+                    base: int = base,
+                    gstarts: Any = gstarts,
+                ) -> None:
+                    g = mixed[i][1]
+                    runs[g] = _runs_of(v, base + int(gstarts[g]))
+
+                self._each_group(scope, mixed, "codes", "shard", use)
                 for g, one in enumerate(ones):
-                    first = base + int(gstarts[g])
                     if one is not None:
-                        starts.append(np.asarray([first], dtype=np.int64))
+                        starts.append(np.asarray([base + int(gstarts[g])], dtype=np.int64))
                         codes.append(np.asarray([one], dtype=np.int32))
-                    elif gstarts[g + 1] > gstarts[g]:
-                        s, c = _runs_of(read[(p, g)], first)
-                        starts.append(s)
-                        codes.append(c)
+                    elif g in runs:
+                        starts.append(runs[g][0])
+                        codes.append(runs[g][1])
             if not starts:
                 self._runs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32))
                 return self._runs
@@ -1343,8 +1380,13 @@ class IndexColumns:
                             return False
                         if stats.min is True:
                             continue
-                    (v,) = self._group_values(scope, [(p, g)], "loc", name)
-                    if not v.present.all():
+                    found: list[bool] = []
+
+                    def seen(_: int, v: ModalityArrays, found: list[bool] = found) -> None:
+                        found.append(bool(v.present.all()))
+
+                    self._each_group(scope, [(p, g)], "loc", name, seen)
+                    if not all(found):
                         return False
             return True
 
