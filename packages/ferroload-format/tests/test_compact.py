@@ -115,7 +115,8 @@ def test_a_compact_of_a_version_appended_to_since_conflicts(uri: str) -> None:
         stale.compact()
     ds = Dataset.open(uri)
     assert ds.version == stale.version + 1
-    assert len(ds.manifest.index_parts) == 7
+    assert ds.manifest.operation == "append"
+    assert len(ds.manifest.index_parts) > 1
     assert len(ds.compact()) == 19
 
 

@@ -22,11 +22,20 @@ from ferroload_format._errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     DuplicateSampleError,
+    FormatError,
     VersionNotFoundError,
 )
-from ferroload_format._ids import hash_ids, next_runs, run_path, suspects
+from ferroload_format._ids import (
+    current_runs,
+    hash_ids,
+    part_hashes,
+    run_path,
+    suspects,
+    write_run,
+)
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
 from ferroload_format._manifest import (
+    IDS_DIR,
     INDEX_DIR,
     SHARDS_DIR,
     IdRun,
@@ -46,6 +55,12 @@ from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
 logger = logging.getLogger(__name__)
 
 MAX_COMMIT_ATTEMPTS = 50
+
+#: Tiered merging (docs/format.md §7.6): an append's index part absorbs the newest parts
+#: of the version it commits on while each holds at most `MERGE_FACTOR` times the rows
+#: merged so far. Each part then holds more than twice the rows of the next, so a version
+#: has at most log2(N) + 1 parts and a row is rewritten at most log2(N) times.
+MERGE_FACTOR = 2
 
 
 def _checkpoint(name: str) -> None:
@@ -116,7 +131,25 @@ def ensure_published(store: Store, manifest: Manifest) -> list[str]:
             )
         except ObjectExistsError:
             pass
+    if done:
+        settle_retirement(store, manifest)
     return done
+
+
+def settle_retirement(store: Store, manifest: Manifest, known: Manifest | None = None) -> None:
+    """After publishing a part of `manifest`: retire the parts it replaced, and, when a
+    newer version was committed meanwhile, every part that one no longer lists. (A newer
+    version that merged this very part may have retired it before this publish put it
+    back: only a check after the publish sees that.) Failures are logged; `gc` finishes.
+    """
+    try:
+        newest = latest_version(store)
+        if newest is not None and newest > manifest.version:
+            retire_replaced_parts(store, read_manifest(store, newest), manifest)
+        elif replaced_anything(manifest):
+            retire_replaced_parts(store, manifest, known)
+    except (OSError, FormatError):
+        logger.warning("could not retire replaced parts of %s; gc will", store.uri, exc_info=True)
 
 
 def claim_version(store: Store, manifest: Manifest) -> bool:
@@ -195,10 +228,11 @@ def _check_duplicates(
     store: Store,
     ids: pa.Array,
     parts: Sequence[IndexPart],
-    base_version: int | None,
+    pending: PendingCommit,
     read: dict[int, pa.Array],
 ) -> None:
     """Compare `ids` exactly with the sample ids of `parts` (kept in `read`, by version)."""
+    base_version = pending.base_version
     for part in parts:
         theirs = read.get(part.version)
         if theirs is None:
@@ -207,11 +241,24 @@ def _check_duplicates(
         hit = pc.is_in(ids, value_set=theirs)
         if not pc.any(hit).as_py():
             continue
-        first = ids[int(np.flatnonzero(hit.to_numpy(zero_copy_only=False))[0])].as_py()
-        if base_version is not None and part.version <= base_version:
+        hits = ids.filter(hit)
+        first = hits[0].as_py()
+        duplicate = base_version is not None and part.version <= base_version
+        if not duplicate and base_version is not None and part.since <= base_version:
+            # a part that a concurrent append merged: is a hit among the rows this
+            # writer's base version already had?
+            old = _found_in(store, _base_manifest(store, pending), hits)
+            if old is not None:
+                first, duplicate = old, True
+        if duplicate:
+            added = (
+                f"version {part.version}"
+                if part.since == part.version
+                else f"one of versions {part.since}-{part.version}"
+            )
             raise DuplicateSampleError(
-                f"sample id {first!r} is already in {store.uri} (added in version "
-                f"{part.version}); sample ids must be unique",
+                f"sample id {first!r} is already in {store.uri} (added in {added}); "
+                "sample ids must be unique",
                 uri=store.uri,
                 sample_id=first,
             )
@@ -221,6 +268,29 @@ def _check_duplicates(
             uri=store.uri,
             sample_id=first,
         )
+
+
+def _base_manifest(store: Store, pending: PendingCommit) -> Manifest | None:
+    if pending.base is not None or pending.base_version is None:
+        return pending.base
+    try:
+        return read_manifest(store, pending.base_version)
+    except (VersionNotFoundError, OSError):
+        return None
+
+
+def _found_in(store: Store, manifest: Manifest | None, ids: pa.Array) -> str | None:
+    """The first of `ids` that `manifest` holds (None if none, or if it is unknown)."""
+    if manifest is None:
+        return None
+    named, uncovered, _ = suspects(store, manifest, np.unique(hash_ids(ids)))
+    for part in manifest.index_parts:
+        if part.version in named or part.version in uncovered:
+            theirs = read_part_table(store, part, ["sample_id"]).column("sample_id")
+            hit = pc.is_in(ids, value_set=theirs.combine_chunks())
+            if pc.any(hit).as_py():
+                return str(ids.filter(hit)[0].as_py())
+    return None
 
 
 def _check_shards_exist(store: Store, pending: PendingCommit) -> None:
@@ -239,8 +309,14 @@ def _check_shards_exist(store: Store, pending: PendingCommit) -> None:
 
 
 def _statistics(
-    latest: Manifest | None, table: pa.Table, pending: PendingCommit, part_size: int
+    latest: Manifest | None,
+    table: pa.Table,
+    pending: PendingCommit,
+    part_size: int,
+    merged: Sequence[IndexPart] = (),
 ) -> dict[str, Any]:
+    """`latest`'s statistics plus the rows of `table`; the index bytes of the `merged`
+    parts are replaced by `part_size`."""
     old = dict(latest.statistics) if latest is not None else {}
     mods = {k: dict(v) for k, v in old.get("modalities", {}).items()}
     for m in pending.modalities:
@@ -249,14 +325,25 @@ def _statistics(
         entry = mods.setdefault(m.name, {"count": 0, "bytes": 0})
         entry["count"] += int(pc.sum(present).as_py() or 0)
         entry["bytes"] += int(pc.sum(pc.struct_field(struct, "length")).as_py() or 0)
+    index_bytes = int(old.get("index_bytes", 0)) + part_size - sum(p.size for p in merged)
     return {
         **old,
         "num_samples": int(old.get("num_samples", 0)) + table.num_rows,
         "num_shards": int(old.get("num_shards", 0)) + len(pending.shards),
         "shard_bytes": int(old.get("shard_bytes", 0)) + sum(s.size for s in pending.shards),
-        "index_bytes": int(old.get("index_bytes", 0)) + part_size,
+        "index_bytes": max(index_bytes, 0),
         "modalities": mods,
     }
+
+
+def tiered_merge(parts: Sequence[IndexPart], rows: int, factor: int = MERGE_FACTOR) -> int:
+    """How many of the newest `parts` a new part of `rows` rows absorbs: the newest one
+    while it holds at most `factor` times the rows absorbed so far (its own included)."""
+    k, merged = 0, rows
+    while k < len(parts) and parts[-1 - k].num_rows <= factor * merged:
+        merged += parts[-1 - k].num_rows
+        k += 1
+    return k
 
 
 def commit(store: Store, pending: PendingCommit) -> Manifest:
@@ -265,6 +352,11 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
     Concurrent writers are serialized by the put-if-absent of the manifest: the loser
     re-reads the new version, checks that the two writes do not collide (no shared sample
     id, same schema) and tries the next version number.
+
+    An append merges its index part with the newest parts of the version it commits on
+    (`tiered_merge`, docs/format.md §7.6); the parts it replaced are retired from the
+    `index/part-*` glob after the commit (`retire_replaced_parts`). A writer that loses
+    the race merges again on top of the version that won.
 
     Returns:
         The committed manifest.
@@ -282,19 +374,23 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
     """
     staged = staged_part_path(pending.txn)
     table = pending.table
-    part_bytes = write_part(table, row_group_size=pending.row_group_size)
+    own_bytes = part_bytes = write_part(table, row_group_size=pending.row_group_size)
     store.put(staged, part_bytes)
+    staged_as: tuple[int, ...] | None = ()  # the parts merged into the staged bytes
     _checkpoint("part-staged")
     ids = table.column("sample_id").combine_chunks()
     hashes = hash_ids(ids)
     query = np.unique(hashes)
     read: dict[int, pa.Array] = {}  # sample ids of parts read in full, by version
+    tables: dict[int, pa.Table] = {}  # parts read to merge them, by version
     uncovered: set[int] = set()
     usable: list[IdRun] = []
+    merged: tuple[IndexPart, ...] = ()
     checked_upto = 0
     latest = pending.base
     for _attempt in range(MAX_COMMIT_ATTEMPTS):
         latest = _latest(store, latest)
+        merged = ()
         if latest is not None and pending.mode == "create":
             raise DatasetExistsError(
                 f"a concurrent writer created a dataset at {store.uri} (version "
@@ -317,8 +413,8 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
             conformed = _conform(pending, latest, store)
             if conformed is not table:
                 table = conformed
-                part_bytes = write_part(table, row_group_size=pending.row_group_size)
-                store.put(staged, part_bytes)
+                own_bytes = write_part(table, row_group_size=pending.row_group_size)
+                staged_as = None
             named, uncovered, usable = suspects(store, latest, query)
             _check_duplicates(
                 store,
@@ -329,26 +425,35 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
                     if p.version > checked_upto or p.version in uncovered
                     if p.version in named or p.version in uncovered
                 ],
-                pending.base_version,
+                pending,
                 read,
             )
             checked_upto = latest.version
+            parts = latest.index_parts
+            merged = parts[len(parts) - tiered_merge(parts, table.num_rows) :]
         elif pending.base_version is not None:
             raise CommitConflictError(
                 f"{store.uri} had version {pending.base_version} when this writer started "
                 "but now has none; was it deleted?",
                 uri=store.uri,
             )
-        manifest = _next_manifest(latest, pending, table, part_bytes, staged)
-        manifest = manifest.derive(
-            id_runs=_id_runs(store, manifest, pending, hashes, usable, uncovered, read)
-        )
+        if staged_as != tuple(p.version for p in merged):
+            part_bytes = (
+                _merge(store, merged, table, tables, pending.row_group_size)
+                if merged
+                else own_bytes
+            )
+            store.put(staged, part_bytes)
+            staged_as = tuple(p.version for p in merged)
+        manifest = _next_manifest(latest, pending, table, part_bytes, staged, merged)
+        runs = _id_runs(store, manifest, pending, hashes, merged, usable, uncovered, read, tables)
+        manifest = manifest.derive(id_runs=runs)
         _check_shards_exist(store, pending)
         _checkpoint("before-commit")
         if claim_version(store, manifest):
             break
-        with suppress(OSError):  # this attempt's run; a later attempt writes its own
-            store.delete([manifest.id_runs[-1].path])
+        with suppress(OSError):  # this attempt's runs; a later attempt writes its own
+            store.delete([r.path for r in runs if r.path.startswith(f"{IDS_DIR}{pending.txn}-")])
     else:
         raise CommitConflictError(
             f"gave up committing to {store.uri} after {MAX_COMMIT_ATTEMPTS} attempts: "
@@ -356,22 +461,49 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
             uri=store.uri,
         )
     _checkpoint("committed")
-    with suppress(ObjectExistsError):  # a concurrent writer published it for us
+    try:
         store.put_if_absent(part_path(manifest.version), part_bytes)
+        settle_retirement(store, manifest, latest)
+    except ObjectExistsError:  # a concurrent writer published it for us
+        if replaced_anything(manifest):
+            settle_retirement(store, manifest, latest)
     _checkpoint("published")
     write_hint(store, manifest.version)
     try:
-        store.delete(staged)
+        # not once a later append merged this part and retired it (it then reads from
+        # `staged`, which the retirement may have found present and not copied)
+        if store.exists(part_path(manifest.version)):
+            store.delete(staged)
     except OSError:
         logger.warning("could not remove staged part %s; gc will", staged, exc_info=True)
-    if manifest.operation == "overwrite":
-        try:
-            retire_replaced_parts(store, manifest)
-        except OSError:
-            logger.warning(
-                "could not retire replaced parts of %s; gc will", store.uri, exc_info=True
-            )
     return manifest
+
+
+def replaced_anything(manifest: Manifest) -> bool:
+    """Whether `manifest`'s own base part replaced older parts (a merge, a compaction or
+    an overwrite of a version that had rows)."""
+    newest = manifest.index_parts[-1] if manifest.index_parts else None
+    return (
+        newest is not None
+        and newest.version == manifest.version
+        and (newest.since < newest.version or manifest.operation == "overwrite")
+    )
+
+
+def _merge(
+    store: Store,
+    merged: Sequence[IndexPart],
+    table: pa.Table,
+    tables: dict[int, pa.Table],
+    row_group_size: int,
+) -> bytes:
+    """The bytes of one index part holding the rows of `merged`, in order (each cast to
+    `table`'s schema), then those of `table`; parts read are kept in `tables`."""
+    for part in merged:
+        if part.version not in tables:
+            tables[part.version] = read_part_table(store, part, None).cast(table.schema)
+    whole = pa.concat_tables([*(tables[p.version] for p in merged), table])
+    return write_part(whole, row_group_size=row_group_size)
 
 
 def _id_runs(
@@ -379,34 +511,52 @@ def _id_runs(
     manifest: Manifest,
     pending: PendingCommit,
     hashes: np.ndarray,
+    merged: Sequence[IndexPart],
     usable: list[IdRun],
     uncovered: set[int],
     read: dict[int, pa.Array],
+    tables: dict[int, pa.Table],
 ) -> tuple[IdRun, ...]:
-    """The sample-id runs of `manifest` (`_ids`): its new ids, with the ids of the parts
-    no run of its base covered (read in full by the duplicate check), merged into the
-    newest runs of its base. An overwrite or a create starts afresh."""
+    """The sample-id runs of `manifest` (`_ids`): the readable runs of its base that
+    still cover a current part, a run of the parts no run covered (read in full by the
+    duplicate check) unless this commit merged them, and one run of its own part (its new
+    ids and those of the parts it merged). An overwrite or a create starts afresh."""
     version = manifest.version
     current = {p.version for p in manifest.index_parts}
-    new_h, new_p = [hashes], [np.full(len(hashes), version, dtype=np.int64)]
-    base: list[IdRun] = []
-    covers = {version}
+    runs: list[IdRun] = []
     if pending.mode != "overwrite" and manifest.parent_version is not None:
-        base = usable
-        for v in sorted(uncovered & current):
-            h = hash_ids(read[v])
-            new_h.append(h)
-            new_p.append(np.full(len(h), v, dtype=np.int64))
-            covers.add(v)
-    return next_runs(
-        store,
-        base,
-        current,
-        np.concatenate(new_h),
-        np.concatenate(new_p),
-        covers,
-        run_path(pending.txn, version),
+        runs.extend(current_runs(usable, current))
+        older = sorted(uncovered & current)
+        if older:
+            h = [hash_ids(read[v]) for v in older]
+            runs.append(
+                write_run(
+                    store,
+                    run_path(pending.txn, version, "-older"),
+                    np.concatenate(h),
+                    np.concatenate(
+                        [np.full(len(x), v, np.int64) for x, v in zip(h, older, strict=True)]
+                    ),
+                    older,
+                )
+            )
+    own = [hashes]
+    for part in merged:
+        known = part_hashes(store, usable, part.version)
+        if known is None:
+            known = hash_ids(tables[part.version].column("sample_id"))
+        own.append(known)
+    mine = np.concatenate(own)
+    runs.append(
+        write_run(
+            store,
+            run_path(pending.txn, version),
+            mine,
+            np.full(len(mine), version, dtype=np.int64),
+            {version},
+        )
     )
+    return tuple(runs)
 
 
 def _part_version(key: str) -> int | None:
@@ -418,45 +568,54 @@ def _part_version(key: str) -> int | None:
 
 
 def replaced_before(manifest: Manifest) -> int:
-    """The oldest version whose base index part `manifest` still lists: parts of earlier
-    versions hold content that an overwrite replaced."""
-    return min((p.version for p in manifest.index_parts), default=manifest.version)
+    """The version that added the oldest rows `manifest` still lists: the content of
+    earlier versions was replaced by an overwrite. Merged parts (tiered appends,
+    compaction) keep their oldest rows' version (`IndexPart.since`)."""
+    return min((p.since for p in manifest.index_parts), default=manifest.version)
 
 
 def retire_replaced_parts(
     store: Store, latest: Manifest, known: Manifest | None = None
 ) -> list[str]:
-    """Take the index parts that an overwrite replaced out of the `index/part-*` glob.
+    """Take the index parts that `latest` no longer lists out of the `index/part-*` glob.
 
-    Each published part of a version older than `replaced_before(latest)` is copied back
-    to its staged path (from where ferroload's readers of that old version read it) and
-    then deleted from `index/`, so that the glob shows exactly the parts of the latest
-    version. Parts of newer versions are never touched (a concurrent append may be
-    publishing one). `known` (a manifest listing replaced parts, e.g. the version a
-    compaction read) saves reading the manifest of each such part's version. Returns the
-    retired paths.
+    A part leaves a version's list when an overwrite replaces it or when a merge (a
+    tiered append, a compaction) copies its rows into a newer part; no later version
+    lists it again. Each published part of a version older than `latest` that `latest`
+    does not list is copied back to its staged path (from where ferroload's readers of
+    the old versions read it) and then deleted from `index/`, so that the glob shows
+    exactly the parts of the latest version. Parts of newer versions are never touched
+    (a concurrent append may be publishing one). `known` (a manifest listing replaced
+    parts, e.g. the version a merge or compaction read) saves reading the manifest of
+    each such part's version. Returns the retired paths.
     """
-    first = replaced_before(latest)
+    live = {p.version for p in latest.index_parts}
     listed = {p.path: p for p in known.index_parts} if known is not None else {}
     retired = []
     for obj in store.list(INDEX_DIR):
         version = _part_version(obj.path)
-        if version is None or version >= first:
+        if version is None or version >= latest.version or version in live:
             continue
         part = listed.get(obj.path)
         if part is None:
             try:
-                old = latest if version == latest.version else read_manifest(store, version)
+                old = read_manifest(store, version)
             except VersionNotFoundError:
                 continue  # an expired version's part: a leftover that gc deletes
             part = next((p for p in old.index_parts if p.path == obj.path), None)
         if part is None:
             continue
+        try:
+            data = store.get(part.path)
+        except ObjectNotFoundError:
+            continue  # retired by a concurrent writer meanwhile
         if not store.exists(part.staged):
-            store.put(part.staged, store.get(part.path))
+            store.put(part.staged, data)
         store.delete([part.path])
+        if not store.exists(part.staged):  # its writer removed it after our check
+            store.put(part.staged, data)
         retired.append(part.path)
-        logger.info("retired index part %s of %s (replaced by an overwrite)", part.path, store.uri)
+        logger.info("retired index part %s of %s (replaced or merged)", part.path, store.uri)
     return retired
 
 
@@ -466,13 +625,21 @@ def _next_manifest(
     table: pa.Table,
     part_bytes: bytes,
     staged: str,
+    merged: Sequence[IndexPart] = (),
 ) -> Manifest:
+    """The manifest of the next version: `latest`'s content (or nothing, for an overwrite
+    or a create) and one new part holding the rows of `merged` (newest parts of
+    `latest`) and of `table`."""
     version = latest.version + 1 if latest is not None else 1
     shards = tuple(
         ShardInfo(s.path, s.side_index, s.size, s.num_samples, s.num_members, version, s.extra)
         for s in pending.shards
     )
-    part = IndexPart(part_path(version), staged, table.num_rows, len(part_bytes), version)
+    rows = table.num_rows + sum(p.num_rows for p in merged)
+    first = min((p.since for p in merged), default=None)
+    part = IndexPart(
+        part_path(version), staged, rows, len(part_bytes), version, first_version=first
+    )
     if pending.mode == "overwrite" and latest is not None:
         return latest.derive(
             name=pending.name,
@@ -489,7 +656,7 @@ def _next_manifest(
             extensions=dict(pending.extensions),
             layers=(),
         )
-    stats = _statistics(latest, table, pending, len(part_bytes))
+    stats = _statistics(latest, table, pending, len(part_bytes), merged)
     if latest is None:
         metadata = tuple(table.schema)[2 + len(pending.modalities) :]
         return Manifest(
@@ -514,6 +681,6 @@ def _next_manifest(
         # a writer that set out to create the dataset, but lost the race, appends
         operation="append" if pending.operation == "create" else pending.operation,
         shards=latest.shards + shards,
-        index_parts=(*latest.index_parts, part),
+        index_parts=(*latest.index_parts[: len(latest.index_parts) - len(merged)], part),
         statistics=stats,
     )

@@ -69,7 +69,16 @@ def compact_store(store: Store, manifest: Manifest) -> Manifest:
         created_at=utc_now(),
         txn=txn,
         operation="compact",
-        index_parts=(IndexPart(part_path(version), staged, table.num_rows, len(data), version),),
+        index_parts=(
+            IndexPart(
+                part_path(version),
+                staged,
+                table.num_rows,
+                len(data),
+                version,
+                first_version=min(p.since for p in manifest.index_parts),
+            ),
+        ),
         statistics=stats,
         id_runs=(run,),
     )

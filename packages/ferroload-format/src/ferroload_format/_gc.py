@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ferroload_format._commit import ensure_published, replaced_before, retire_replaced_parts
+from ferroload_format._commit import ensure_published, retire_replaced_parts
 from ferroload_format._layer_parts import PARTITION_META, PARTITION_RE
 from ferroload_format._manifest import (
     IDS_DIR,
@@ -47,7 +47,7 @@ class GcReport:
     expired: list[int] = field(default_factory=list)
     """Versions whose manifests `keep_versions` expired (deleted)."""
     retired: list[str] = field(default_factory=list)
-    """Index parts an overwrite replaced, taken out of the `index/part-*` glob."""
+    """Index parts an overwrite or a merge replaced, taken out of the `index/part-*` glob."""
 
 
 def gc(
@@ -70,9 +70,10 @@ def gc(
     versions older than the newest `keep_versions` are deleted (oldest first) once the
     version after each was committed more than `grace` ago, and what only they referenced
     (e.g. the shards of content an overwrite replaced) becomes a leftover deleted in the
-    same run. It also finishes an overwrite that died before taking the index parts it
-    replaced out of the `index/part-*` glob. On a local root, nothing reached through a
-    symlink is listed, deleted or published (docs/format.md, "Paths").
+    same run. It also finishes an overwrite, a merging append or a compaction that died
+    before taking the index parts it replaced out of the `index/part-*` glob. On a local
+    root, nothing reached through a symlink is listed, deleted or published
+    (docs/format.md, "Paths").
 
     Args:
         uri: the dataset root (or `catalog:NAME`, with the entry's storage options).
@@ -119,7 +120,7 @@ def gc(
             del manifests[v]
     if not dry_run:
         report.retired = retire_replaced_parts(store, latest)
-    first = replaced_before(latest)
+    live = {p.path for p in latest.index_parts}
     referenced: set[str] = set()
     for m in manifests.values():
         shards = [*m.shards, *(s for la in m.layers for s in la.shards)]
@@ -129,8 +130,9 @@ def gc(
             referenced.add(p.path)
             if dry_run and p.version == latest.version:
                 referenced.add(p.staged)
-        # a part that an overwrite replaced lives at its staged path (retire_replaced_parts)
-        referenced.update(p.staged for p in m.index_parts if p.version < first)
+        # a part that an overwrite or a merge replaced lives at its staged path
+        # (retire_replaced_parts)
+        referenced.update(p.staged for p in m.index_parts if p.path not in live)
         referenced.update(r.path for r in m.id_runs)
     doomed = []
     layer_objects = store.list(LAYERS_DIR)

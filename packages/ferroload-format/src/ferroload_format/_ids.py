@@ -7,9 +7,11 @@ index part that holds it. A run says which parts it covers in full. An append lo
 new ids up in each run (row groups pruned by their min/max statistics, then a binary
 search), reads exactly only the parts a hash hit names (a collision is resolved against
 the real ids, never reported as a duplicate), reads in full every part no run covers (a
-dataset written before runs existed, or a part an older ferroload appended), and writes a
-run of its new ids merged with the newest runs while they are no more than twice its size,
-so there are O(log N) runs and each id is rewritten O(log N) times.
+dataset written before runs existed, or a part an older ferroload appended), and writes
+one run for the index part it commits. That part merges the newest parts (tiered merging,
+`_commit.tiered_merge`), so its run holds the ids of those parts too: one run per part,
+O(log N) runs, each id rewritten O(log N) times. Runs an older ferroload wrote may cover
+several parts; they are kept while any part they cover is current.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ def hash_ids(ids: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
     return out.view(np.int64)
 
 
-def run_path(txn: str, version: int) -> str:
-    """Key of the run that transaction `txn` writes for `version`."""
-    return f"{IDS_DIR}{txn}-{version:010d}.parquet"
+def run_path(txn: str, version: int, tag: str = "") -> str:
+    """Key of the run that transaction `txn` writes for `version` (`tag` tells a second
+    run of the same commit apart)."""
+    return f"{IDS_DIR}{txn}-{version:010d}{tag}.parquet"
 
 
 def write_run(
@@ -148,26 +151,21 @@ def suspects(
     return named & current, current - covered, usable
 
 
-def next_runs(
-    store: Store,
-    base: Iterable[IdRun],
-    current: set[int],
-    hashes: np.ndarray,
-    parts: np.ndarray,
-    covers: set[int],
-    path: str,
-) -> tuple[IdRun, ...]:
-    """The runs of a new version: `base` plus a run of (`hashes`, `parts`) written to
-    `path` (it covers the parts `covers`), merged with the newest runs of `base` while
-    they are at most twice its size. Rows of parts not in `current` (replaced by an
-    overwrite) are dropped when merged."""
-    runs = [r for r in base if current.intersection(r.parts)]
-    covers = set(covers)
-    while runs and runs[-1].num_ids <= 2 * len(hashes):
-        old = runs.pop()
-        covers.update(current.intersection(old.parts))
-        h, p = read_run(store, old)
-        keep = np.isin(p, np.fromiter(current, dtype=np.int64, count=len(current)))
-        hashes = np.concatenate([h[keep], hashes])
-        parts = np.concatenate([p[keep], parts])
-    return (*runs, write_run(store, path, hashes, parts, covers))
+def part_hashes(store: Store, runs: Iterable[IdRun], version: int) -> np.ndarray | None:
+    """The hashes of the ids of part `version` from a run that covers exactly that part,
+    or None when there is none (or it is unreadable): then hash the part's ids."""
+    for run in runs:
+        if run.parts != (version,):
+            continue
+        try:
+            hashes, parts = read_run(store, run)
+        except (OSError, pa.ArrowException, ObjectNotFoundError):
+            return None
+        return np.asarray(hashes[parts == version])
+    return None
+
+
+def current_runs(runs: Iterable[IdRun], current: set[int]) -> tuple[IdRun, ...]:
+    """The runs of `runs` that still cover a part of `current` (the others only hold ids
+    of parts merged away or replaced)."""
+    return tuple(r for r in runs if current.intersection(r.parts))

@@ -230,6 +230,9 @@ class IndexPart(_Record):
         num_rows: samples in the part.
         size: bytes in the part.
         version: the version that added it.
+        first_version: the version that added its oldest rows, when it merged the parts
+            of older versions (a tiered append or a compaction, docs/format.md §7.5);
+            None for a part holding only the rows of `version`.
     """
 
     path: str
@@ -238,6 +241,30 @@ class IndexPart(_Record):
     size: int
     version: int
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    first_version: int | None = None
+
+    @property
+    def since(self) -> int:
+        """The version that added the part's oldest rows (`first_version` or `version`)."""
+        return self.version if self.first_version is None else self.first_version
+
+    def to_json(self) -> dict[str, Any]:
+        """The part as a JSON object (`first_version` only when set)."""
+        out = super().to_json()
+        if self.first_version is None:
+            del out["first_version"]
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any, *, key: str = "record") -> Self:
+        """Parse a part record (see `_Record.from_json`); `first_version`, when present,
+        must be a version no newer than `version`."""
+        part = super().from_json(raw, key=key)
+        if part.first_version is not None:
+            _count(part.first_version, f"{key}.first_version")
+            if part.first_version > part.version:
+                raise TypeError(f"{key}.first_version must not be above {key}.version")
+        return part
 
 
 @dataclass(frozen=True)
