@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
 import pytest
 
 from ferroload_format import Dataset, QueryError, QueryTimeoutError, Writer, _pruning
@@ -58,12 +60,15 @@ def _scanned(ds: Dataset, where: str, **kwargs: Any) -> tuple[list[int], ScanSta
     return got.tolist(), stats
 
 
-def _whole(ds: Dataset, where: str) -> list[int]:
-    """The whole-column path (a view of every row), for comparison; on a dataset of its
-    own, whose column cache the scans do not see."""
-    rows = np.arange(ds.num_samples, dtype=np.int64)
+def _whole(ds: Dataset, where: str, rows: npt.NDArray[np.int64] | None = None) -> list[int]:
+    """The whole-column path, for comparison; on a dataset of its own, whose column cache
+    the scans do not see."""
     other = _reference.setdefault(ds.uri, Dataset.open(ds.uri))
-    got: list[int] = where_positions(other._index, rows, where, uri=ds.uri).tolist()
+    batch, _pruning.BATCH_ROWS = _pruning.BATCH_ROWS, 1 << 62
+    try:
+        got: list[int] = where_positions(other._index, rows, where, uri=ds.uri).tolist()
+    finally:
+        _pruning.BATCH_ROWS = batch
     return got
 
 
@@ -192,3 +197,33 @@ def test_which_conjuncts_prune(tmp_path: Path, where: str, tests: int) -> None:
     ds = _write(str(tmp_path / "ds"), 10, parts=1)
     node = parse(connect(), f"SELECT p FROM samples WHERE ({where})")
     assert len(Pruner(node["where_clause"], ds._index.schema).tests) == tests
+
+
+@pytest.mark.usefixtures("scan")
+def test_views_and_layer_columns_run_in_batches_of_rows(tmp_path: Path) -> None:
+    from ferroload_format import LayerWriter
+
+    ds = _write(str(tmp_path / "ds"))
+    lw = LayerWriter(ds, "extra", identity="e1", columns={"bright": pa.float64()})
+    covered = N - 130  # the layer leaves the last rows null
+    lw.write_partition(0, np.arange(covered), {"bright": [i % 11 / 10 for i in range(covered)]}, {})
+    ds = lw.commit(1)
+    rng = np.random.default_rng(5)
+    views = {
+        "shuffled": rng.permutation(N)[:700],
+        "sorted": np.sort(rng.choice(N, 900, replace=False)),
+        "small": np.array([1400, 3, 77]),
+    }
+    for where in ("label = 3 AND bright >= 0.5", "bright IS NULL", "caption < 'a005'", "true"):
+        got, stats = _scanned(ds, where)
+        assert got == _whole(ds, where), where
+        assert stats.groups_read == 0 or "bright" not in where
+        for name, rows in views.items():
+            fresh = Dataset.open(ds.uri)
+            expected = _whole(ds, where, rows)
+            view_stats = ScanStats()
+            found = where_positions(fresh._index, rows, where, uri=ds.uri, stats=view_stats)
+            assert found.tolist() == expected, (name, where)
+            assert view_stats.rows_read == len(rows)
+            assert view_stats.batches == max(1, -(-len(rows) // BATCH))
+            assert fresh._index._cache == {}  # no whole column loaded

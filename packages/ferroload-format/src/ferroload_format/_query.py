@@ -82,23 +82,27 @@ def where_positions(
 
     The clause reads only the columns it mentions, and never a file itself: it is one
     expression, its parentheses balance, and DuckDB's parse of the query around it must be
-    that query's own WHERE and nothing more. It runs one of two ways:
+    that query's own WHERE and nothing more. It runs one of three ways (`_way`):
 
-    - Row group by row group (an index of more than `_pruning.BATCH_ROWS` rows, queried
-      whole, on base columns not already loaded): the base index parts are read a batch
-      of row groups at a time (about `BATCH_ROWS` rows per DuckDB call, on one sandboxed
-      connection), so memory is one batch plus the result; row groups whose Parquet
-      statistics prove a conjunct of the clause false are not read at all (see
-      `_pruning`). `stats`, if given, counts the row groups and bytes read and skipped.
-    - Whole columns (a view, i.e. `rows` given; a clause on a layer column, or with a
-      subquery, which reads `samples` whole; a small index; columns already cached): one
-      in-memory table of the columns, layer columns aligned with the base rows by
-      position (docs/format.md §10), loaded through `index` and cached there.
+    - By row groups (an index of more than `_pruning.BATCH_ROWS` rows, queried whole, on
+      base columns): the base index parts are read a batch of row groups at a time
+      (about `BATCH_ROWS` rows per DuckDB call, on one sandboxed connection), so memory is
+      one batch plus the result; row groups whose Parquet statistics prove a conjunct of
+      the clause false are not read at all (see `_pruning`).
+    - By rows (the same size of index, for a view, i.e. `rows` given, or a clause on a
+      layer column): batches of `BATCH_ROWS` rows (a view's in ascending order) read
+      through `IndexColumns.take`, which reads only the row groups holding them; no
+      pruning.
+    - Whole columns (a small index, columns already loaded whole, or a clause with a
+      subquery, which reads `samples` whole): one in-memory table of the columns, layer
+      columns aligned with the base rows by position (docs/format.md §10), loaded
+      through `index` and cached there.
 
-    Both give the same positions: pruning only skips row groups where no row can match.
-    `timeout` bounds the time DuckDB takes, over all batches (not the reads).
+    All give the same positions: pruning only skips row groups where no row can match.
     (A clause that raises on some value, e.g. a failing cast, may not raise when that
-    value sits in a skipped row group.)
+    value sits in a skipped row group.) `timeout` bounds the time DuckDB takes, over all
+    batches (not the reads). `stats`, if given, counts the row groups, rows and bytes
+    read and skipped (bytes and row groups: by row groups only).
 
     Raises:
         UnsafeQueryError: the clause reaches for files, settings or a second statement.
@@ -143,10 +147,14 @@ def where_positions(
     with _sandboxed(query, uri=uri, what=f"the WHERE clause {where!r}", columns=columns,
                     where=where, check=check, timeout=seconds) as (con, node):  # fmt: skip
         clause = node["where_clause"]
-        if _scans_row_groups(index, rows, names, clause):
-            scan = _RowGroupScan(con, index, names, pos, fetch, timeout=seconds)
-            positions = scan.run(Pruner(clause, index.schema), stats or ScanStats())
-            n = index.manifest.num_samples
+        way = _way(index, rows, names, clause)
+        n = index.manifest.num_samples if rows is None else len(rows)
+        if way == "row groups":
+            scan = _Scan(con, index, names, pos, fetch, timeout=seconds)
+            positions = scan.row_groups(Pruner(clause, index.schema), stats or ScanStats())
+        elif way == "rows":
+            scan = _Scan(con, index, names, pos, fetch, timeout=seconds)
+            positions = scan.rows(rows, stats or ScanStats())
         else:
             table = _index_table(index, rows, names, positions=pos)
             con.register(TABLE, table)
@@ -156,25 +164,28 @@ def where_positions(
     return positions
 
 
-def _scans_row_groups(
+def _way(
     index: IndexColumns,
     rows: npt.NDArray[np.int64] | None,
     names: Sequence[str],
     clause: dict[str, Any],
-) -> bool:
-    """Whether a clause runs row group by row group (see `where_positions`)."""
+) -> str:
+    """How a clause runs (see `where_positions`): by "row groups" of the base parts, by
+    "rows" (batches of rows read through `IndexColumns.take`), or over "whole" columns."""
     cache: dict[str, Any] = getattr(index, "_cache", {})
-    return (
-        rows is None
-        and index.manifest.num_samples > _pruning.BATCH_ROWS
-        and not any(index.layer_of(n) is not None for n in names)
-        and not (names and all(n in cache for n in names))
-        and not _pruning.has_subquery(clause)
-    )
+    if (
+        index.manifest.num_samples <= _pruning.BATCH_ROWS
+        or (names and all(n in cache for n in names))
+        or _pruning.has_subquery(clause)
+    ):
+        return "whole"
+    if rows is None and not any(index.layer_of(n) is not None for n in names):
+        return "row groups"
+    return "rows"
 
 
-class _RowGroupScan:
-    """A WHERE clause over the base index parts, a batch of row groups per DuckDB call."""
+class _Scan:
+    """A WHERE clause over the index, about `BATCH_ROWS` rows per DuckDB call."""
 
     def __init__(
         self,
@@ -195,7 +206,33 @@ class _RowGroupScan:
         self.batch_rows = 0
         self.ran = False
 
-    def run(self, pruner: Pruner, stats: ScanStats) -> npt.NDArray[np.int64]:
+    def rows(self, rows: npt.NDArray[np.int64] | None, stats: ScanStats) -> npt.NDArray[np.int64]:
+        """Over `rows` (a view's; None: every row), in batches of rows read through
+        `IndexColumns.take` (which reads the row groups holding them; layer columns
+        too). A view's rows are taken in ascending order, so that a batch reads a run
+        of row groups, not all of them; its positions are sorted back at the end."""
+        index = self.index
+        n = index.manifest.num_samples if rows is None else len(rows)
+        order = None if rows is None else np.argsort(rows, kind="stable")
+        for start in range(0, n, _pruning.BATCH_ROWS):
+            stop = min(n, start + _pruning.BATCH_ROWS)
+            if order is None or rows is None:
+                at = positions = np.arange(start, stop, dtype=np.int64)
+            else:
+                positions = order[start:stop].astype(np.int64, copy=False)
+                at = rows[positions]
+            columns = index.take(self.names, at) if self.names else {}
+            self.batch.append(pa.table({self.pos: arrow_array(positions), **columns}))
+            stats.add(rows_read=stop - start)
+            self._flush(stats)
+        if not self.ran:
+            self._flush(stats)
+        found = np.concatenate(self.found) if self.found else np.zeros(0, np.int64)
+        return found if order is None else np.sort(found)
+
+    def row_groups(self, pruner: Pruner, stats: ScanStats) -> npt.NDArray[np.int64]:
+        """Over the base index parts, a batch of row groups at a time, skipping those
+        `pruner` rules out."""
         index = self.index
         start = 0
         for part in index.manifest.index_parts:
