@@ -181,10 +181,11 @@ class Pruner:
         for name in names[1:]:
             if not pa.types.is_struct(dtype):
                 return None
-            fields = {dtype.field(i).name.lower(): dtype.field(i) for i in range(dtype.num_fields)}
-            field = fields.get(name.lower())
-            if field is None:
-                return None
+            fields = [dtype.field(i) for i in range(dtype.num_fields)]
+            same = [f for f in fields if f.name.lower() == name.lower()]
+            if len(same) != 1:
+                return None  # none, or fields that differ only by case: not pruned
+            field = same[0]
             path.append(field.name)
             dtype = field.type
         if not (
