@@ -347,11 +347,17 @@ class Dataset:
         return [{c: v[k] for c, v in cols} for k in range(n)]
 
     def _payloads(
-        self, rows: npt.NDArray[np.int64], modality: str, *, copy: bool = True
+        self,
+        rows: npt.NDArray[np.int64],
+        modality: str,
+        *,
+        copy: bool = True,
+        located: ModalityArrays | None = None,
     ) -> list[Any]:
         """Bytes of `modality` for each row (None where absent), one coalesced read per
         region; with `copy=False`, views into the store's buffers instead of bytes."""
-        a = self._index.locate(modality, rows)  # one entry per row, by row group
+        # one entry per row, by row group
+        a = self._index.locate(modality, rows) if located is None else located
         out: list[Any] = [None] * len(rows)
         present = np.flatnonzero(a.present)
         if not len(present):
@@ -429,7 +435,12 @@ class Dataset:
             )
 
     def read(
-        self, indices: npt.ArrayLike, modality: str, *, copy: bool = True
+        self,
+        indices: npt.ArrayLike,
+        modality: str,
+        *,
+        copy: bool = True,
+        locations: ModalityArrays | None = None,
     ) -> list[bytes | memoryview | None]:
         """The payloads of one modality at several positions, reads coalesced per shard
         region (the column-wise form of `get_many`, for loaders).
@@ -439,6 +450,9 @@ class Dataset:
             modality: the modality to read.
             copy: `False` returns read-only memoryviews into the store's buffers (for a
                 local dataset, its memory-mapped shards) instead of copying each payload.
+            locations: what `locate(modality, indices)` returned for these positions,
+                when the caller has it already (a loader locates many batches at once):
+                the index is not asked again.
 
         Returns:
             One payload per position, None where the sample lacks the modality.
@@ -454,7 +468,12 @@ class Dataset:
                 uri=self.uri,
                 column=modality,
             )
-        return self._payloads(self._rows_of(indices), modality, copy=copy)
+        rows = self._rows_of(indices)
+        if locations is not None and len(locations.present) != len(rows):
+            raise ValueError(
+                f"locations for {len(locations.present)} positions, but {len(rows)} positions"
+            )
+        return self._payloads(rows, modality, copy=copy, located=locations)
 
     def column(self, name: str, indices: npt.ArrayLike | None = None) -> pa.Array:
         """An index column (`sample_id`, a metadata column, or a modality's location

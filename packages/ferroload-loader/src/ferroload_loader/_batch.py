@@ -3,16 +3,112 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ferroload_loader._fields import BatchState, Field, OnError
+from ferroload_loader._fields import BatchState, Field, OnError, Share, read_index
 from ferroload_loader._source import ResolvedSource
 
 logger = logging.getLogger(__name__)
+
+#: The most items an `IndexWindow` reads the index for at once.
+WINDOW_ITEMS = 1 << 20
+
+
+class IndexWindow:
+    """What the index holds for the next batches of an iteration, read for many batches
+    at once.
+
+    A shuffled order puts the items of one batch in as many row groups of the index as
+    it has items; read batch by batch, each row group is decoded for one or two rows,
+    and a large index (more row groups than the index cache holds) is decoded again
+    for every batch. The window asks the index for the items of many batches together:
+    one pass over the row groups they touch, in row-group order, each decoded once for
+    all of them; then hands each batch its share (zero-copy slices). It starts at one
+    batch (the first batch waits for its own rows only) and doubles up to `max_items`
+    items: its memory is that of `max_items` ids, metadata values and payload locations
+    (about 100 MB at 2**20 items with one modality).
+
+    Args:
+        source: what the loader reads from.
+        fields: the loader's fields (their metadata columns and modalities are read).
+        batch_of: the items of batch `i` of the iteration.
+        count: batches in the iteration.
+        max_items: the most items read at once.
+    """
+
+    def __init__(
+        self,
+        source: ResolvedSource,
+        fields: Sequence[Field],
+        batch_of: Callable[[int], npt.NDArray[np.int64]],
+        count: int,
+        *,
+        max_items: int = WINDOW_ITEMS,
+    ) -> None:
+        self._source = source
+        self._fields = list(fields)
+        self._batch_of = batch_of
+        self._count = count
+        self._max = max(1, max_items)
+        self._batches = 1  # batches of the next window
+        self._ready: dict[int, tuple[npt.NDArray[np.int64], list[Share]]] = {}
+        self._unread_until = -1  # batches before this one are read on their own
+        self._lock = threading.Lock()
+        #: windows read so far (for tests and benchmarks)
+        self.windows = 0
+
+    def shares(self, i: int, items: npt.NDArray[np.int64]) -> list[Share] | None:
+        """The shares of batch `i` (whose items are `items`), reading the window that
+        starts at `i` when it is not read yet; None when batch `i` should be read on its
+        own (its items are not the order's, or reading its window failed: the batch's
+        own read then raises in its turn)."""
+        with self._lock:
+            got = self._ready.pop(i, None)
+            if got is None and i >= self._unread_until:
+                self._ready.clear()  # batches skipped (a resume): not needed any more
+                self._read(i)
+                got = self._ready.pop(i, None)
+        if got is None or not np.array_equal(got[0], items):
+            return None
+        return got[1]
+
+    def _read(self, i: int) -> None:
+        batches: list[npt.NDArray[np.int64]] = []
+        total = 0
+        for j in range(i, min(self._count, i + self._batches)):
+            try:
+                b = np.asarray(self._batch_of(j), dtype=np.int64)
+            except Exception:  # the loader asks again and hands the error on
+                break
+            if batches and total + len(b) > self._max:
+                break
+            batches.append(b)
+            total += len(b)
+        if not batches:
+            return
+        self._batches = min(2 * self._batches, self._max)
+        try:
+            shares = read_index(self._source, self._fields, np.concatenate(batches))
+        except Exception:  # each batch reads on its own and fails in its own turn
+            self._unread_until = i + len(batches)
+            return
+        self.windows += 1
+        first = 0
+        for k, b in enumerate(batches):
+            end = first + len(b)
+            mine = []
+            for s in shares:
+                lo, hi = np.searchsorted(s.slots, [first, end]).tolist()
+                if hi > lo:
+                    mine.append(s.slice(lo, hi, first))
+            self._ready[i + k] = (b, mine)
+            first = end
+
 
 _MASK64 = (1 << 64) - 1
 
@@ -39,18 +135,29 @@ def prepare_batch(
     *,
     seed: int,
     epoch: int,
+    window: IndexWindow | None = None,
+    index: int | None = None,
 ) -> BatchState:
-    """The reading half of a batch: ids, seeds, payload views and metadata columns."""
+    """The reading half of a batch: ids, seeds, payload views and metadata columns.
+
+    With a `window` and the batch's `index` in the iteration, what the index holds for
+    the batch comes from the window (read for many batches at once); without, the batch
+    reads the row groups holding its own items.
+    """
+    shares = window.shares(index, items) if window is not None and index is not None else None
+    if shares is None:
+        shares = read_index(source, fields, items)
     sample_ids: list[str] = [""] * len(items)
-    for d, slots, pos in source.split(items):
-        ids = source.datasets[d].column("sample_id", pos).to_pylist()
-        for k, sid in zip(slots.tolist(), ids, strict=True):
+    for s in shares:
+        ids = s.columns["sample_id"].to_pylist()
+        for k, sid in zip(s.slots.tolist(), ids, strict=True):
             sample_ids[k] = sid
     batch = BatchState(
         items=items,
         sample_ids=sample_ids,
         seeds=item_seeds(seed, epoch, items),
         ok=np.ones(len(items), dtype=np.bool_),
+        shares=shares,
     )
     for f in fields:
         f.prepare(batch, source)

@@ -15,7 +15,13 @@ import pyarrow.compute as pc
 
 from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video
 from ferroload_codec._pool import DecodePool
-from ferroload_format import ColumnNotFoundError, Dataset, arrow_array, numpy_column
+from ferroload_format import (
+    ColumnNotFoundError,
+    Dataset,
+    ModalityArrays,
+    arrow_array,
+    numpy_column,
+)
 from ferroload_loader._augment import Layout, Normalize, RandomResizedCrop, image_options
 from ferroload_loader._buffers import BatchBuffers
 from ferroload_loader._source import ResolvedSource
@@ -28,6 +34,61 @@ ColumnSpec = Sequence[str] | Mapping[str, Mapping[str, Any]]
 
 
 @dataclass
+class Share:
+    """One dataset's items of a batch, with what the index holds for them.
+
+    Attributes:
+        d: the dataset (an index into `ResolvedSource.datasets`).
+        slots: the items' places in the batch.
+        pos: their positions in the dataset.
+        columns: `sample_id` and the metadata columns the batch reads, at `pos`.
+        locations: the payload locations of each modality the batch decodes, at `pos`.
+    """
+
+    d: int
+    slots: npt.NDArray[np.int64]
+    pos: npt.NDArray[np.int64]
+    columns: dict[str, pa.Array]
+    locations: dict[str, ModalityArrays]
+
+    def slice(self, lo: int, hi: int, first_slot: int) -> Share:
+        """Items `lo:hi` of this share, their slots counted from `first_slot` (zero-copy)."""
+        return Share(
+            self.d,
+            self.slots[lo:hi] - first_slot,
+            self.pos[lo:hi],
+            {k: v.slice(lo, hi - lo) for k, v in self.columns.items()},
+            {
+                k: ModalityArrays(
+                    present=a.present[lo:hi],
+                    shard=a.shard[lo:hi],
+                    offset=a.offset[lo:hi],
+                    length=a.length[lo:hi],
+                    checksum=a.checksum[lo:hi],
+                )
+                for k, a in self.locations.items()
+            },
+        )
+
+
+def read_index(
+    source: ResolvedSource, fields: Sequence[Field], items: npt.NDArray[np.int64]
+) -> list[Share]:
+    """What the index holds for `items` (ids, the metadata columns of `fields`, the payload
+    locations of its decoded modalities), per dataset: only the row groups holding them
+    are read."""
+    metas = [f.name for f in fields if isinstance(f, MetaField)]
+    mods = [f.name for f in fields if isinstance(f, _DecodedField)]
+    shares = []
+    for d, slots, pos in source.split(items):
+        ds = source.datasets[d]
+        columns = {n: ds.column(n, pos) for n in ("sample_id", *metas)}
+        locations = {n: ds.locate(n, pos) for n in mods}
+        shares.append(Share(d, slots, pos, columns, locations))
+    return shares
+
+
+@dataclass
 class BatchState:
     """A batch being built: its items, their ids, which of them failed and why."""
 
@@ -35,6 +96,7 @@ class BatchState:
     sample_ids: list[str]
     seeds: list[int]
     ok: npt.NDArray[np.bool_]
+    shares: list[Share] = field(default_factory=list)
     errors: list[DecodeError] = field(default_factory=list)
     columns: dict[str, Any] = field(default_factory=dict)
     payloads: dict[str, list[Any]] = field(default_factory=dict)
@@ -50,12 +112,14 @@ class BatchState:
         self.errors.extend(errors)
 
 
-def _payloads(source: ResolvedSource, name: str, items: npt.NDArray[np.int64]) -> list[Any]:
-    """Each item's payload of modality `name` (zero-copy views; None where absent)."""
-    out: list[Any] = [None] * len(items)
-    for d, slots, pos in source.split(items):
-        views = source.datasets[d].read(pos, name, copy=False)
-        for k, data in zip(slots.tolist(), views, strict=True):
+def _payloads(batch: BatchState, source: ResolvedSource, name: str) -> list[Any]:
+    """Each item's payload of modality `name` (zero-copy views; None where absent), read
+    at the locations the batch's shares hold."""
+    out: list[Any] = [None] * len(batch.items)
+    for s in batch.shares:
+        ds = source.datasets[s.d]
+        views = ds.read(s.pos, name, copy=False, locations=s.locations.get(name))
+        for k, data in zip(s.slots.tolist(), views, strict=True):
             out[k] = data
     return out
 
@@ -114,7 +178,7 @@ class _DecodedField(Field):
         return self._buffers
 
     def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
-        batch.payloads[self.name] = _payloads(source, self.name, batch.items)
+        batch.payloads[self.name] = _payloads(batch, source, self.name)
 
     def fill(self, batch: BatchState) -> None:
         payloads = batch.payloads.pop(self.name)
@@ -261,10 +325,12 @@ class MetaField(Field):
         return 8
 
     def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
-        # the batch's rows only: the index reads the row groups holding them (cached)
+        # read with the batch's shares: only the row groups holding its items
         batch.payloads[self.name] = [
-            (slots, source.datasets[d].column(self.name, pos))
-            for d, slots, pos in source.split(batch.items)
+            (s.slots, s.columns[self.name])
+            if self.name in s.columns
+            else (s.slots, source.datasets[s.d].column(self.name, s.pos))
+            for s in batch.shares
         ]
 
     def fill(self, batch: BatchState) -> None:
