@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +122,8 @@ def test_pruning_never_changes_the_answer(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("scan")
-def test_a_selective_clause_reads_fewer_row_groups_and_bytes() -> None:
-    ds = _write(f"memory://pruning-{uuid.uuid4().hex}/ds")
+def test_a_selective_clause_reads_fewer_row_groups_and_bytes(uri: str) -> None:
+    ds = _write(uri)
     counts = {}
     _scanned(ds, "rank < 0")  # reads the parts' footers, and no row group
     for where in ("rank < 10", "label >= 0"):
@@ -138,7 +137,10 @@ def test_a_selective_clause_reads_fewer_row_groups_and_bytes() -> None:
     assert (everything.groups_read, everything.groups_skipped) == (N // GROUP, 0)
     assert everything.rows_read == N and selective.rows_read == GROUP
     assert selective.bytes_read * 10 < everything.bytes_read
-    assert selective_bytes * 5 < everything_bytes  # what the store fetched
+    # what the store fetched: a local part is mapped (not counted), and S3 reads through
+    # the block cache (4 MiB blocks: the first read brought in all of this small part)
+    if ds.uri.startswith("memory://"):
+        assert selective_bytes * 5 < everything_bytes
     assert everything.batches == N // BATCH + 1  # parts' groups share batches
 
 
