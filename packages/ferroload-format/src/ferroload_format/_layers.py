@@ -76,6 +76,10 @@ logger = logging.getLogger(__name__)
 _IDS: OrderedDict[tuple[str, int, str], pa.Array] = OrderedDict()
 _IDS_LOCK = threading.Lock()
 _IDS_KEEP = 4
+#: Indexes of base versions, per process, for the sample ids of one partition's rows
+#: (read by row group: a worker writing a partition reads the row groups it covers, not
+#: every id of the base).
+_INDEXES: OrderedDict[tuple[str, int, str], IndexColumns] = OrderedDict()
 
 
 class LayerWriter:
@@ -254,6 +258,26 @@ class LayerWriter:
         self._ids = ids
         return ids
 
+    def _ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Sample ids of some rows of the base version: from the whole column when this
+        process read it already, else from the row groups holding them."""
+        if self._ids is None:
+            base = self._manifest()
+            key = (self._store.uri, base.version, base.txn)
+            with _IDS_LOCK:
+                whole = _IDS.get(key)
+                index = _INDEXES.get(key)
+                if whole is None and index is None:
+                    index = _INDEXES[key] = IndexColumns(self._store, base)
+                    while len(_INDEXES) > _IDS_KEEP:
+                        _INDEXES.popitem(last=False)
+            if whole is None:
+                assert index is not None
+                ids: list[str] = index.take(["sample_id"], rows)["sample_id"].to_pylist()
+                return ids
+            self._ids = whole
+        return list(self._ids.take(arrow_array(rows)).to_pylist())
+
     # ----------------------------------------------------------------- checks
 
     def _check_names(self, manifest: Manifest) -> None:
@@ -347,7 +371,7 @@ class LayerWriter:
         k = self._check_partition(k)
         rows_arr = self._schema.check_rows(k, rows, self._manifest().num_samples)
         n = len(rows_arr)
-        ids = self._sample_ids().take(arrow_array(rows_arr)).to_pylist() if n else []
+        ids = self._ids_at(rows_arr) if n else []
         arrays = self._schema.value_arrays(k, values, ids)
         data = self._schema.payload_lists(k, payloads, ids)
         shard, locs = self._write_shard(k, ids, data)
