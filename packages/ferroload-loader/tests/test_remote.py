@@ -322,9 +322,11 @@ class _RecordingStore:
     def __init__(self) -> None:
         self.prefetched: list[int] = []
         self.cold: list[int] = []
+        self.log: list[tuple[str, int]] = []  # ("locate" | "fetch", items or blocks)
 
     def prefetch_blocks(self, path: str, blocks: Any, **_: Any) -> None:
         self.prefetched += np.asarray(blocks).tolist()
+        self.log.append(("fetch", len(blocks)))
 
     def mark_cold_blocks(self, path: str, blocks: Any, **_: Any) -> None:
         self.cold += np.asarray(blocks).tolist()
@@ -343,6 +345,7 @@ class _BlockPerItem:
 
         pos = np.asarray(pos, dtype=np.int64)
         self.located += len(pos)
+        self.store.log.append(("locate", len(pos)))
         return SimpleNamespace(present=np.ones(len(pos), bool), shard=np.zeros(len(pos), np.int32),
                                offset=pos * BS, length=np.full(len(pos), BS))  # fmt: skip
 
@@ -360,6 +363,13 @@ def _readahead(batches: list[list[int]], budget: int, **kw: Any) -> tuple[ReadAh
     return ReadAhead(source, ["image"], arrays.__getitem__, len(arrays), budget, **kw), ds
 
 
+def _wait_for(condition: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()
+
+
 def test_blocks_the_readahead_never_fetched_are_marked_cold_after_their_last_use() -> None:
     """When the read-ahead falls behind, the batch builder fetches blocks itself; they
     must still turn cold after their last batch, or they crowd the cache."""
@@ -373,7 +383,8 @@ def test_blocks_the_readahead_never_fetched_are_marked_cold_after_their_last_use
         time.sleep(0.05)
         assert store.prefetched == [0]  # room for one block: it waits before block 1
         ahead.done(5)  # batch 5 read blocks 1 and 2 (the builder fetched them)
-        assert {0, 1, 2} <= set(store.cold) and 3 not in store.cold
+        _wait_for(lambda: {0, 1, 2} <= set(store.cold))
+        assert 3 not in store.cold
     finally:
         ahead.stop()
 
@@ -390,13 +401,23 @@ def test_the_plan_is_a_window_and_reuse_beyond_it_is_not_marked_cold_early() -> 
         assert 0 not in ds.store.cold  # batch 3 reads it again: within the planned window
         for k in range(1, 4):
             ahead.done(k)
-        assert 0 in ds.store.cold
+        _wait_for(lambda: 0 in ds.store.cold)  # the plan reached past batch 3 + 4
         for k in range(4, len(batches)):
-            ahead.done(k)
-        deadline = time.monotonic() + 10
-        while ahead._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
+            ahead.done(k)  # the last one completes the plan: every block is marked
         assert sorted(ds.store.cold) == list(range(n))  # every block once cold
         assert ahead.planned_peak < 20  # a window of blocks, not the epoch's 200
+    finally:
+        ahead.stop()
+
+
+def test_the_first_fetch_waits_for_its_own_batch_only() -> None:
+    """A long cold-marking horizon (two shuffle windows) is planned in the background:
+    the first batch's blocks are fetched after locating that batch alone."""
+    ahead, ds = _readahead([[k] for k in range(2000)], budget=4 * BS, horizon=1000)
+    try:
+        _wait_for(lambda: ("fetch", 1) in ds.store.log)
+        log = ds.store.log
+        first = next(i for i, (what, _) in enumerate(log) if what == "fetch")
+        assert sum(n for what, n in log[:first] if what == "locate") == 1
     finally:
         ahead.stop()

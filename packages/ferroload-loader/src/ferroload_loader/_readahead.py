@@ -149,6 +149,8 @@ def plan_blocks(
 STEP_MAX = 64 << 20
 #: Batches planned beyond the one whose blocks are marked cold, at least.
 AHEAD_MIN = 4
+#: Batches the read-ahead plans at a time while it waits for room in its budget.
+PLAN_CHUNK = 16
 
 _Key = tuple[int, int]
 
@@ -270,23 +272,32 @@ class ReadAhead:
         step = 0
         try:
             while k < n:
-                self._ensure_planned(k + 1 + self._ahead)
+                self._ensure_planned(k + 1)
                 with self._cond:
                     while not self._stopped and (
                         k > self._done + 1 and self._live + self._need(k) > self._budget
                     ):
+                        if self._planned < self._horizon():
+                            break  # plan further while waiting: it lets blocks retire
                         self._cond.wait()
                     if self._stopped:
                         return
-                    if k <= self._done:  # the builder is past it: nothing to fetch for it
+                    waiting = k > self._done + 1 and self._live + self._need(k) > self._budget
+                    if not waiting and k <= self._done:  # the builder is past it
                         self._batch_keys.pop(k, None)
                         k += 1
                         continue
                     room = min(self._budget - self._live, step)
                     urgent = self._done + 1
+                if waiting:
+                    self._ensure_planned(min(self._planned + PLAN_CHUNK, self._horizon()))
+                    self._retire()
+                    continue
                 j, took = k, 0
                 keys: list[_Key] = []
                 while j < n:
+                    if j > k and j > urgent and took >= room:
+                        break  # full: no need to plan batch j for this step
                     self._ensure_planned(j + 1)
                     with self._cond:
                         need = self._need(j)
@@ -301,6 +312,7 @@ class ReadAhead:
                     j += 1
                 step = min(max(2 * step, 2 * took), STEP_MAX)
                 self._fetch(keys)
+                self._retire()
                 k = j
         except BaseException as exc:  # the builder then fetches for itself
             self.error = exc
@@ -344,15 +356,16 @@ class ReadAhead:
 
     # ------------------------------------------------------------------ progress
 
-    def done(self, k: int) -> None:
-        """Batch `k` has read its payloads."""
-        if not self._stopped:
-            try:  # the plan must reach `ahead` batches past k before anything is marked
-                self._ensure_planned(k + 1 + self._ahead)
-            except Exception as exc:  # the read-ahead reports its own errors
-                logger.debug("could not plan past batch %d: %s", k, exc)
+    def _horizon(self) -> int:
+        """How far the plan must reach for every batch done so far to have its last-read
+        blocks marked."""
         with self._cond:
-            self._done = max(self._done, k)
+            return min(self._count, self._done + 1 + self._ahead)
+
+    def _retire(self) -> None:
+        """Mark cold the blocks whose last planned reader is done, for every done batch
+        the plan reaches `ahead` batches past (or the end of the pass)."""
+        with self._cond:
             # batch j's last readers are final once the plan reaches j + ahead (or the end)
             upto = (
                 self._done
@@ -376,6 +389,25 @@ class ReadAhead:
                 self._store_call(cold, cold=True)
             except Exception as exc:  # only an eviction hint
                 logger.debug("could not mark blocks cold: %s", exc)
+
+    def done(self, k: int) -> None:
+        """Batch `k` has read its payloads.
+
+        Its blocks are marked once the plan reaches `ahead` batches past it: the
+        read-ahead thread plans that far in the background; when the builder has
+        overtaken the plan (or the read-ahead stopped on an error), and for the last
+        batch of the pass, the plan is extended here.
+        """
+        with self._cond:
+            self._done = max(self._done, k)
+            self._cond.notify_all()
+        behind = self._planned <= k or not self._thread.is_alive()
+        if not self._stopped and (behind or k >= self._count - 1):
+            try:
+                self._ensure_planned(self._horizon())
+            except Exception as exc:  # the read-ahead reports its own errors
+                logger.debug("could not plan past batch %d: %s", k, exc)
+        self._retire()
 
     @property
     def live_bytes(self) -> int:
