@@ -257,10 +257,10 @@ class _Scan:
                 groups.append(g)
                 self.batch_rows += sizes[g]
                 if self.batch_rows >= _pruning.BATCH_ROWS:
-                    self._read(part.path, opened, groups, offsets, stats)
+                    self._read(opened, groups, offsets, stats)
                     groups = []
                     self._flush(stats)
-            self._read(part.path, opened, groups, offsets, stats)
+            self._read(opened, groups, offsets, stats)
             skipped = len(sizes) - int(keep.sum())
             stats.add(row_groups=len(sizes), groups_skipped=skipped)
             start += part.num_rows
@@ -270,7 +270,6 @@ class _Scan:
 
     def _read(
         self,
-        path: str,
         opened: tuple[Any, Any],
         groups: list[int],
         offsets: npt.NDArray[np.int64],
