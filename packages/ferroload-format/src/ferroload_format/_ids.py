@@ -105,15 +105,20 @@ def lookup(store: Store, run: IdRun, query: np.ndarray) -> set[int]:
         groups.append(i)
     if not groups:
         return set()
-    table = pf.read_row_groups(groups)
+    # a run of one part (every run since tiered merging) names that part on any hit: its
+    # `part` column is not read (a stray row of another part costs one exact check)
+    single = len(run.parts) == 1
+    table = pf.read_row_groups(groups, columns=["hash"] if single else None)
     hashes = table.column("hash").to_numpy()
-    parts = table.column("part").to_numpy()
     if len(hashes) == 0:
         return set()
     if np.any(hashes[1:] < hashes[:-1]):
         raise OSError(f"sample-id run {run.path} of {store.uri} is not sorted")
     start = np.searchsorted(hashes, query, side="left")
     stop = np.searchsorted(hashes, query, side="right")
+    if single:
+        return {run.parts[0]} if np.any(stop > start) else set()
+    parts = table.column("part").to_numpy()
     found: set[int] = set()
     for a, b in zip(start[stop > start], stop[stop > start], strict=True):
         found.update(int(p) for p in parts[a:b])
