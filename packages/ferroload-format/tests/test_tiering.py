@@ -73,6 +73,10 @@ def test_the_rule_merges_the_newest_parts_while_small_enough() -> None:
     assert tiered_merge([part(100, 1), part(5, 2)], 3) == 1  # 5 <= 2*3; 100 > 2*8
     assert tiered_merge([part(1000, 1)], 400) == 0
     assert tiered_merge([part(1000, 1)], 500) == 1
+    # never past the limit: large parts stay as they are
+    assert tiered_merge([part(8, 1), part(4, 2), part(2, 3), part(1, 4)], 1, limit=8) == 3
+    assert tiered_merge([part(10, 1)], 10, limit=15) == 0
+    assert tiered_merge([part(10**7, 1)], 10**7) == 0  # MAX_MERGE_ROWS
 
 
 def test_300_appends_leave_log_n_parts_with_the_same_rows(local_uri: str) -> None:

@@ -58,9 +58,14 @@ MAX_COMMIT_ATTEMPTS = 50
 
 #: Tiered merging (docs/format.md §7.6): an append's index part absorbs the newest parts
 #: of the version it commits on while each holds at most `MERGE_FACTOR` times the rows
-#: merged so far. Each part then holds more than twice the rows of the next, so a version
-#: has at most log2(N) + 1 parts and a row is rewritten at most log2(N) times.
+#: merged so far. Each part below `MAX_MERGE_ROWS` then holds more than twice the rows of
+#: the next, so a version has about log2(N) parts and a row is rewritten about log2(N)
+#: times (3 N / MAX_MERGE_ROWS more parts above that size).
 MERGE_FACTOR = 2
+#: ... and while the merged part stays within this many rows: a part that large is read
+#: as efficiently as any (64 row groups of 65,536), and no append rewrites more than this
+#: (large appends, e.g. 10^7 rows each, are never merged; `compact()` still merges all).
+MAX_MERGE_ROWS = 1 << 22
 
 
 def _checkpoint(name: str) -> None:
@@ -336,12 +341,21 @@ def _statistics(
     }
 
 
-def tiered_merge(parts: Sequence[IndexPart], rows: int, factor: int = MERGE_FACTOR) -> int:
+def tiered_merge(
+    parts: Sequence[IndexPart],
+    rows: int,
+    factor: int = MERGE_FACTOR,
+    limit: int = MAX_MERGE_ROWS,
+) -> int:
     """How many of the newest `parts` a new part of `rows` rows absorbs: the newest one
-    while it holds at most `factor` times the rows absorbed so far (its own included)."""
+    while it holds at most `factor` times the rows absorbed so far (its own included) and
+    the merged part stays within `limit` rows."""
     k, merged = 0, rows
-    while k < len(parts) and parts[-1 - k].num_rows <= factor * merged:
-        merged += parts[-1 - k].num_rows
+    while k < len(parts):
+        n = parts[-1 - k].num_rows
+        if n > factor * merged or merged + n > limit:
+            break
+        merged += n
         k += 1
     return k
 
