@@ -356,3 +356,31 @@ def test_decode_threads_are_shared_out_among_workers(uri: str) -> None:
     assert len(_batches(ds, 2, worker_init_fn=_check_threads)) == 3
     pinned = FerroIterableDataset(uri, batch_size=8, threads=1, **OPTS)
     assert pinned._runtime()[1][0].decoder.pool.threads == 1
+
+
+def test_adapters_compute_batches_on_demand(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither adapter materialises a rank's items: the iterable computes each batch it
+    builds, the map-style sampler yields items a chunk at a time."""
+    import sys
+
+    def refuse(name: str) -> Any:
+        original = getattr(Sampler, name)
+
+        def guarded(*args: Any, **kw: Any) -> Any:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            assert not caller.startswith("ferroload_loader"), f"{caller} called {name}"
+            return original(*args, **kw)
+
+        return guarded
+
+    for name in ("global_order", "indices"):
+        monkeypatch.setattr(Sampler, name, refuse(name))
+    want = _reference(uri, where=ODD, batch_size=4, seed=7, rank=1, world_size=2)
+    ds = FerroIterableDataset(uri, where=ODD, batch_size=4, seed=7, rank=1, world_size=2, **OPTS)
+    _assert_same_batches(_batches(ds, 0), want)
+    state = ds.state_dict()  # the position by formula too
+    assert state["sampler"]["consumed"] == 23  # the whole epoch (padding counts no further)
+    mapped = FerroTorchDataset(uri, where=ODD, seed=7, **OPTS)
+    sampler = mapped.sampler(rank=1, world_size=2)
+    got = [b["sample_id"] for b in DataLoader(mapped, batch_size=4, sampler=sampler)]
+    assert got == [b["sample_id"] for b in want]
