@@ -16,7 +16,9 @@ from ferroload_loader._source import ResolvedSource
 logger = logging.getLogger(__name__)
 
 #: The most items an `IndexWindow` reads the index for at once.
-WINDOW_ITEMS = 1 << 20
+WINDOW_ITEMS = 1 << 21
+#: How much larger each window is than the last (from one batch to `WINDOW_ITEMS`).
+WINDOW_GROWTH = 8
 
 
 class IndexWindow:
@@ -29,9 +31,9 @@ class IndexWindow:
     for every batch. The window asks the index for the items of many batches together:
     one pass over the row groups they touch, in row-group order, each decoded once for
     all of them; then hands each batch its share (zero-copy slices). It starts at one
-    batch (the first batch waits for its own rows only) and doubles up to `max_items`
-    items: its memory is that of `max_items` ids, metadata values and payload locations
-    (about 100 MB at 2**20 items with one modality).
+    batch (the first batch waits for its own rows only) and grows eightfold up to
+    `max_items` items: its memory is that of `max_items` ids, metadata values and payload
+    locations (about 100-200 MB at 2**21 items).
 
     Args:
         source: what the loader reads from.
@@ -91,7 +93,7 @@ class IndexWindow:
             total += len(b)
         if not batches:
             return
-        self._batches = min(2 * self._batches, self._max)
+        self._batches = min(WINDOW_GROWTH * self._batches, self._max)
         try:
             shares = read_index(self._source, self._fields, np.concatenate(batches))
         except Exception:  # each batch reads on its own and fails in its own turn
