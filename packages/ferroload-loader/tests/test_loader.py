@@ -394,3 +394,14 @@ def test_the_loader_never_materialises_the_order_or_whole_columns(
     assert len(got) == 60
     if source == uri:
         assert sorted(got) == [f"s{i:05d}" for i in range(60)]
+
+
+def test_the_loader_reads_the_index_a_window_of_batches_at_a_time(
+    make_dataset: MakeDataset,
+) -> None:
+    dl = numpy_loader(make_dataset(60), batch_size=4)
+    got = sum(ids(dl), [])
+    assert sorted(got) == [f"s{i:05d}" for i in range(60)]
+    assert dl._worker is not None
+    window = dl._worker._window
+    assert window is not None and 1 <= window.windows <= 4  # growing windows, not 15 reads

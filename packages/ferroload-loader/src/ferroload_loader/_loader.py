@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ferroload_codec import DecodeError
 from ferroload_loader._augment import BatchTransform, Layout, Normalize
-from ferroload_loader._batch import finish_batch, prepare_batch
+from ferroload_loader._batch import IndexWindow, finish_batch, prepare_batch
 from ferroload_loader._fields import BatchState, ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
 from ferroload_loader._readahead import ReadAhead
@@ -185,8 +185,11 @@ class FerroLoader:
         count, batch_of = self._rank_batches()
         self.close()
         readahead = self._readahead(count, batch_of)
+        # the index entries of many upcoming batches, read together (one pass over their
+        # row groups instead of a row group per item per batch)
+        window = IndexWindow(self.source, self.fields, batch_of, count)
         worker = _Prefetcher(
-            self, count, batch_of, self.sampler.seed, self.sampler.epoch, readahead
+            self, count, batch_of, self.sampler.seed, self.sampler.epoch, readahead, window
         )
         self._worker = worker
         try:
@@ -237,8 +240,17 @@ class FerroLoader:
         )
         return ReadAhead(self.source, names, batch_of, count, self.readahead_bytes, horizon=horizon)
 
-    def _prepare(self, items: npt.NDArray[np.int64], seed: int, epoch: int) -> BatchState:
-        return prepare_batch(self.source, self.fields, items, seed=seed, epoch=epoch)
+    def _prepare(
+        self,
+        items: npt.NDArray[np.int64],
+        seed: int,
+        epoch: int,
+        window: IndexWindow | None = None,
+        index: int | None = None,
+    ) -> BatchState:
+        return prepare_batch(
+            self.source, self.fields, items, seed=seed, epoch=epoch, window=window, index=index
+        )
 
     def _finish(
         self, state: BatchState, meanwhile: Callable[[], None] | None = None
@@ -287,9 +299,11 @@ class _Prefetcher:
         seed: int,
         epoch: int,
         readahead: ReadAhead | None = None,
+        window: IndexWindow | None = None,
     ) -> None:
         self._loader = loader
         self._readahead = readahead
+        self._window = window
         self._prepared = 0
         self._queue: deque[tuple[Any, int, int]] = deque()
         self._bytes = 0
@@ -303,7 +317,7 @@ class _Prefetcher:
 
     def _prepare(self, items: npt.NDArray[np.int64], seed: int, epoch: int) -> Any:
         try:
-            return self._loader._prepare(items, seed, epoch)
+            return self._loader._prepare(items, seed, epoch, self._window, self._prepared)
         except BaseException as exc:  # handed on, raised in the consumer in its turn
             return exc
         finally:

@@ -34,7 +34,13 @@ import torch.utils.data
 from ferroload_core import available_cpus
 from ferroload_format import Dataset
 from ferroload_loader._augment import BatchTransform, Layout, Normalize
-from ferroload_loader._batch import build_batch, item_seeds
+from ferroload_loader._batch import (
+    IndexWindow,
+    build_batch,
+    finish_batch,
+    item_seeds,
+    prepare_batch,
+)
 from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._loader import check_state, make_sampler, to_torch
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
@@ -803,11 +809,19 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
         count, view = self._order(seed, epoch, consumed)
         self._pass = [seed, epoch, consumed, skip]
         b = self.batch_size
-        for k in range(worker + skip * workers, count, workers):
-            chunk = view.batch(k, b)
-            batch, _ = build_batch(
-                source, fields, chunk, seed=seed, epoch=epoch, on_error=self.on_error
+        mine = range(worker + skip * workers, count, workers)  # this worker's batches
+
+        def batch_of(i: int) -> npt.NDArray[np.int64]:
+            return view.batch(mine[i], b)
+
+        # the index entries of this worker's upcoming batches, read together
+        window = IndexWindow(source, fields, batch_of, len(mine))
+        for i in range(len(mine)):
+            chunk = batch_of(i)
+            state = prepare_batch(
+                source, fields, chunk, seed=seed, epoch=epoch, window=window, index=i
             )
+            batch, _ = finish_batch(state, fields, on_error=self.on_error)
             out = to_torch(batch, pin=False)
             if self.transform is not None:
                 out = self.transform(out, item_seeds(seed, epoch, chunk))
