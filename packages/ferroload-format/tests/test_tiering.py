@@ -193,6 +193,27 @@ def test_a_rebase_merges_again_on_top_of_the_version_that_won(
     assert {o.path for o in store.list(IDS_DIR)} == referenced
 
 
+def test_a_part_merged_and_retired_before_its_own_publish_leaves_the_glob(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append(local_uri, 0, 20)
+    fired: list[str] = []
+
+    def interleave(name: str) -> None:  # between this writer's commit and its publish …
+        if name == "committed" and not fired:
+            fired.append(name)
+            append(local_uri, 100, 3)  # … the next one publishes its part, merges, retires it
+
+    monkeypatch.setattr(_commit, "_checkpoint", interleave)
+    append(local_uri, 50, 2)  # then puts its part back: it must retire it again
+    monkeypatch.undo()
+    ds = Dataset.open(local_uri)
+    assert fired and [(p.num_rows, p.since) for p in ds.manifest.index_parts] == [(20, 1), (5, 2)]
+    assert sorted(glob_ids(local_uri)) == sorted(ds.column("sample_id").to_pylist())
+    assert ds.verify().ok
+    assert len(Dataset.open(local_uri, version=2)) == 22
+
+
 def test_a_writer_started_before_a_merge_tells_duplicates_from_conflicts(
     local_uri: str,
 ) -> None:

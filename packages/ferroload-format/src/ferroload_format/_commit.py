@@ -148,7 +148,9 @@ def settle_retirement(store: Store, manifest: Manifest, known: Manifest | None =
     back: only a check after the publish sees that.) Failures are logged; `gc` finishes.
     """
     try:
-        newest = latest_version(store)
+        # versions are claimed in sequence: a newer one exists iff the next one does
+        newer = store.exists(version_path(manifest.version + 1))
+        newest = latest_version(store) if newer else None
         if newest is not None and newest > manifest.version:
             retire_replaced_parts(store, read_manifest(store, newest), manifest)
         elif replaced_anything(manifest):
