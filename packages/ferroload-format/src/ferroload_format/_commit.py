@@ -516,8 +516,12 @@ def _merge(
     """The bytes of one index part holding the rows of `merged`, in order (each cast to
     `table`'s schema), then those of `table`; parts read are kept in `tables`."""
     for part in merged:
-        if part.version not in tables:
-            tables[part.version] = read_part_table(store, part, None).cast(table.schema)
+        got = tables.get(part.version)
+        if got is None:
+            got = read_part_table(store, part, None)
+        if not got.schema.equals(table.schema):
+            got = got.cast(table.schema)
+        tables[part.version] = got
     whole = pa.concat_tables([*(tables[p.version] for p in merged), table])
     return write_part(whole, row_group_size=row_group_size)
 
