@@ -216,16 +216,31 @@ def test_views_and_layer_columns_run_in_batches_of_rows(tmp_path: Path) -> None:
         "sorted": np.sort(rng.choice(N, 900, replace=False)),
         "small": np.array([1400, 3, 77]),
     }
-    for where in ("label = 3 AND bright >= 0.5", "bright IS NULL", "caption < 'a005'", "true"):
+    clauses = {  # clause: whether it prunes (on a base column)
+        "label = 3 AND bright >= 0.5": False,
+        "bright IS NULL": False,
+        "true": False,
+        "caption < 'a005'": True,
+        "rank < 300 AND bright >= 0.5": True,
+        "rank >= 1400 OR bright < 0.2": False,
+        "rank BETWEEN 1000 AND 1100 AND label > 5": True,
+        "rank < 0": True,
+    }
+    for where, prunes in clauses.items():
         got, stats = _scanned(ds, where)
         assert got == _whole(ds, where), where
         assert stats.groups_read == 0 or "bright" not in where
+        assert (stats.groups_skipped > 0) == prunes, where
         for name, rows in views.items():
             fresh = Dataset.open(ds.uri)
             expected = _whole(ds, where, rows)
             view_stats = ScanStats()
             found = where_positions(fresh._index, rows, where, uri=ds.uri, stats=view_stats)
             assert found.tolist() == expected, (name, where)
-            assert view_stats.rows_read == len(rows)
-            assert view_stats.batches == max(1, -(-len(rows) // BATCH))
             assert fresh._index._cache == {}  # no whole column loaded
+            assert (view_stats.groups_skipped > 0) == prunes, where
+            if prunes:
+                assert view_stats.rows_read < len(rows) or name == "small"
+            else:
+                assert view_stats.rows_read == len(rows)
+                assert view_stats.batches == max(1, -(-len(rows) // BATCH))

@@ -91,8 +91,8 @@ def where_positions(
       the clause false are not read at all (see `_pruning`).
     - By rows (the same size of index, for a view, i.e. `rows` given, or a clause on a
       layer column): batches of `BATCH_ROWS` rows (a view's in ascending order) read
-      through `IndexColumns.take`, which reads only the row groups holding them; no
-      pruning.
+      through `IndexColumns.take`, which reads only the row groups holding them; rows
+      of base row groups that the statistics rule out (on base columns) are left out.
     - Whole columns (a small index, columns already loaded whole, or a clause with a
       subquery, which reads `samples` whole): one in-memory table of the columns, layer
       columns aligned with the base rows by position (docs/format.md §10), loaded
@@ -154,7 +154,8 @@ def where_positions(
             positions = scan.row_groups(Pruner(clause, index.schema), stats or ScanStats())
         elif way == "rows":
             scan = _Scan(con, index, names, pos, fetch, timeout=seconds)
-            positions = scan.rows(rows, stats or ScanStats())
+            base = pa.schema([f for f in index.schema if index.layer_of(f.name) is None])
+            positions = scan.rows(rows, Pruner(clause, base), stats or ScanStats())
         else:
             table = _index_table(index, rows, names, positions=pos)
             con.register(TABLE, table)
@@ -206,29 +207,75 @@ class _Scan:
         self.batch_rows = 0
         self.ran = False
 
-    def rows(self, rows: npt.NDArray[np.int64] | None, stats: ScanStats) -> npt.NDArray[np.int64]:
+    def rows(
+        self, rows: npt.NDArray[np.int64] | None, pruner: Pruner, stats: ScanStats
+    ) -> npt.NDArray[np.int64]:
         """Over `rows` (a view's; None: every row), in batches of rows read through
         `IndexColumns.take` (which reads the row groups holding them; layer columns
-        too). A view's rows are taken in ascending order, so that a batch reads a run
-        of row groups, not all of them; its positions are sorted back at the end."""
-        index = self.index
-        n = index.manifest.num_samples if rows is None else len(rows)
-        order = None if rows is None else np.argsort(rows, kind="stable")
-        for start in range(0, n, _pruning.BATCH_ROWS):
-            stop = min(n, start + _pruning.BATCH_ROWS)
-            if order is None or rows is None:
-                at = positions = np.arange(start, stop, dtype=np.int64)
-            else:
-                positions = order[start:stop].astype(np.int64, copy=False)
-                at = rows[positions]
-            columns = index.take(self.names, at) if self.names else {}
-            self.batch.append(pa.table({self.pos: arrow_array(positions), **columns}))
-            stats.add(rows_read=stop - start)
-            self._flush(stats)
-        if not self.ran:
+        too), leaving out the rows of base row groups that `pruner` rules out. A view's
+        rows are taken in ascending order, so that a batch reads a run of row groups,
+        not all of them; its positions are sorted back at the end."""
+        n = self.index.manifest.num_samples
+        starts, stops = self._kept(pruner, stats)
+        if rows is None:
+            for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
+                for start in range(lo, hi, _pruning.BATCH_ROWS):
+                    at = np.arange(start, min(hi, start + _pruning.BATCH_ROWS), dtype=np.int64)
+                    self._take(at, at, stats)
+        else:
+            order = np.argsort(rows, kind="stable")
+            if len(starts) != 1 or starts[0] != 0 or stops[0] != n:
+                ordered = rows[order]
+                run = np.searchsorted(starts, ordered, side="right") - 1
+                inside = (run >= 0) & (ordered < np.append(stops, 0)[run])
+                order = order[inside]
+            for start in range(0, len(order), _pruning.BATCH_ROWS):
+                positions = order[start : start + _pruning.BATCH_ROWS].astype(np.int64)
+                self._take(rows[positions], positions, stats)
+        if self.batch or not self.ran:
             self._flush(stats)
         found = np.concatenate(self.found) if self.found else np.zeros(0, np.int64)
-        return found if order is None else np.sort(found)
+        return found if rows is None else np.sort(found)
+
+    def _take(
+        self, at: npt.NDArray[np.int64], positions: npt.NDArray[np.int64], stats: ScanStats
+    ) -> None:
+        """Run the clause over rows `at` of the index, known as `positions`."""
+        columns = self.index.take(self.names, at) if self.names else {}
+        self.batch.append(pa.table({self.pos: arrow_array(positions), **columns}))
+        self.batch_rows += len(at)
+        stats.add(rows_read=len(at))
+        if self.batch_rows >= _pruning.BATCH_ROWS:
+            self._flush(stats)
+
+    def _kept(
+        self, pruner: Pruner, stats: ScanStats
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(starts, stops) of the runs of base rows whose row groups `pruner` keeps:
+        every row, as one run, when it tests nothing."""
+        index = self.index
+        n = index.manifest.num_samples
+        if not pruner:
+            return np.array([0], np.int64), np.array([n], np.int64)
+        bounds: list[int] = [0]
+        keep: list[npt.NDArray[np.bool_]] = []
+        start = 0
+        for part in index.manifest.index_parts:
+            metadata = open_part(index.store, part, index._files)[0].metadata
+            sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+            if sum(sizes) != part.num_rows:  # the reads refuse the part; prune none of it
+                sizes, mask = [part.num_rows], np.ones(1, dtype=bool)
+            else:
+                mask = pruner.may_match(self.con, metadata)
+                stats.add(row_groups=len(sizes), groups_skipped=len(sizes) - int(mask.sum()))
+            bounds.extend((start + np.cumsum(sizes, dtype=np.int64)).tolist())
+            keep.append(mask)
+            start += part.num_rows
+        edges = np.asarray(bounds, dtype=np.int64)
+        kept = np.concatenate(keep) if keep else np.zeros(0, dtype=bool)
+        # runs of kept groups: where `kept` turns on and off
+        flips = np.diff(np.concatenate([[False], kept, [False]]).astype(np.int8))
+        return edges[np.flatnonzero(flips == 1)], edges[np.flatnonzero(flips == -1)]
 
     def row_groups(self, pruner: Pruner, stats: ScanStats) -> npt.NDArray[np.int64]:
         """Over the base index parts, a batch of row groups at a time, skipping those
