@@ -4,6 +4,7 @@ batch, and leaves failures to the batch they belong to (issue 16, "Index at scal
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -50,8 +51,8 @@ def test_window_batches_equal_batches_read_alone(make_dataset: MakeDataset) -> N
         _same(got, _build(dl, items))
         assert got["sample_id"] == [f"s{j:05d}" for j in items]
         assert decoded_index(got["image"]) == items.tolist()
-    # windows of 1, 8 and (the 3 left of) 64 batches
-    assert window.windows == 3
+    # windows of 1, 1, 8 and (the 2 left of) 64 batches
+    assert window.windows == 4
     dl.close()
 
 
@@ -62,7 +63,7 @@ def test_the_window_is_bounded_in_items(make_dataset: MakeDataset) -> None:
     window = IndexWindow(dl.source, dl.fields, lambda i: batches[i], 20, max_items=2 * BATCH)
     for i, items in enumerate(batches):
         _same(_build(dl, items, window=window, index=i), _build(dl, items))
-    assert window.windows == 11  # 1 batch, then 2 at most (32 items): 1 + 9 + 1
+    assert window.windows == 11  # 1, 1, then 2 batches at most (32 items): 2 + 9
     dl.close()
 
 
@@ -91,23 +92,51 @@ def test_mixtures_take_each_dataset_from_the_window(make_dataset: MakeDataset) -
 
 
 def test_a_damaged_row_fails_its_own_batch(make_dataset: MakeDataset) -> None:
-    uri = make_dataset(60)
+    uri = make_dataset(160)
     dl = make_loader(uri, batch_size=BATCH, images=["image"], resize=8, out="numpy")
     ds = dl.source.datasets[0]
-    batches = [np.arange(k * BATCH, (k + 1) * BATCH, dtype=np.int64) for k in range(3)]
-    window = IndexWindow(dl.source, dl.fields, lambda i: batches[i], 3)
-    _build(dl, batches[0], window=window, index=0)  # window 1: batch 0
-
-    def bad_read(*args: Any, **kwargs: Any) -> Any:
-        raise PayloadRangeError("damaged", uri=ds.uri)
-
+    batches = [np.arange(k * BATCH, (k + 1) * BATCH, dtype=np.int64) for k in range(10)]
+    window = IndexWindow(dl.source, dl.fields, lambda i: batches[i], 10, background=False)
+    for i in (0, 1):  # windows of one batch each
+        _build(dl, batches[i], window=window, index=i)
     real = Dataset.locate
-    ds.locate = lambda name, pos: (  # type: ignore[method-assign]
-        bad_read() if (np.asarray(pos) == 40).any() else real(ds, name, pos)
-    )
-    # window 2 (batches 1 and 2) fails as a whole: batch 1 is read alone, and succeeds
-    got = _build(dl, batches[1], window=window, index=1)
-    assert got["sample_id"][0] == "s00016"
-    with pytest.raises(PayloadRangeError):
-        _build(dl, batches[2], window=window, index=2)
+
+    def locate(name: str, pos: Any) -> Any:
+        if (np.asarray(pos) == 5 * BATCH + 3).any():
+            raise PayloadRangeError("damaged", uri=ds.uri)
+        return real(ds, name, pos)
+
+    ds.locate = locate  # type: ignore[method-assign]
+    # the window of batches 2..9 fails as a whole: each batch is read alone, and only
+    # the one holding the damaged row fails
+    for i in range(2, 10):
+        if i == 5:
+            with pytest.raises(PayloadRangeError):
+                _build(dl, batches[i], window=window, index=i)
+        else:
+            got = _build(dl, batches[i], window=window, index=i)
+            assert got["sample_id"][0] == f"s{i * BATCH:05d}"
+    assert window.windows == 2
+    dl.close()
+
+
+def test_the_next_window_is_read_in_the_background(make_dataset: MakeDataset) -> None:
+    uri = make_dataset(100)
+    dl = make_loader(uri, batch_size=BATCH, meta=["label"], out="numpy")
+    batches = _batches(100, 30)
+    asked: list[int] = []
+
+    def batch_of(i: int) -> np.ndarray:
+        asked.append(i)
+        return batches[i]
+
+    window = IndexWindow(dl.source, dl.fields, batch_of, 30)
+    _same(_build(dl, batches[0], window=window, index=0), _build(dl, batches[0]))
+    deadline = time.monotonic() + 10
+    while 1 not in asked and time.monotonic() < deadline:  # batch 1's window, unasked
+        time.sleep(0.01)
+    assert 1 in asked
+    for i in range(1, 30):
+        _same(_build(dl, batches[i], window=window, index=i), _build(dl, batches[i]))
+    assert window.windows == 4  # 1, 1, 8 and the 20 left (of 64)
     dl.close()

@@ -30,17 +30,22 @@ class IndexWindow:
     and a large index (more row groups than the index cache holds) is decoded again
     for every batch. The window asks the index for the items of many batches together:
     one pass over the row groups they touch, in row-group order, each decoded once for
-    all of them; then hands each batch its share (zero-copy slices). It starts at one
-    batch (the first batch waits for its own rows only) and grows eightfold up to
-    `max_items` items: its memory is that of `max_items` ids, metadata values and payload
-    locations (about 100-200 MB at 2**21 items).
+    all of them; then hands each batch its share (zero-copy slices).
+
+    Windows are of 1, 1, 8, 64, … batches (growing eightfold up to `max_items` items): the
+    first batches wait for their own rows only. Once a window is read, the next one is
+    read in a background thread while its batches are used (`background=False`: when
+    its first batch is asked for). Memory: two windows of ids, metadata values and
+    payload locations (about 100-200 MB each at 2**21 items).
 
     Args:
         source: what the loader reads from.
         fields: the loader's fields (their metadata columns and modalities are read).
-        batch_of: the items of batch `i` of the iteration.
+        batch_of: the items of batch `i` of the iteration (called from the background
+            thread too).
         count: batches in the iteration.
         max_items: the most items read at once.
+        background: read the next window ahead, in a thread.
     """
 
     def __init__(
@@ -51,38 +56,72 @@ class IndexWindow:
         count: int,
         *,
         max_items: int = WINDOW_ITEMS,
+        background: bool = True,
     ) -> None:
         self._source = source
         self._fields = list(fields)
         self._batch_of = batch_of
         self._count = count
         self._max = max(1, max_items)
-        self._batches = 1  # batches of the next window
+        self._background = background
+        self._sizes = [1, 1]  # the first windows' batches; then eightfold
+        self._size = 1
+        self._cap = max(1, count)  # batches that fit in max_items (known after a read)
         self._ready: dict[int, tuple[npt.NDArray[np.int64], list[Share]]] = {}
-        self._unread_until = -1  # batches before this one are read on their own
-        self._lock = threading.Lock()
+        self._unread = (0, 0)  # batches read on their own (their window's read failed)
+        self._pending: tuple[int, int, int] | None = None  # [start, stop) being read, gen
+        self._generation = 0  # bumped when the batches asked for leave the windows' order
+        self._cond = threading.Condition()
         #: windows read so far (for tests and benchmarks)
         self.windows = 0
 
     def shares(self, i: int, items: npt.NDArray[np.int64]) -> list[Share] | None:
-        """The shares of batch `i` (whose items are `items`), reading the window that
-        starts at `i` when it is not read yet; None when batch `i` should be read on its
-        own (its items are not the order's, or reading its window failed: the batch's
-        own read then raises in its turn)."""
-        with self._lock:
-            got = self._ready.pop(i, None)
-            if got is None and i >= self._unread_until:
-                self._ready.clear()  # batches skipped (a resume): not needed any more
-                self._read(i)
+        """The shares of batch `i` (whose items are `items`): from a window read (or
+        being read) already, else from a window read now from `i`; None when batch `i`
+        should be read on its own (its items are not the order's, or reading its window
+        failed: the batch's own read then raises in its turn)."""
+        with self._cond:
+            while True:
                 got = self._ready.pop(i, None)
+                if got is not None or self._unread[0] <= i < self._unread[1]:
+                    break
+                p = self._pending
+                if p is not None and p[0] <= i < p[1] and p[2] == self._generation:
+                    self._cond.wait()
+                    continue
+                # not read, nor being read: batches were skipped (a resume); start here
+                self._ready.clear()
+                self._generation += 1
+                stop = self._reserve(i)
+                if stop == i:
+                    break
+                gen = self._generation
+                self._cond.release()
+                try:
+                    self._read(i, stop, gen)
+                finally:
+                    self._cond.acquire()
         if got is None or not np.array_equal(got[0], items):
             return None
         return got[1]
 
-    def _read(self, i: int) -> None:
+    def _reserve(self, i: int) -> int:
+        """Mark the next window, from batch `i`, as being read (under the lock); returns
+        its end."""
+        if self._sizes:
+            self._size = self._sizes.pop(0)
+        else:
+            self._size = min(self._size * WINDOW_GROWTH, self._cap)
+        stop = min(self._count, i + self._size)
+        self._pending = (i, stop, self._generation) if stop > i else None
+        return stop
+
+    def _read(self, i: int, stop: int, gen: int) -> None:
+        """Read the window [i, stop) (not under the lock), keep its batches' shares and
+        start reading the next window in the background."""
         batches: list[npt.NDArray[np.int64]] = []
         total = 0
-        for j in range(i, min(self._count, i + self._batches)):
+        for j in range(i, stop):
             try:
                 b = np.asarray(self._batch_of(j), dtype=np.int64)
             except Exception:  # the loader asks again and hands the error on
@@ -91,25 +130,41 @@ class IndexWindow:
                 break
             batches.append(b)
             total += len(b)
-        if not batches:
-            return
-        self._batches = min(WINDOW_GROWTH * self._batches, self._max)
-        try:
-            shares = read_index(self._source, self._fields, np.concatenate(batches))
-        except Exception:  # each batch reads on its own and fails in its own turn
-            self._unread_until = i + len(batches)
-            return
-        self.windows += 1
-        first = 0
-        for k, b in enumerate(batches):
-            end = first + len(b)
-            mine = []
-            for s in shares:
-                lo, hi = np.searchsorted(s.slots, [first, end]).tolist()
-                if hi > lo:
-                    mine.append(s.slice(lo, hi, first))
-            self._ready[i + k] = (b, mine)
-            first = end
+        shares: list[Share] | None = None
+        if batches:
+            try:
+                shares = read_index(self._source, self._fields, np.concatenate(batches))
+            except Exception:  # each batch reads on its own and fails in its own turn
+                shares = None
+        with self._cond:
+            if gen != self._generation:
+                return  # a read for batches nobody asks for any more
+            self._pending = None
+            end = i + len(batches)
+            if shares is None:
+                self._unread = (i, end)
+            else:
+                self.windows += 1
+                first = 0
+                for k, b in enumerate(batches):
+                    last = first + len(b)
+                    mine = []
+                    for s in shares:
+                        lo, hi = np.searchsorted(s.slots, [first, last]).tolist()
+                        if hi > lo:
+                            mine.append(s.slice(lo, hi, first))
+                    self._ready[i + k] = (b, mine)
+                    first = last
+                if total:  # later windows: as many batches as fit in max_items
+                    self._cap = max(1, self._max * len(batches) // total)
+            self._cond.notify_all()
+            if self._background and shares is not None and 0 < len(batches) == stop - i:
+                nxt = self._reserve(end)
+                if nxt > end:
+                    threading.Thread(
+                        target=self._read, args=(end, nxt, gen), name="ferroload-index-window",
+                        daemon=True,
+                    ).start()  # fmt: skip
 
 
 _MASK64 = (1 << 64) - 1
