@@ -72,6 +72,8 @@ FULL = {
     "ranks_shard_size": 1 << 20,
     "worlds": [8, 64],
     "batches": 200,
+    "shards": [1_000, 10_000, 100_000, 400_000],
+    "both_ranks": True,
 }
 QUICK = {
     "meta": [10**4, 10**5],
@@ -80,6 +82,8 @@ QUICK = {
     "ranks_shard_size": 64 << 10,
     "worlds": [2, 8],
     "batches": 10,
+    "shards": [100, 1_000],
+    "both_ranks": False,
 }
 GOALS = {"open_s": 0.050, "first_batch_s": 2.0, "loader_rss_mb": 1536.0, "flat": 1.5}
 
@@ -93,6 +97,21 @@ def _log(msg: str) -> None:
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _rss_now() -> dict[str, float]:
+    """The process's resident memory now, split (MB): anonymous (heap, Arrow buffers) and
+    file-backed (mapped files: shard and index pages read through mmap count here, and the
+    kernel may drop them at any time)."""
+    out: dict[str, float] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile", "VmHWM"):
+                out[key] = int(value.split()[0]) / 1024
+    except OSError:
+        pass
+    return out
 
 
 def _rchar() -> int:
@@ -121,10 +140,12 @@ def _w_open(spec: dict[str, Any]) -> dict[str, Any]:
     root = Path(spec["uri"])
     on_disk = {
         "index_parts": sum(p.stat().st_size for p in (root / "index").glob("part-*.parquet")),
-        "id_runs": sum(p.stat().st_size for p in (root / "_ferroload" / "ids").glob("*")),
+        "id_runs": sum(r.size for r in m.id_runs),
         "manifest": (root / "_ferroload" / "versions" / f"{m.version:010d}.json").stat().st_size,
     }
+    leftovers = sum(p.stat().st_size for p in (root / "_ferroload" / "ids").glob("*"))
     return {
+        "unreferenced_id_run_bytes": leftovers - on_disk["id_runs"],
         "open_first_s": first,
         "open_s": best,
         "num_samples": ds.num_samples,
@@ -147,7 +168,7 @@ def _w_loader(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     dl = make_loader(
         spec["uri"], batch_size=BATCH, meta=["label"], out="numpy", seed=0, rank=RANK,
-        world_size=WORLD, prefetch_bytes=PREFETCH, **kw,
+        world_size=WORLD, prefetch_bytes=PREFETCH, streaming=spec.get("streaming", False), **kw,
     )  # fmt: skip
     made = time.perf_counter() - t0
     it = iter(dl)
@@ -166,8 +187,10 @@ def _w_loader(spec: dict[str, Any]) -> dict[str, Any]:
         "per_batch_s": per_batch,
         "per_sample_us": per_batch / BATCH * 1e6,
         "batches": k,
+        "streaming": spec.get("streaming", False),
         "rss_import_mb": base,
         "peak_rss_mb": _peak_rss_mb(),
+        "rss_end": _rss_now(),
     }
 
 
@@ -208,8 +231,22 @@ def _w_subset(spec: dict[str, Any]) -> dict[str, Any]:
     rows = len(view)
     dt = time.perf_counter() - t0
     after = ds.store.stats.snapshot()
+    scan: dict[str, int] | str
+    try:  # what the scan read (row groups, bytes), measured again untimed
+        import dataclasses
+
+        from ferroload_format._pruning import ScanStats
+        from ferroload_format._query import where_positions
+
+        st = ScanStats()
+        again = Dataset.open(spec["uri"])
+        where_positions(again._index, None, spec["where"], uri=again.uri, stats=st)
+        scan = dataclasses.asdict(st)
+    except Exception as exc:  # a private API: the figure is optional
+        scan = f"unavailable: {exc!r}"
     return {
         "where": spec["where"],
+        "scan": scan,
         "s": dt,
         "rows": rows,
         "store_bytes_read": after["bytes_read"] - before["bytes_read"],
@@ -217,6 +254,7 @@ def _w_subset(spec: dict[str, Any]) -> dict[str, Any]:
         "rchar": _rchar() - r0,
         "rss_import_mb": base,
         "peak_rss_mb": _peak_rss_mb(),
+        "rss_end": _rss_now(),
     }
 
 
@@ -268,7 +306,44 @@ def _w_rank(spec: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+def _w_manifest(spec: dict[str, Any]) -> dict[str, Any]:
+    """`Dataset.open` of a version whose manifest lists `shards` shards (synthetic
+    records like the Writer's, 256 MiB each, one writer session per 1,000 shards; the
+    shards themselves do not exist: opening reads only the manifest)."""
+    from ferroload_format import Dataset
+    from ferroload_format._manifest import ShardInfo, shard_paths, version_path
+    from ferroload_format._names import new_txn_id
+
+    src = Dataset.open(spec["uri"])
+    out = []
+    for count in spec["shards"]:
+        root = Path(tempfile.mkdtemp(prefix="scale-manifest-"))
+        try:
+            shutil.copytree(spec["uri"], root / "ds")
+            records = []
+            txn = new_txn_id()
+            for k in range(count):
+                if k % 1000 == 0:
+                    txn = new_txn_id()
+                path, side = shard_paths(txn, k % 1000)
+                records.append(ShardInfo(path, side, 256 << 20, 2684, 2684, 1))
+            m = src.manifest.derive(shards=tuple(records))
+            data = m.to_bytes()
+            (root / "ds" / version_path(m.version)).write_bytes(data)
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                ds = Dataset.open(str(root / "ds"))
+                best = min(best, time.perf_counter() - t0)
+            assert ds.num_shards == count
+            out.append({"shards": count, "manifest_bytes": len(data), "open_s": best})
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return {"runs": out, "peak_rss_mb": _peak_rss_mb()}
+
+
 WORKERS = {
+    "manifest": _w_manifest,
     "open": _w_open,
     "loader": _w_loader,
     "order": _w_order,
@@ -330,6 +405,10 @@ def _bench_dataset(root: Path, kind: str, n: int, batches: int) -> dict[str, Any
     )
     _log(f"{kind} {n:.0e}: loader {res['loader']}")
     if kind == "meta":
+        res["loader_streaming"] = _run(
+            {"kind": "loader", "uri": uri, "images": False, "batches": batches, "streaming": True}
+        )
+        _log(f"{kind} {n:.0e}: loader streaming {res['loader_streaming']}")
         res["order"] = _run({"kind": "order", "n": n, "batches": batches})
         _log(f"{kind} {n:.0e}: order {res['order']}")
         lo = n // 2
@@ -360,7 +439,7 @@ def _bench_ranks(workdir: Path, sizes: dict[str, Any]) -> dict[str, Any]:
         out["uploaded_bytes"] = _upload(local, uri, options)
         for streaming in (False, True):
             for world in sizes["worlds"]:
-                for rank in (0, world - 1):
+                for rank in (0, world - 1) if sizes["both_ranks"] else (0,):
                     spec = {
                         "kind": "rank", "uri": uri, "options": options, "world": world,
                         "rank": rank, "streaming": streaming,
@@ -400,6 +479,10 @@ METRICS = {
     "first_batch_s": ("loader", "first_batch_s"),
     "per_sample_us": ("loader", "per_sample_us"),
     "loader_rss_mb": ("loader", "peak_rss_mb"),
+    "loader_rss_anon_mb": ("loader", "rss_end", "RssAnon"),
+    "streaming_first_batch_s": ("loader_streaming", "first_batch_s"),
+    "streaming_per_sample_us": ("loader_streaming", "per_sample_us"),
+    "streaming_rss_mb": ("loader_streaming", "peak_rss_mb"),
     "order_first_s": ("order", "first_s"),
     "order_rss_mb": ("order", "peak_rss_mb"),
     "subset_selective_s": ("subset_selective", "s"),
@@ -498,6 +581,7 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
         [
             ("meta", "open_s", "open"),
             ("meta", "first_batch_s", "first batch (metadata)"),
+            ("meta", "streaming_first_batch_s", "first batch (metadata, streaming)"),
             ("image", "first_batch_s", "first batch (images)"),
             ("meta", "order_first_s", "order: first batch of indices"),
             ("meta", "subset_selective_s", "subset, selective (1,000 rows)"),
@@ -510,6 +594,7 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
         "MB",
         [
             ("meta", "loader_rss_mb", "loader (metadata)"),
+            ("meta", "streaming_rss_mb", "loader (metadata, streaming)"),
             ("image", "loader_rss_mb", "loader (images)"),
             ("meta", "order_rss_mb", "order (Sampler)"),
             ("meta", "subset_all_rss_mb", "subset, half the rows"),
@@ -528,7 +613,11 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
         "overhead",
         "Loader time per sample, steady state",
         "microseconds per sample",
-        [("meta", "per_sample_us", "metadata only"), ("image", "per_sample_us", "4x4 PNG + label")],
+        [
+            ("meta", "per_sample_us", "metadata only, shuffled"),
+            ("meta", "streaming_per_sample_us", "metadata only, streaming"),
+            ("image", "per_sample_us", "4x4 PNG + label, shuffled"),
+        ],
     )
     for kind in ("meta", "image"):
         tab[kind].pop("index_mb", None)
@@ -552,6 +641,9 @@ def _report(results: dict[str, Any]) -> None:
         ("first_batch_s", "ms", "1st batch ms"),
         ("per_sample_us", "us", "µs/sample"),
         ("loader_rss_mb", "MB", "loader RSS MB"),
+        ("loader_rss_anon_mb", "MB", "anon MB"),
+        ("streaming_first_batch_s", "ms", "stream 1st ms"),
+        ("streaming_per_sample_us", "us", "stream µs/sample"),
         ("order_first_s", "ms", "order ms"),
         ("order_rss_mb", "MB", "order RSS MB"),
         ("subset_selective_s", "ms", "subset sel ms"),
@@ -571,6 +663,11 @@ def _report(results: dict[str, Any]) -> None:
             print(
                 f"| {n:.0e} | " + " | ".join(cells) + f" | {fmt(ib / 1e6 if ib else None, 'MB')} |"
             )
+    man = results.get("manifest", {})
+    if man.get("runs"):
+        print("\nmanifest size: shards listed, manifest bytes, open ms")
+        for r in man["runs"]:
+            print(f"| {r['shards']} | {r['manifest_bytes']} | {r['open_s'] * 1e3:.1f} |")
     ranks = results.get("ranks")
     if ranks:
         print(f"\nmany ranks: {ranks['n']} samples on moto S3")
@@ -637,6 +734,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for n in sizes[kind]:
             root = _dataset(workdir, kind, n)
             results["datasets"].append(_bench_dataset(root, kind, n, sizes["batches"]))
+    small = _dataset(workdir, "meta", sizes["meta"][0])
+    results["manifest"] = _run({"kind": "manifest", "uri": str(small), "shards": sizes["shards"]})
+    _log(f"manifest: {results['manifest']}")
     if not args.no_ranks:
         results["ranks"] = _bench_ranks(workdir, sizes)
     results["table"] = _table(results)
