@@ -213,29 +213,30 @@ class _Scan:
         """Over `rows` (a view's; None: every row), in batches of rows read through
         `IndexColumns.take` (which reads the row groups holding them; layer columns
         too), leaving out the rows of base row groups that `pruner` rules out. A view's
-        rows are taken in ascending order, so that a batch reads a run of row groups,
-        not all of them; its positions are sorted back at the end."""
-        n = self.index.manifest.num_samples
+        rows are taken in ascending order (sorted first if they are not, then the
+        positions found sorted back), so that a batch reads a run of row groups."""
         starts, stops = self._kept(pruner, stats)
+        order: npt.NDArray[np.intp] | None = None
         if rows is None:
             for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
                 for start in range(lo, hi, _pruning.BATCH_ROWS):
                     at = np.arange(start, min(hi, start + _pruning.BATCH_ROWS), dtype=np.int64)
                     self._take(at, at, stats)
         else:
-            order = np.argsort(rows, kind="stable")
-            if len(starts) != 1 or starts[0] != 0 or stops[0] != n:
-                ordered = rows[order]
-                run = np.searchsorted(starts, ordered, side="right") - 1
-                inside = (run >= 0) & (ordered < np.append(stops, 0)[run])
-                order = order[inside]
-            for start in range(0, len(order), _pruning.BATCH_ROWS):
-                positions = order[start : start + _pruning.BATCH_ROWS].astype(np.int64)
-                self._take(rows[positions], positions, stats)
+            ascending = len(rows) < 2 or bool((rows[1:] >= rows[:-1]).all())
+            order = None if ascending else np.argsort(rows, kind="stable")
+            ordered = rows if order is None else rows[order]
+            firsts = np.searchsorted(ordered, starts).tolist()
+            lasts = np.searchsorted(ordered, stops).tolist()
+            for lo, hi in zip(firsts, lasts, strict=True):
+                for start in range(lo, hi, _pruning.BATCH_ROWS):
+                    stop = min(hi, start + _pruning.BATCH_ROWS)
+                    at = np.arange(start, stop, dtype=np.int64)
+                    self._take(ordered[start:stop], at if order is None else order[at], stats)
         if self.batch or not self.ran:
             self._flush(stats)
         found = np.concatenate(self.found) if self.found else np.zeros(0, np.int64)
-        return found if rows is None else np.sort(found)
+        return found if rows is None or order is None else np.sort(found)
 
     def _take(
         self, at: npt.NDArray[np.int64], positions: npt.NDArray[np.int64], stats: ScanStats
