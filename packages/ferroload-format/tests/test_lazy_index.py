@@ -4,6 +4,7 @@ row groups holding them, in a byte-bounded cache; layers, views, damaged ranges,
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import numpy as np
@@ -310,3 +311,23 @@ def test_remote_reads_fetch_only_the_asked_chunks(uri: str) -> None:
         assert last["get_requests"] - again["get_requests"] == 1
         assert last["bytes_read"] - again["bytes_read"] < 2000
     assert ds.read([4, 3999], "image") == [payload(4), None]
+
+
+def test_large_reads_run_in_threads(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_parts(uri)
+    small_groups(uri, 2)  # 20 row groups per part: a read of them all is 2 chunks
+    monkeypatch.setattr(index_module, "_READ_THREADS", 4)
+    threads: set[str] = set()
+    real = index_module.read_row_groups
+
+    def spy(opened: Any, groups: Any, names: Any) -> pa.Table:
+        threads.add(threading.current_thread().name)
+        return real(opened, groups, names)
+
+    monkeypatch.setattr(index_module, "read_row_groups", spy)
+    ds = Dataset.open(uri)
+    pos = np.random.default_rng(2).permutation(120)
+    assert ds.column("sample_id", pos).to_pylist() == [f"s{i:05d}" for i in pos]
+    assert ds.column("label", pos).to_pylist() == [i % 5 for i in pos]
+    assert ds.read(pos[:30], "image") == [payload(int(i)) for i in pos[:30]]
+    assert len(threads) > 1

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,6 +41,8 @@ from ferroload_format._types import (
 from ferroload_store import ObjectNotFoundError, RangeFile, Store
 
 ROW_GROUP_SIZE = 65_536
+#: Threads that read the row groups of one large read (16 groups each) side by side.
+_READ_THREADS = max(1, min(8, os.cpu_count() or 1))
 #: Row groups read together by the row-group path (one coalesced fetch on an object store).
 _GROUPS_PER_READ = 16
 #: Opened index parts, by (key, dictionary-read columns): the file and, on an object
@@ -613,6 +618,18 @@ class _PartFile(RangeFile):
     the read they were fetched for is done (the part stays open, with its footer, for as
     long as the dataset; row groups read in an epoch would otherwise all stay in memory)."""
 
+    def __init__(
+        self, store: Store, path: str, size: int | None = None, version: str | None = None
+    ) -> None:
+        super().__init__(store, path, size=size, version=version)
+        self.part_store = store
+        self.part_key = path
+        self.part_version = version
+
+    def again(self) -> _PartFile:
+        """Another file over the same object (for a read in another thread)."""
+        return _PartFile(self.part_store, self.part_key, size=self.size, version=self.part_version)
+
     def forget(self) -> None:
         """Drop the prefetched ranges (later reads fetch again)."""
         self._prefetched.clear()
@@ -1096,9 +1113,8 @@ class IndexColumns:
             if opened[0].schema_arrow.get_field_index(c) < 0:
                 raise _no_column(self.store, part, c)
         # a few row groups per read: what one read holds at once stays small
-        for c0 in range(0, len(gs), _GROUPS_PER_READ):
-            chunk = gs[c0 : c0 + _GROUPS_PER_READ]
-            table = read_row_groups(opened, chunk, phys)
+        chunks = [gs[c0 : c0 + _GROUPS_PER_READ] for c0 in range(0, len(gs), _GROUPS_PER_READ)]
+        for chunk, table in zip(chunks, self._read_chunks(opened, chunks, phys), strict=True):
             off = 0
             for g in chunk:
                 n = int(starts[g + 1] - starts[g])
@@ -1141,6 +1157,49 @@ class IndexColumns:
                     )
                 self._groups.put((scope.key, p, g, kind, name), value, nbytes)
                 use(g, value)
+
+    def _read_chunks(
+        self,
+        opened: tuple[pq.ParquetFile, RangeFile | None],
+        chunks: list[list[int]],
+        names: list[str],
+    ) -> Iterator[pa.Table]:
+        """`read_row_groups` of each chunk of row groups, in order; several chunks are
+        read side by side in threads (each with a file of its own; decoding releases the
+        GIL), a few ahead of the one handed over."""
+        if len(chunks) == 1 or _READ_THREADS == 1:
+            for chunk in chunks:
+                yield read_row_groups(opened, chunk, names)
+            return
+        pf, f = opened
+        key = next((k[0] for k, v in self._files.items() if v is opened), None)
+        local = None if f is not None or key is None else self.store.local_path(key)
+        if f is None and local is None:  # not found again: read one by one
+            for chunk in chunks:
+                yield read_row_groups(opened, chunk, names)
+            return
+
+        def one(chunk: list[int]) -> pa.Table:
+            if isinstance(f, _PartFile):
+                own = f.again()
+                return read_row_groups(
+                    (pq.ParquetFile(own, metadata=pf.metadata), own), chunk, names
+                )
+            return read_row_groups(
+                (pq.ParquetFile(local, memory_map=True, metadata=pf.metadata), None), chunk, names
+            )
+
+        with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(chunks))) as pool:
+            todo = iter(chunks)
+            running: deque[Future[pa.Table]] = deque(
+                pool.submit(one, c) for c, _ in zip(todo, range(_READ_THREADS), strict=False)
+            )
+            while running:
+                table = running.popleft().result()
+                nxt = next(todo, None)
+                if nxt is not None:
+                    running.append(pool.submit(one, nxt))
+                yield table
 
     def _typed(self, name: str, col: pa.ChunkedArray) -> pa.Array:
         """A row group's column as the schema's type, in memory of its own (not a slice
