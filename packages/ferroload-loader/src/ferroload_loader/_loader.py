@@ -531,8 +531,8 @@ def make_loader(
             batch builder in the epoch's known order (0 turns read-ahead off).
         streaming: read shard by shard: shards in a shuffled order, then a seeded shuffle
             within windows of `shuffle_buffer` items of that stream.
-        shuffle_buffer: items per streaming shuffle window (the first windows are
-            smaller: 128 items, doubling).
+        shuffle_buffer: items per streaming shuffle window (default 65,536; the first
+            windows are smaller: 128 items, doubling).
         pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
         on_error: per-sample decode failures: `raise`, or leave the sample out of its
             batch (`skip`), also logging it (`warn`); counted in `loader.stats`.

@@ -15,7 +15,7 @@ import numpy.typing as npt
 Order = npt.NDArray[np.int64]
 
 #: Default shuffle window of the shard-block order, in items.
-DEFAULT_SHUFFLE_BUFFER = 8192
+DEFAULT_SHUFFLE_BUFFER = 65_536
 #: Items in the first shuffle window of the shard-block order (the windows then double
 #: up to the full `shuffle_buffer`): the first batch reads from the first 128 items.
 SHUFFLE_RAMP_START = 128
