@@ -315,8 +315,9 @@ def test_remote_reads_fetch_only_the_asked_chunks(uri: str) -> None:
 
 def test_large_reads_run_in_threads(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     write_parts(uri)
-    small_groups(uri, 2)  # 20 row groups per part: a read of them all is 2 chunks
-    monkeypatch.setattr(index_module, "_READ_THREADS", 4)
+    small_groups(uri, 2)  # 20 row groups per part: a read of them all is 5 chunks of 4
+    monkeypatch.setattr(index_module, "_GROUPS_PER_READ", 4)
+    monkeypatch.setattr(index_module, "_READ_THREADS", 2)
     threads: set[str] = set()
     real = index_module.read_row_groups
 

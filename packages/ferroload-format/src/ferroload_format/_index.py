@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections import deque
@@ -1192,7 +1193,7 @@ class IndexColumns:
         with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(chunks))) as pool:
             todo = iter(chunks)
             running: deque[Future[pa.Table]] = deque(
-                pool.submit(one, c) for c, _ in zip(todo, range(_READ_THREADS), strict=False)
+                pool.submit(one, c) for c in itertools.islice(todo, _READ_THREADS)
             )
             while running:
                 table = running.popleft().result()
