@@ -332,3 +332,29 @@ def test_large_reads_run_in_threads(uri: str, monkeypatch: pytest.MonkeyPatch) -
     assert ds.column("label", pos).to_pylist() == [i % 5 for i in pos]
     assert ds.read(pos[:30], "image") == [payload(int(i)) for i in pos[:30]]
     assert len(threads) > 1
+
+
+def test_threads_read_one_index_side_by_side(uri: str) -> None:
+    write_parts(uri)
+    small_groups(uri, 4)
+    ds = Dataset.open(uri)
+    index = IndexColumns(ds.store, ds.manifest, cache_bytes=2000)  # evicts all the time
+    ds = Dataset(ds.store, ds.manifest, index=index)
+    errors: list[BaseException] = []
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(30):
+                pos = rng.integers(0, 120, 10)
+                assert ds.column("sample_id", pos).to_pylist() == [f"s{i:05d}" for i in pos]
+                assert ds.read(pos, "image") == [payload(int(i)) for i in pos]
+        except BaseException as exc:  # handed to the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

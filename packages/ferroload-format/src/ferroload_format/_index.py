@@ -701,6 +701,7 @@ class IndexColumns:
         self._group_starts: dict[tuple[str, int], npt.NDArray[np.int64]] = {}
         self._lookups: dict[str, dict[str, int]] = {}
         self._runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None
+        self._local: dict[int, str] = {}  # opened local part -> its path
 
     @property
     def column_names(self) -> list[str]:
@@ -1159,37 +1160,42 @@ class IndexColumns:
                 self._groups.put((scope.key, p, g, kind, name), value, nbytes)
                 use(g, value)
 
+    def _own_file(
+        self, opened: tuple[pq.ParquetFile, RangeFile | None]
+    ) -> tuple[pq.ParquetFile, RangeFile | None]:
+        """A file of the part `opened` for one read (with the part's footer, not read
+        again): reads in several threads share nothing but the footer. A local part is
+        memory-mapped again, an object-store part gets a `RangeFile` of its own."""
+        pf, f = opened
+        if isinstance(f, _PartFile):
+            own = f.again()
+            return pq.ParquetFile(own, metadata=pf.metadata), own
+        local = self._local.get(id(opened))
+        if local is None:
+            key = next((k[0] for k, v in list(self._files.items()) if v is opened), None)
+            path = None if key is None else self.store.local_path(key)
+            if path is None:
+                return opened  # not found again (cannot happen): the shared file
+            local = self._local[id(opened)] = str(path)
+        return pq.ParquetFile(local, memory_map=True, metadata=pf.metadata), None
+
     def _read_chunks(
         self,
         opened: tuple[pq.ParquetFile, RangeFile | None],
         chunks: list[list[int]],
         names: list[str],
     ) -> Iterator[pa.Table]:
-        """`read_row_groups` of each chunk of row groups, in order; several chunks are
-        read side by side in threads (each with a file of its own; decoding releases the
-        GIL), a few ahead of the one handed over."""
-        if len(chunks) == 1 or _READ_THREADS == 1:
-            for chunk in chunks:
-                yield read_row_groups(opened, chunk, names)
-            return
-        pf, f = opened
-        key = next((k[0] for k, v in self._files.items() if v is opened), None)
-        local = None if f is not None or key is None else self.store.local_path(key)
-        if f is None and local is None:  # not found again: read one by one
-            for chunk in chunks:
-                yield read_row_groups(opened, chunk, names)
-            return
+        """`read_row_groups` of each chunk of row groups, in order, each with a file of
+        its own (`_own_file`); several chunks are read side by side in threads (decoding
+        releases the GIL), a few ahead of the one handed over."""
 
         def one(chunk: list[int]) -> pa.Table:
-            if isinstance(f, _PartFile):
-                own = f.again()
-                return read_row_groups(
-                    (pq.ParquetFile(own, metadata=pf.metadata), own), chunk, names
-                )
-            return read_row_groups(
-                (pq.ParquetFile(local, memory_map=True, metadata=pf.metadata), None), chunk, names
-            )
+            return read_row_groups(self._own_file(opened), chunk, names)
 
+        if len(chunks) == 1 or _READ_THREADS == 1:
+            for chunk in chunks:
+                yield one(chunk)
+            return
         with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(chunks))) as pool:
             todo = iter(chunks)
             running: deque[Future[pa.Table]] = deque(
@@ -1254,13 +1260,12 @@ class IndexColumns:
             self._require(name)
         rows = np.asarray(rows, dtype=np.int64)
         out: dict[str, pa.Array] = {}
-        with self._lock:
-            for name in dict.fromkeys(names):
-                whole = self._cache.get(name)
-                if whole is not None:
-                    out[name] = whole.take(arrow_array(rows))
-                    continue
-                out[name] = self._take_lazy(name, rows)
+        for name in dict.fromkeys(names):
+            whole = self._cache.get(name)
+            if whole is not None:
+                out[name] = whole.take(arrow_array(rows))
+                continue
+            out[name] = self._take_lazy(name, rows)
         return {n: out[n] for n in names}
 
     def _take_lazy(self, name: str, rows: npt.NDArray[np.int64]) -> pa.Array:
@@ -1327,24 +1332,23 @@ class IndexColumns:
             checksum=np.zeros(n, dtype=np.uint64),
         )
         layer = self._layer_of.get(name)
-        with self._lock:
-            scope = self._scope(layer)
-            inside = np.flatnonzero(rows < scope.bounds[-1]) if layer is not None else None
-            covered = rows if inside is None else rows[inside]
-            plan = self._plan(scope, covered)
-            segments = plan.segments()
+        scope = self._scope(layer)
+        inside = np.flatnonzero(rows < scope.bounds[-1]) if layer is not None else None
+        covered = rows if inside is None else rows[inside]
+        plan = self._plan(scope, covered)
+        segments = plan.segments()
 
-            def use(i: int, v: ModalityArrays) -> None:
-                sel = segments[i][1]
-                at = sel if inside is None else inside[sel]
-                k = plan.inner[sel]
-                out.present[at] = v.present[k]
-                out.shard[at] = v.shard[k]
-                out.offset[at] = v.offset[k]
-                out.length[at] = v.length[k]
-                out.checksum[at] = v.checksum[k]
+        def use(i: int, v: ModalityArrays) -> None:
+            sel = segments[i][1]
+            at = sel if inside is None else inside[sel]
+            k = plan.inner[sel]
+            out.present[at] = v.present[k]
+            out.shard[at] = v.shard[k]
+            out.offset[at] = v.offset[k]
+            out.length[at] = v.length[k]
+            out.checksum[at] = v.checksum[k]
 
-            self._each_group(scope, plan.groups, "loc", name, use)
+        self._each_group(scope, plan.groups, "loc", name, use)
         return out
 
     def shard_codes_at(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
@@ -1353,16 +1357,15 @@ class IndexColumns:
         if self._shard_codes is not None:
             return self._shard_codes[rows]
         out = np.empty(len(rows), dtype=np.int32)
-        with self._lock:
-            scope = self._scope(None)
-            plan = self._plan(scope, rows)
-            segments = plan.segments()
+        scope = self._scope(None)
+        plan = self._plan(scope, rows)
+        segments = plan.segments()
 
-            def use(i: int, v: npt.NDArray[np.int32]) -> None:
-                sel = segments[i][1]
-                out[sel] = v[plan.inner[sel]]
+        def use(i: int, v: npt.NDArray[np.int32]) -> None:
+            sel = segments[i][1]
+            out[sel] = v[plan.inner[sel]]
 
-            self._each_group(scope, plan.groups, "codes", "shard", use)
+        self._each_group(scope, plan.groups, "codes", "shard", use)
         return out
 
     def shard_runs(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:

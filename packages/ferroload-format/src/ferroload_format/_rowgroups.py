@@ -4,6 +4,7 @@ byte-bounded LRU of the groups already read (docs/format.md, "Reading at scale")
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,8 +29,7 @@ class GroupCache:
     """Loaded row groups, least recently used first out once over `max_bytes`.
 
     The newest entry always stays, even alone over the bound (a row group larger than the
-    whole budget is still usable by the read that loaded it). Not thread-safe: the owner
-    locks.
+    whole budget is still usable by the read that loaded it). Thread-safe.
 
     Attributes:
         max_bytes: the bound.
@@ -42,6 +42,7 @@ class GroupCache:
         self.nbytes = 0
         self.loads = 0
         self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -51,27 +52,30 @@ class GroupCache:
 
     def get(self, key: tuple[Any, ...]) -> Any:
         """The value under `key` (now the most recently used), or None."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[0]
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
 
     def put(self, key: tuple[Any, ...], value: Any, nbytes: int) -> None:
         """Keep `value` (`nbytes` large) under `key`, evicting the least recently used."""
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self.nbytes -= old[1]
-        self._entries[key] = (value, nbytes)
-        self.nbytes += nbytes
-        self.loads += 1
-        while self.nbytes > self.max_bytes and len(self._entries) > 1:
-            _, (_, n) = self._entries.popitem(last=False)
-            self.nbytes -= n
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            self._entries[key] = (value, nbytes)
+            self.nbytes += nbytes
+            self.loads += 1
+            while self.nbytes > self.max_bytes and len(self._entries) > 1:
+                _, (_, n) = self._entries.popitem(last=False)
+                self.nbytes -= n
 
     def held(self) -> list[tuple[Any, ...]]:
         """The keys held, least recently used first."""
-        return list(self._entries)
+        with self._lock:
+            return list(self._entries)
 
 
 @dataclass(frozen=True)
