@@ -67,6 +67,9 @@ def _append_many(uri: str, n: int, checkpoints: list[int]) -> tuple[dict[int, fl
         w.add(*_sample(i))
         w.close()
         times.append(time.perf_counter() - t0)
+        if i + 1 in checkpoints:  # progress, for a long run stopped early
+            last = times[max(0, i - 9) :]
+            print(f"  ... append #{i + 1}: {sum(last) / len(last) * 1e3:.1f} ms", flush=True)
     out = {}
     for c in checkpoints:
         last = times[max(0, c - 10) : c]

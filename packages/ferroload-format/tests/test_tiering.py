@@ -373,3 +373,14 @@ def test_a_dataset_from_an_older_ferroload_keeps_working(
             append(local_uri, sid)
     assert ids_of(local_uri) == [f"s{i:05d}" for i in range(28)]
     assert sorted(glob_ids(local_uri)) == ids_of(local_uri)
+
+
+def test_a_small_append_whose_shard_was_collected_fails_cleanly(uri: str) -> None:
+    append(uri, 0, 3)
+    w = Writer(uri, "tiers")
+    w.add("late", {"blob": b"x"}, {"n": 0, "tag": "t"})
+    w._finish_shard()  # one shard: checked with a HEAD each, not a listing
+    gc(uri, grace=timedelta(0))  # run by someone who thought no writer was active
+    with pytest.raises(CommitConflictError, match="disappeared"):
+        w.close()
+    assert len(Dataset.open(uri)) == 3
