@@ -17,8 +17,6 @@ logger = logging.getLogger(__name__)
 
 #: The most items an `IndexWindow` reads the index for at once.
 WINDOW_ITEMS = 1 << 21
-#: How much larger each window is than the last (from one batch to `WINDOW_ITEMS`).
-WINDOW_GROWTH = 8
 
 
 class IndexWindow:
@@ -32,11 +30,14 @@ class IndexWindow:
     one pass over the row groups they touch, in row-group order, each decoded once for
     all of them; then hands each batch its share (zero-copy slices).
 
-    Windows are of 1, 1, 8, 64, … batches (growing eightfold up to `max_items` items): the
-    first batches wait for their own rows only. Once a window is read, the next one is
-    read in a background thread while its batches are used (`background=False`: when
-    its first batch is asked for). Memory: two windows of ids, metadata values and
-    payload locations (about 100-200 MB each at 2**21 items).
+    The first two windows are of one batch each (the first batches wait for their own
+    rows only; a loader reads batch 1 before it hands over batch 0), then of `max_items`
+    items: a window of more items than the index has row groups costs one pass over them
+    all whatever its size, so windows in between would each cost a pass for fewer
+    batches. Once a window is read, the next one is read in a background thread while
+    its batches are used (`background=False`: when its first batch is asked for).
+    Memory: two windows of ids, metadata values and payload locations (about 100-200 MB
+    each at 2**21 items).
 
     Args:
         source: what the loader reads from.
@@ -64,8 +65,7 @@ class IndexWindow:
         self._count = count
         self._max = max(1, max_items)
         self._background = background
-        self._sizes = [1, 1]  # the first windows' batches; then eightfold
-        self._size = 1
+        self._sizes = [1, 1]  # the first windows' batches; then as many as fit
         self._cap = max(1, count)  # batches that fit in max_items (known after a read)
         self._ready: dict[int, tuple[npt.NDArray[np.int64], list[Share]]] = {}
         self._unread = (0, 0)  # batches read on their own (their window's read failed)
@@ -108,11 +108,8 @@ class IndexWindow:
     def _reserve(self, i: int) -> int:
         """Mark the next window, from batch `i`, as being read (under the lock); returns
         its end."""
-        if self._sizes:
-            self._size = self._sizes.pop(0)
-        else:
-            self._size = min(self._size * WINDOW_GROWTH, self._cap)
-        stop = min(self._count, i + self._size)
+        size = self._sizes.pop(0) if self._sizes else self._cap
+        stop = min(self._count, i + size)
         self._pending = (i, stop, self._generation) if stop > i else None
         return stop
 
