@@ -42,7 +42,7 @@ def test_bench_scale_quick_run_measures_every_figure(tmp_path: Path) -> None:
     big = next(d for d in data["datasets"] if d["kind"] == "meta" and d["n"] == meta["n"][-1])
     assert big["subset_selective"]["rows"] == 1_000
     assert big["subset_all"]["rows"] == big["n"] // 2
-    assert len(data["goals"]) == 4
+    assert len(data["goals"]) == 7
     runs = data["ranks"]["runs"]
     assert len(runs) == 4 and not any("error" in r for r in runs)
     for r in runs:
