@@ -542,6 +542,16 @@ class Dataset:
 
         Raises:
             ColumnNotFoundError: for an unknown modality.
+
+        Examples:
+            >>> from ferroload_format import Writer
+            >>> with Writer("memory://docs/all-present-example", "demo") as w:
+            ...     w.declare("text", "txt")
+            ...     for i in range(4):
+            ...         w.add(f"s{i}", {"text": b"hi"} if i % 2 else None)
+            >>> ds = Dataset.open("memory://docs/all-present-example")
+            >>> ds.all_present("text"), ds.take([1, 3]).all_present("text")
+            (False, True)
         """
         if modality not in self._modalities:
             self._index.modality(modality)  # raises ColumnNotFoundError
@@ -826,8 +836,9 @@ class Dataset:
     def compact(self) -> Dataset:
         """Merge the index parts of this version into one, as a new committed version.
 
-        After many small appends a version has one index part per append, and every
-        open, first batch or `subset` reads them all. `compact` writes the same rows, in
+        After many appends a version has several index parts (appends merge the newest
+        ones, keeping about log2 of the rows of them; docs/format.md §7.6), and every
+        first batch or `subset` reads their footers. `compact` writes the same rows, in
         the same order and with the same types, as one part, and commits it (operation
         `compact`) on top of this version. The shards and layers are kept as they are.
         The old parts leave the `index/part-*.parquet` glob (readers of older versions
@@ -844,14 +855,15 @@ class Dataset:
 
         Examples:
             >>> from ferroload_format import Writer
-            >>> for i in range(3):
+            >>> for k, n in enumerate([9, 3, 1]):  # each append smaller: no merging
             ...     with Writer("memory://docs/compact-example", "demo") as w:
             ...         w.declare("text", "txt")
-            ...         w.add(f"s{i}", {"text": b"hello"}, {"label": i})
+            ...         for i in range(n):
+            ...             w.add(f"s{k}-{i}", {"text": b"hello"}, {"label": i})
             >>> ds = Dataset.open("memory://docs/compact-example")
             >>> small = ds.compact()
             >>> len(ds.manifest.index_parts), len(small.manifest.index_parts), len(small)
-            (3, 1, 3)
+            (3, 1, 13)
         """
         from ferroload_format._compact import compact_store
 
