@@ -836,9 +836,9 @@ class Dataset:
     def compact(self) -> Dataset:
         """Merge the index parts of this version into one, as a new committed version.
 
-        After many appends a version has several index parts (appends merge the newest
-        ones, keeping about log2 of the rows of them; docs/format.md §7.6), and every
-        first batch or `subset` reads their footers. `compact` writes the same rows, in
+        After many appends a version has several index parts (an append merges the
+        newest ones into its own, so about log2 N of them remain; docs/format.md §7.6),
+        and every first batch or `subset` reads each of their footers. `compact` writes the same rows, in
         the same order and with the same types, as one part, and commits it (operation
         `compact`) on top of this version. The shards and layers are kept as they are.
         The old parts leave the `index/part-*.parquet` glob (readers of older versions
