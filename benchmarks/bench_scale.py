@@ -75,6 +75,7 @@ FULL = {
     "batches": 200,
     "shards": [1_000, 10_000, 100_000, 400_000],
     "both_ranks": True,
+    "remote": [10**6, 10**7],
 }
 QUICK = {
     "meta": [10**4, 10**5],
@@ -85,6 +86,7 @@ QUICK = {
     "batches": 10,
     "shards": [100, 1_000],
     "both_ranks": False,
+    "remote": [10**5],
 }
 GOALS = {"open_s": 0.050, "first_batch_s": 2.0, "loader_rss_mb": 1536.0, "flat": 1.5}
 
@@ -343,7 +345,44 @@ def _w_manifest(spec: dict[str, Any]) -> dict[str, Any]:
     return {"runs": out, "peak_rss_mb": _peak_rss_mb()}
 
 
+def _w_remote(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open and first batch of a dataset on S3 (moto), with the requests and bytes each
+    took (a fresh block cache)."""
+    from ferroload_format import Dataset
+    from ferroload_loader import make_loader
+    from ferroload_store import BlockCache
+
+    cache_dir = tempfile.mkdtemp(prefix="scale-cache-")
+    try:
+        cache = BlockCache(cache_dir, max_bytes=2 << 30)
+        t0 = time.perf_counter()
+        ds = Dataset.open(spec["uri"], storage_options=spec["options"], cache=cache)
+        t_open = time.perf_counter() - t0
+        s0 = ds.store.stats.snapshot()
+        dl = make_loader(
+            ds, batch_size=BATCH, meta=["label"], out="numpy", seed=0, rank=RANK,
+            world_size=WORLD, streaming=spec["streaming"],
+        )  # fmt: skip
+        batch = next(iter(dl))
+        t_first = time.perf_counter() - t0
+        s1 = ds.store.stats.snapshot()
+        dl.close()
+        assert len(batch["sample_id"]) == BATCH
+        return {
+            "n": spec["n"],
+            "streaming": spec["streaming"],
+            "open_s": t_open,
+            "first_batch_s": t_first,
+            "get_requests": s1["get_requests"] - s0["get_requests"],
+            "bytes_read": s1["bytes_read"] - s0["bytes_read"],
+            "peak_rss_mb": _peak_rss_mb(),
+        }
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
 WORKERS = {
+    "remote": _w_remote,
     "manifest": _w_manifest,
     "open": _w_open,
     "loader": _w_loader,
@@ -438,6 +477,18 @@ def _bench_ranks(workdir: Path, sizes: dict[str, Any]) -> dict[str, Any]:
         options = s3.storage_options(bucket)
         uri = f"s3://{bucket}/ranks"
         out["uploaded_bytes"] = _upload(local, uri, options)
+        out["remote"] = []
+        for n in sizes["remote"]:
+            meta_uri = f"s3://{bucket}/meta-{n}"
+            _upload(_dataset(workdir, "meta", n), meta_uri, options)
+            for streaming in (False, True):
+                spec = {"kind": "remote", "uri": meta_uri, "options": options, "n": n,
+                        "streaming": streaming}  # fmt: skip
+                r = _run(spec, timeout=900)
+                r.setdefault("n", n)
+                r.setdefault("streaming", streaming)
+                out["remote"].append(r)
+                _log(f"remote: {r}")
         for streaming in (False, True):
             for world in sizes["worlds"]:
                 for rank in (0, world - 1) if sizes["both_ranks"] else (0,):
@@ -692,6 +743,19 @@ def _report(results: dict[str, Any]) -> None:
         for r in man["runs"]:
             print(f"| {r['shards']} | {r['manifest_bytes']} | {r['open_s'] * 1e3:.1f} |")
     ranks = results.get("ranks")
+    if ranks and ranks.get("remote"):
+        print("\nmetadata datasets on moto S3: open and first batch (rank 3 of 8)")
+        print("| N | order | open ms | first batch ms | GET requests | MB read |")
+        print("|---|---|---|---|---|---|")
+        for r in ranks["remote"]:
+            if "error" in r:
+                print(f"| {r['n']} | {r} |")
+                continue
+            mode = "streaming" if r["streaming"] else "shuffled"
+            print(
+                f"| {r['n']:.0e} | {mode} | {r['open_s'] * 1e3:.1f} | "
+                f"{r['first_batch_s'] * 1e3:.0f} | {r['get_requests']} | {r['bytes_read'] / 1e6:.1f} |"
+            )
     if ranks:
         print(f"\nmany ranks: {ranks['n']} samples on moto S3")
         print("| order | world | rank | samples | shards read | GET requests | to 1st batch |")

@@ -50,4 +50,6 @@ def test_bench_scale_quick_run_measures_every_figure(tmp_path: Path) -> None:
         # few index reads), not its samples
         assert r["distinct_samples"] == r["samples"] > 0
         assert r["get_requests"] <= r["shards_read"] + 8
+    remote = data["ranks"]["remote"]
+    assert len(remote) == 2 and not any("error" in r for r in remote)
     assert "many ranks" in stdout
