@@ -66,6 +66,7 @@ MERGE_FACTOR = 2
 #: as efficiently as any (64 row groups of 65,536), and no append rewrites more than this
 #: (large appends, e.g. 10^7 rows each, are never merged; `compact()` still merges all).
 MAX_MERGE_ROWS = 1 << 22
+_RETIRE_KEEP_BYTES = 64 << 20
 
 
 def _checkpoint(name: str) -> None:
@@ -628,14 +629,20 @@ def retire_replaced_parts(
             part = next((p for p in old.index_parts if p.path == obj.path), None)
         if part is None:
             continue
-        try:
-            data = store.get(part.path)
-        except ObjectNotFoundError:
-            continue  # retired by a concurrent writer meanwhile
-        if not store.exists(part.staged):
+        staged = store.exists(part.staged)
+        data = None
+        # the bytes are kept to put the staged copy back if its writer removes it after
+        # our check (it removes it only while the part is published); not for a part of
+        # many MiB whose staged copy is there
+        if not staged or part.size <= _RETIRE_KEEP_BYTES:
+            try:
+                data = store.get(part.path)
+            except ObjectNotFoundError:
+                continue  # retired by a concurrent writer meanwhile
+        if not staged and data is not None:
             store.put(part.staged, data)
         store.delete([part.path])
-        if not store.exists(part.staged):  # its writer removed it after our check
+        if data is not None and not store.exists(part.staged):
             store.put(part.staged, data)
         retired.append(part.path)
         logger.info("retired index part %s of %s (replaced or merged)", part.path, store.uri)
