@@ -15,7 +15,7 @@ Every figure of one dataset is measured in a fresh subprocess, so its peak RSS
   out="numpy", rank=3, world_size=8, prefetch_bytes=512 MiB)`: seconds to the first batch
   (from before `make_loader`), then the steady-state seconds per batch over the next
   batches, per sample; peak RSS of the process, and its anonymous / file-backed parts at
-  the end. On the metadata series also with `streaming=True`.
+  the end. Also with `streaming=True`.
 * `order`: `Sampler(N, seed=0, rank=3, world_size=8)`: seconds to its first batch of
   indices, then per batch; peak RSS.
 * `subset`: `Dataset.open(uri).subset(where)` with a selective predicate
@@ -444,11 +444,12 @@ def _bench_dataset(root: Path, kind: str, n: int, batches: int) -> dict[str, Any
         {"kind": "loader", "uri": uri, "images": kind == "image", "batches": batches}
     )
     _log(f"{kind} {n:.0e}: loader {res['loader']}")
+    res["loader_streaming"] = _run(
+        {"kind": "loader", "uri": uri, "images": kind == "image", "batches": batches,
+         "streaming": True}
+    )  # fmt: skip
+    _log(f"{kind} {n:.0e}: loader streaming {res['loader_streaming']}")
     if kind == "meta":
-        res["loader_streaming"] = _run(
-            {"kind": "loader", "uri": uri, "images": False, "batches": batches, "streaming": True}
-        )
-        _log(f"{kind} {n:.0e}: loader streaming {res['loader_streaming']}")
         res["order"] = _run({"kind": "order", "n": n, "batches": batches})
         _log(f"{kind} {n:.0e}: order {res['order']}")
         lo = n // 2
@@ -651,6 +652,7 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
             ("meta", "first_batch_s", "first batch (metadata)"),
             ("meta", "streaming_first_batch_s", "first batch (metadata, streaming)"),
             ("image", "first_batch_s", "first batch (images)"),
+            ("image", "streaming_first_batch_s", "first batch (images, streaming)"),
             ("meta", "order_first_s", "order: first batch of indices"),
             ("meta", "subset_selective_s", "subset, selective (1,000 rows)"),
             ("meta", "subset_all_s", "subset, half the rows"),
@@ -691,6 +693,7 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
             ("meta", "per_sample_us", "metadata only, shuffled"),
             ("meta", "streaming_per_sample_us", "metadata only, streaming"),
             ("image", "per_sample_us", "4x4 PNG + label, shuffled"),
+            ("image", "streaming_per_sample_us", "4x4 PNG + label, streaming"),
         ],
     )
     for kind in ("meta", "image"):
