@@ -203,3 +203,42 @@ def test_a_file_truncated_after_it_was_mapped_reports_truncation(tmp_path: Path)
         f.truncate(0)
     with pytest.raises(ObjectTruncatedError):
         store.get_ranges("f", [0], [1])
+
+
+def _rss_file_kib() -> int:
+    """This process's resident pages of mapped files (Linux), in KiB; -1 elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def test_mapped_reads_drop_their_pages_so_rss_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An epoch of local reads would keep every mapped page of every shard resident (RSS
+    as large as the data read); past MAPPED_TRIM_BYTES the store drops them, and views
+    handed out before still read the same bytes."""
+    from ferroload_store import _store
+
+    data = np.random.default_rng(0).integers(0, 256, 48 << 20, dtype=np.uint8).tobytes()
+    store = open_store(tmp_path)
+    store.put("big", data)
+    monkeypatch.setattr(_store, "MAPPED_TRIM_BYTES", 1 << 40)  # no trim while we fill
+    starts = np.arange(0, len(data) - 100, 4096)
+    kept = store.get_ranges("big", starts[:5], [100] * 5)
+    views = store.get_ranges("big", starts, [100] * len(starts))
+    assert sum(v[0] for v in views) == sum(data[int(s)] for s in starts)  # touch every page
+    before = _rss_file_kib()
+    assert store.stats.mapped_trims == 0
+    monkeypatch.setattr(_store, "MAPPED_TRIM_BYTES", 1 << 20)
+    store.get_ranges("big", starts[:20], [100] * 20)
+    assert store.stats.mapped_trims == 1
+    after = _rss_file_kib()
+    if before >= 0:  # Linux: the file's 48 MiB of pages left the process
+        assert before - after > 40 << 10, (before, after)
+    assert [bytes(v) for v in kept] == [data[int(s) : int(s) + 100] for s in starts[:5]]

@@ -57,6 +57,12 @@ logger = logging.getLogger(__name__)
 _MEMORY_STORES: dict[str, _ObMemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
 _FD_CACHE_SIZE = 256
+#: Mapped bytes made resident (an estimate) after which the local mappings' pages are
+#: dropped from the process (see `Store._touched`).
+MAPPED_TRIM_BYTES = 256 << 20
+#: What a read fault of a mapped file makes resident at least: the kernel maps the
+#: pages around it that are in the page cache (`fault_around_bytes`, 64 KiB by default).
+_FAULT_AROUND = 64 << 10
 # Storage options that say where an object store is (part of its cache identity), and
 # those that are secrets (never part of it, even when their name matches).
 _CACHE_IDENTITY_RE = re.compile(r"endpoint|region|account|url|host|project|virtual_hosted", re.I)
@@ -97,7 +103,9 @@ class StoreStats(Counters):
     Useful to check that reads are coalesced: `get_requests` counts every request that
     fetched bytes, whatever its size (a read split into parts counts each part).
     `retries` counts the requests to an object store that failed transiently and were
-    made again (see [`IOOptions`][ferroload_store.IOOptions]).
+    made again (see [`IOOptions`][ferroload_store.IOOptions]). `mapped_trims` counts
+    the times the pages of local files' memory maps were dropped from the process (every
+    `MAPPED_TRIM_BYTES` or so of mapped reads), which keeps its RSS bounded.
     """
 
     get_requests: int = 0
@@ -108,6 +116,7 @@ class StoreStats(Counters):
     head_requests: int = 0
     delete_requests: int = 0
     retries: int = 0
+    mapped_trims: int = 0
 
     def add_read(self, requests: int, nbytes: int) -> None:
         """Count read requests and the bytes they returned (the hot path of `add`)."""
@@ -128,7 +137,8 @@ class _OpenFile:
         self.mapped: mmap.mmap | None = None
 
     def mapping(self) -> mmap.mmap | None:
-        """The whole file mapped read-only (None for an empty file).
+        """The whole file mapped read-only (None for an empty file), advised random
+        access (no read-ahead around each page a read touches).
 
         Made on first use, and made again when the file's size changed: touching a page
         past the end of a file truncated after it was mapped would kill the process
@@ -139,6 +149,8 @@ class _OpenFile:
             self.mapped = None  # views handed out earlier keep the old map alive
         if self.mapped is None and size:
             self.mapped = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+            if hasattr(mmap, "MADV_RANDOM"):
+                self.mapped.madvise(mmap.MADV_RANDOM)
         return self.mapped
 
 
@@ -187,6 +199,7 @@ class Store:
         self._remote: RemoteEngine | None = None
         self._writer_ob: Any = None
         self._fds: OrderedDict[str, _OpenFile] = OrderedDict()
+        self._mapped_touched = 0  # an estimate of the mapped bytes made resident since a trim
         self._fd_lock = threading.Lock()
         self.stats = StoreStats()
         self._root = Path(parsed.location) if parsed.kind == "local" else None
@@ -765,11 +778,33 @@ class Store:
         if not len(s):
             return []
         # one request: the whole call is served from one mapping
-        self.stats.add_read(1, int((e - s).sum()))
+        nbytes = int((e - s).sum())
+        self.stats.add_read(1, nbytes)
+        self._touched(nbytes + len(s) * _FAULT_AROUND)
         if mapped is None:
             return [memoryview(b"") for _ in range(len(s))]
         view = memoryview(mapped)
         return [view[a:b] for a, b in zip(s.tolist(), e.tolist(), strict=True)]
+
+    def _touched(self, nbytes: int) -> None:
+        """Count mapped bytes made resident; past `MAPPED_TRIM_BYTES`, drop every cached
+        mapping's pages from this process (`MADV_DONTNEED`).
+
+        Pages of a memory-mapped file count in the process's RSS until it unmaps them,
+        so an epoch of random reads over local shards would grow the RSS to the size of
+        every shard read. Dropped pages stay in the page cache: a view handed out earlier
+        that is read again faults them back in, with the same bytes.
+        """
+        self._mapped_touched += nbytes
+        if self._mapped_touched < MAPPED_TRIM_BYTES or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        with self._fd_lock:
+            self._mapped_touched = 0
+            for f in self._fds.values():
+                if f.mapped is not None:
+                    with suppress(OSError, ValueError):
+                        f.mapped.madvise(mmap.MADV_DONTNEED)
+            self.stats.add(mapped_trims=1)
 
     def open_input(self, path: str) -> RangeFile:
         """A seekable read-only file over `path` that fetches byte ranges on demand.
