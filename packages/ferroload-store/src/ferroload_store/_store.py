@@ -476,10 +476,15 @@ class Store:
                 reason="a folder on its way became a symlink while it was opened",
             ) from exc
 
-    def _local_list(self, directory: str) -> list[ObjectInfo]:
-        """The regular files under folder `directory` of the local root, reached through
-        no symlink: a listing never follows a link (so it never leaves the root, nor
-        loops). Files of uploads in progress (`name#N`) are left out, as obstore does."""
+    def _local_list(
+        self, directory: str, prefix: str = "", offset: str | None = None
+    ) -> list[ObjectInfo]:
+        """The regular files under folder `directory` of the local root whose keys start
+        with `prefix` and (with `offset`) sort after it, reached through no symlink: a
+        listing never follows a link (so it never leaves the root, nor loops). Files of
+        uploads in progress (`name#N`) are left out, as obstore does. Only the files kept
+        are `stat`ed (a listing of the versions after the latest stats one or two files,
+        not every version)."""
         assert self._root is not None
         folder = directory.rstrip("/")
         parts = folder.split("/") if folder else []
@@ -500,6 +505,8 @@ class Store:
                     try:
                         if entry.is_dir(follow_symlinks=False):
                             stack.append((entry.path, name))
+                            continue
+                        if not name.startswith(prefix) or (offset is not None and name <= offset):
                             continue
                         if not entry.is_file(follow_symlinks=False) or _uploading(entry.name):
                             continue
@@ -877,10 +884,8 @@ class Store:
             )
         elif self._root is not None:
             with self._errors(prefix, "list"):
-                local = self._local_list(directory)
-            if offset is not None:
-                local = [o for o in local if o.path > offset]
-            return sorted((o for o in local if o.path.startswith(prefix)), key=lambda o: o.path)
+                local = self._local_list(directory, prefix, offset)
+            return sorted(local, key=lambda o: o.path)
         else:
             with self._errors(prefix, "list"):
                 chunks = obstore.list(self._obstore(), list_prefix, **kwargs)
