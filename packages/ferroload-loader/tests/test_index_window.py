@@ -67,6 +67,27 @@ def test_the_window_is_bounded_in_items(make_dataset: MakeDataset) -> None:
     dl.close()
 
 
+def test_windows_of_an_order_read_in_sequence_double(make_dataset: MakeDataset) -> None:
+    """Streaming and dataset order read the index in sequence: a window's cost grows
+    with its items, so windows double (no long read for one large window while a small
+    one is used) up to a smaller bound; shuffled orders jump to the large bound."""
+    from ferroload_loader._batch import LOCAL_WINDOW_ITEMS, WINDOW_ITEMS, window_options
+
+    assert window_options("shard_block") == (LOCAL_WINDOW_ITEMS, 2)
+    assert window_options("sequential") == (LOCAL_WINDOW_ITEMS, 2)
+    assert window_options("permutation") == (WINDOW_ITEMS, None)
+    assert window_options("mixture") == (WINDOW_ITEMS, None)
+    uri = make_dataset(400)
+    dl = make_loader(uri, batch_size=BATCH, meta=["label"], out="numpy", shuffle=False)
+    batches = [np.arange(i * BATCH, (i + 1) * BATCH, dtype=np.int64) for i in range(25)]
+    window = IndexWindow(dl.source, dl.fields, lambda i: batches[i], 25, max_items=8 * BATCH,
+                         growth=2, background=False)  # fmt: skip
+    for i, items in enumerate(batches):
+        _same(_build(dl, items, window=window, index=i), _build(dl, items))
+    assert window.windows == 7  # 1, 1, 2, 4, 8, then the 9 left: 8 and 1
+    dl.close()
+
+
 def test_items_other_than_the_orders_are_read_alone(make_dataset: MakeDataset) -> None:
     uri = make_dataset(50)
     dl = make_loader(uri, batch_size=BATCH, meta=["label"], out="numpy")

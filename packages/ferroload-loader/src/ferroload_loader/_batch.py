@@ -17,6 +17,20 @@ logger = logging.getLogger(__name__)
 
 #: The most items an `IndexWindow` reads the index for at once.
 WINDOW_ITEMS = 1 << 21
+#: The same for an order that reads the index in sequence (streaming, dataset order).
+LOCAL_WINDOW_ITEMS = 1 << 18
+
+
+def window_options(mode: str) -> tuple[int, int | None]:
+    """`IndexWindow`'s (`max_items`, `growth`) for a sampler mode: a shuffled order (`permutation`,
+    `mixture`) touches every row group in any large window, so its windows jump to
+    `WINDOW_ITEMS` (fewer passes over the index); an order that walks the index in
+    sequence (`shard_block`, `sequential`) touches row groups in proportion to a window's
+    items, so its windows double up to `LOCAL_WINDOW_ITEMS` (no stall while a large one
+    is read, and two small windows in memory)."""
+    if mode in ("shard_block", "sequential"):
+        return LOCAL_WINDOW_ITEMS, 2
+    return WINDOW_ITEMS, None
 
 
 class IndexWindow:
@@ -32,9 +46,11 @@ class IndexWindow:
 
     The first two windows are of one batch each (the first batches wait for their own
     rows only; a loader reads batch 1 before it hands over batch 0), then of `max_items`
-    items: a window of more items than the index has row groups costs one pass over them
-    all whatever its size, so windows in between would each cost a pass for fewer
-    batches. Once a window is read, the next one is read in a background thread while
+    items (a shuffled window of more items than the index has row groups costs one pass
+    over them all whatever its size, so windows in between would each cost a pass for
+    fewer batches), or, with `growth`, each `growth` times the batches of the one before
+    up to `max_items` (for orders that read the index in sequence: see `window_options`).
+    Once a window is read, the next one is read in a background thread while
     its batches are used (`background=False`: when its first batch is asked for).
     Memory: two windows of ids, metadata values and payload locations (about 100-200 MB
     each at 2**21 items).
@@ -46,6 +62,8 @@ class IndexWindow:
             thread too).
         count: batches in the iteration.
         max_items: the most items read at once.
+        growth: None: the third window on holds `max_items`; a factor: windows grow by
+            it, from one batch.
         background: read the next window ahead, in a thread.
     """
 
@@ -57,6 +75,7 @@ class IndexWindow:
         count: int,
         *,
         max_items: int = WINDOW_ITEMS,
+        growth: int | None = None,
         background: bool = True,
     ) -> None:
         self._source = source
@@ -64,6 +83,8 @@ class IndexWindow:
         self._batch_of = batch_of
         self._count = count
         self._max = max(1, max_items)
+        self._growth = growth
+        self._last = 1  # batches of the last window reserved
         self._background = background
         self._sizes = [1, 1]  # the first windows' batches; then as many as fit
         self._cap = max(1, count)  # batches that fit in max_items (known after a read)
@@ -108,7 +129,13 @@ class IndexWindow:
     def _reserve(self, i: int) -> int:
         """Mark the next window, from batch `i`, as being read (under the lock); returns
         its end."""
-        size = self._sizes.pop(0) if self._sizes else self._cap
+        if self._sizes:
+            size = self._sizes.pop(0)
+        elif self._growth:
+            size = min(self._cap, self._last * self._growth)
+        else:
+            size = self._cap
+        self._last = size
         stop = min(self._count, i + size)
         self._pending = (i, stop, self._generation) if stop > i else None
         return stop

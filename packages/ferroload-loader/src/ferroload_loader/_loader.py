@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ferroload_codec import DecodeError
 from ferroload_loader._augment import BatchTransform, Layout, Normalize
-from ferroload_loader._batch import IndexWindow, finish_batch, prepare_batch
+from ferroload_loader._batch import IndexWindow, finish_batch, prepare_batch, window_options
 from ferroload_loader._fields import BatchState, ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
 from ferroload_loader._readahead import ReadAhead
@@ -187,7 +187,10 @@ class FerroLoader:
         readahead = self._readahead(count, batch_of)
         # the index entries of many upcoming batches, read together (one pass over their
         # row groups instead of a row group per item per batch)
-        window = IndexWindow(self.source, self.fields, batch_of, count)
+        most, growth = window_options(self.sampler.mode)
+        window = IndexWindow(
+            self.source, self.fields, batch_of, count, max_items=most, growth=growth
+        )
         worker = _Prefetcher(
             self, count, batch_of, self.sampler.seed, self.sampler.epoch, readahead, window
         )

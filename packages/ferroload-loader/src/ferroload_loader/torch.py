@@ -40,6 +40,7 @@ from ferroload_loader._batch import (
     finish_batch,
     item_seeds,
     prepare_batch,
+    window_options,
 )
 from ferroload_loader._fields import ColumnSpec, Crop, Field, OnError, build_fields
 from ferroload_loader._loader import check_state, make_sampler, to_torch
@@ -815,7 +816,8 @@ class FerroIterableDataset(_PerProcess, torch.utils.data.IterableDataset[dict[st
             return view.batch(mine[i], b)
 
         # the index entries of this worker's upcoming batches, read together
-        window = IndexWindow(source, fields, batch_of, len(mine))
+        most, growth = window_options(self._sampler.mode)
+        window = IndexWindow(source, fields, batch_of, len(mine), max_items=most, growth=growth)
         for i in range(len(mine)):
             chunk = batch_of(i)
             state = prepare_batch(
