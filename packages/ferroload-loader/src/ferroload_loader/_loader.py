@@ -290,8 +290,9 @@ class _Prefetcher:
     One thread: while the decode pool's other threads start on batch i, this thread reads
     batch i+1 (ids, metadata, payload views: `prepare`), then joins the decoding. Reading
     thus overlaps decoding without an extra runnable thread (which would slow decoding
-    by about 10% on a machine whose cores the decoders already fill). Built batches wait
-    within a byte budget (one is always allowed when none is waiting).
+    by about 10% on a machine whose cores the decoders already fill). The first batch is
+    handed over before batch 1 is read, so that it waits for its own reads only. Built
+    batches wait within a byte budget (one is always allowed when none is waiting).
     """
 
     def __init__(
@@ -364,11 +365,14 @@ class _Prefetcher:
                     following.append(nxt)
                     upcoming.append(self._prepare(nxt, seed, epoch))
 
+            # the first batch is handed over before the second is read (the consumer's
+            # first batch waits for its own reads only); later ones overlap the next read
+            meanwhile = read_next if i else None
             if isinstance(state, BaseException):
                 result: Any = state
             else:
                 try:
-                    result = self._loader._finish(state, read_next)
+                    result = self._loader._finish(state, meanwhile)
                 except BaseException as exc:  # handed on, raised in the consumer
                     result = exc
             with self._cond:
@@ -379,7 +383,9 @@ class _Prefetcher:
                 self._cond.notify_all()
             if isinstance(result, BaseException):
                 return
-            # finish_batch always runs read_next
+            if meanwhile is None:
+                read_next()
+            # finish_batch always runs its meanwhile
             state = upcoming[0] if upcoming else None
             items = following[0] if following else None
 
