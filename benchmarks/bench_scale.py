@@ -620,7 +620,7 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
         lines: list[tuple[str, str, str]],
         goals: tuple[tuple[float, str], ...] = (),
     ) -> None:
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        fig, ax = plt.subplots(figsize=(8.6, 4.2), dpi=110)
         for y, label in goals:
             ax.axhline(y, linestyle="--", linewidth=0.8, color="grey")
             ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), fontsize=7,
@@ -636,7 +636,7 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         path = outdir / f"scale_{name}.png"
         fig.savefig(path)
