@@ -768,16 +768,7 @@ class IndexColumns:
     def _load(self, names: Sequence[str], tables: list[pa.Table], *, pad: int) -> None:
         for name in names:
             field_type = self.schema.field(name).type
-            try:
-                chunks = [_as_type(t.column(name).combine_chunks(), field_type) for t in tables]
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise ManifestError(
-                    f"column {name!r} of the index of {self.store.uri} does not hold "
-                    f"{field_type} as the manifest's schema says ({exc}). The manifest or "
-                    "the index was altered; run verify()",
-                    uri=self.store.uri,
-                    column=name,
-                ) from exc
+            chunks = [self._typed(name, t.column(name)) for t in tables]
             if pad:
                 chunks.append(_absent(field_type, pad))
             self._cache[name] = (
@@ -1209,8 +1200,12 @@ class IndexColumns:
                 yield table
 
     def _typed(self, name: str, col: pa.ChunkedArray) -> pa.Array:
-        """A row group's column as the schema's type, in memory of its own (not a slice
-        of the table read, which would keep the other groups alive)."""
+        """A column read (of a part or a row group) as the schema's type, in memory of
+        its own (not a slice of the table read, which would keep the other groups alive).
+
+        Raises:
+            ManifestError: its values do not convert to the schema's type.
+        """
         field_type = self.schema.field(name).type
         try:
             return pa.concat_arrays(
