@@ -100,3 +100,33 @@ def test_verify_progress_true_draws_a_bar_and_false_nothing(
     assert "verify" in err and f"{ds.num_shards}/{ds.num_shards}" in err and "shard" in err
     assert ds.verify(progress=False).ok
     assert capfd.readouterr().err == ""
+
+
+def test_verify_refuses_statistics_that_do_not_bound_the_values(local_uri: str) -> None:
+    """subset() skips row groups by their Parquet statistics: a part whose statistics
+    were altered (here the footer's max of `label` lowered) would lose rows, so verify
+    reports it."""
+    import struct
+
+    from ferroload_format import Writer
+
+    with Writer(local_uri, "stats") as w:
+        for i in range(50):
+            w.add(f"s{i:03d}", None, {"label": 123_456_700 + i})
+    ds = Dataset.open(local_uri)
+    assert ds.verify().ok
+    assert len(ds.subset("label >= 123456749")) == 1
+    part = Path(ds.store.local_path(ds.manifest.index_parts[0].path))
+    raw = bytearray(part.read_bytes())
+    footer_len = struct.unpack("<I", raw[-8:-4])[0]
+    start = len(raw) - 8 - footer_len
+    old, new = struct.pack("<q", 123_456_749), struct.pack("<q", 123_456_740)
+    footer = bytes(raw[start:-8])
+    assert old in footer
+    raw[start:-8] = footer.replace(old, new)
+    part.write_bytes(bytes(raw))
+    report = Dataset.open(local_uri).verify()
+    kinds = {p.kind for p in report.problems}
+    assert kinds == {"statistics"}, report.problems
+    problem = report.problems[0]
+    assert problem.column == "label" and "123456749" in problem.message

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
@@ -18,8 +20,8 @@ from ferroload_core import (
     progress_reporter,
 )
 from ferroload_format._errors import DatasetDamagedError, FormatError, ManifestError
-from ferroload_format._index import IndexColumns, ModalityArrays, read_part_table
-from ferroload_format._manifest import LayerInfo, Manifest, ShardInfo
+from ferroload_format._index import IndexColumns, ModalityArrays, open_part, read_part_table
+from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, ShardInfo
 from ferroload_format._names import member_name
 from ferroload_format._tar import BLOCK
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
@@ -40,13 +42,14 @@ class Problem:
             ranges of one shard overlapping), `num-rows` (an index part holding another
             number of rows than the manifest says), `index-part` (an index part missing
             or unreadable), `id-run` (a sample-id run unreadable or not holding exactly
-            the ids of the parts it covers), or
+            the ids of the parts it covers), `statistics` (a row group's Parquet
+            statistics that do not bound its values: `subset` prunes by them), or
             `unsafe-path` (a shard reached through a symlink out of the root, or a side
             index member name that could leave it when the tar is extracted; a manifest
             path that could is refused when the dataset is opened).
-        shard: the shard involved.
+        shard: the shard involved (the index part, for index problems).
         sample_id: the sample involved, when one is.
-        column: the modality involved, when one is.
+        column: the modality (or index column) involved, when one is.
         message: a sentence for people.
     """
 
@@ -192,6 +195,8 @@ def _verify(
     if report.problems:  # nothing below can trust the index
         return report
     ids = index.column("sample_id")
+    for part in manifest.index_parts:
+        _check_statistics(store, part, report)
     _check_id_runs(store, manifest, ids, report)
     for layer in manifest.layers:
         _check_layer_index(store, layer, index, ids, report)
@@ -227,6 +232,78 @@ def _verify(
             _check_payloads(store, shard, mod.name, a, rows, ids, report)
     progress(len(owners), len(owners))
     return report
+
+
+def _leaf(table: pa.Table, path: str) -> pa.Array | None:
+    """The values of column chunk `path` (`name` or `struct.field`) of a row group."""
+    name, _, rest = path.partition(".")
+    if table.schema.get_field_index(name) < 0:
+        return None
+    arr: pa.Array = table.column(name).combine_chunks()
+    for part in rest.split(".") if rest else ():
+        if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
+            return None
+        arr = arr.field(part)
+    return arr
+
+
+def _check_statistics(store: Store, part: IndexPart, report: VerifyReport) -> None:
+    """The Parquet statistics of every row group of an index part bound its values:
+    `subset` skips row groups by them (`_pruning`), so statistics that lie would lose
+    rows without an error. Min and max must bound the values (NaN aside: statistics
+    leave it out), the null count must be exact."""
+    try:
+        pf, _ = open_part(store, part, {})
+    except ManifestError as exc:
+        report.problems.append(Problem("index-part", part.path, str(exc)))
+        return
+    meta = pf.metadata
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        table: pa.Table | None = None
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            stats = chunk.statistics
+            if stats is None:
+                continue
+            if table is None:
+                table = pf.read_row_group(g)
+            values = _leaf(table, chunk.path_in_schema)
+            if values is None:
+                continue
+            wrong = _statistics_problem(stats, values)
+            if wrong:
+                report.problems.append(
+                    Problem(
+                        "statistics",
+                        part.path,
+                        f"index part {part.path}, row group {g}: the statistics of "
+                        f"{chunk.path_in_schema!r} {wrong}; subset() prunes by them and would "
+                        "lose rows. The part was altered: restore it, or copy the dataset (copy_to)",
+                        column=chunk.path_in_schema,
+                    )
+                )
+
+
+def _statistics_problem(stats: Any, values: pa.Array) -> str | None:
+    """What is wrong with a column chunk's statistics for its `values`, or None."""
+    if stats.has_null_count and stats.null_count != values.null_count:
+        return f"count {stats.null_count} nulls, the values hold {values.null_count}"
+    if not stats.has_min_max or pa.types.is_dictionary(values.type):
+        return None
+    if pa.types.is_floating(values.type):
+        values = pc.filter(values, pc.invert(pc.is_nan(values)))
+    if len(values) == values.null_count:
+        return None
+    got = pc.min_max(values)
+    low, high = got["min"].as_py(), got["max"].as_py()
+    try:
+        smin, smax = stats.min, stats.max
+        if smin > low or smax < high:
+            return f"say [{smin!r}, {smax!r}], the values span [{low!r}, {high!r}]"
+    except Exception:  # statistics pyarrow cannot decode or compare: pruning skips them too
+        return None
+    return None
 
 
 def _check_ranges(
