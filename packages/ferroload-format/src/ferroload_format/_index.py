@@ -783,32 +783,12 @@ class IndexColumns:
         """For every row, the position of its shard in `manifest.shards`."""
         with self._lock:
             if self._shard_codes is None:
-                lookup = {s.path: i for i, s in enumerate(self.manifest.shards)}
-                parts = []
-                for table in self._read(["shard"], read_dictionary=["shard"]):
-                    for chunk in table.column("shard").chunks:
-                        if not pa.types.is_dictionary(chunk.type) or not pa.types.is_string(
-                            chunk.type.value_type
-                        ):
-                            raise ManifestError(
-                                f"the shard column of the index of {self.store.uri} holds "
-                                f"{chunk.type}, not strings. The index was altered; run verify()",
-                                uri=self.store.uri,
-                                column="shard",
-                            )
-                        try:
-                            mapping = np.asarray(
-                                [lookup[s] for s in chunk.dictionary.to_pylist()], dtype=np.int32
-                            )
-                        except KeyError as exc:
-                            raise ManifestError(
-                                f"index of {self.store.uri} names shard {exc.args[0]!r}, "
-                                "which the manifest does not list",
-                                uri=self.store.uri,
-                                shard=str(exc.args[0]),
-                            ) from None
-                        idx = numpy_column(chunk.indices)
-                        parts.append(mapping[idx] if len(mapping) else idx.astype(np.int32))
+                scope = self._scope(None)
+                parts = [
+                    self._codes_of(scope, chunk)
+                    for table in self._read(["shard"], read_dictionary=["shard"])
+                    for chunk in table.column("shard").chunks
+                ]
                 self._shard_codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
             return self._shard_codes
 
@@ -819,30 +799,12 @@ class IndexColumns:
             codes = self._layer_codes.get(layer.name)
             if codes is not None:
                 return codes
-            start = self._shard_start[layer.name]
-            lookup = {s.path: start + i for i, s in enumerate(layer.shards)}
-            parts = []
-            for table in self.read_layer(layer, ["shard"], read_dictionary=["shard"]):
-                for chunk in table.column("shard").chunks:
-                    if not isinstance(chunk, pa.DictionaryArray):  # all null
-                        parts.append(np.full(len(chunk), -1, dtype=np.int32))
-                        continue
-                    try:
-                        mapping = np.asarray(
-                            [lookup[s] for s in chunk.dictionary.to_pylist()] or [-1],
-                            dtype=np.int32,
-                        )
-                    except KeyError as exc:
-                        raise ManifestError(
-                            f"index of layer {layer.name!r} of {self.store.uri} names shard "
-                            f"{exc.args[0]!r}, which the manifest does not list",
-                            uri=self.store.uri,
-                            shard=str(exc.args[0]),
-                            layer=layer.name,
-                        ) from None
-                    idx = numpy_column(pc.fill_null(chunk.indices, 0))
-                    valid = numpy_column(chunk.is_valid())
-                    parts.append(np.where(valid, mapping[idx], np.int32(-1)).astype(np.int32))
+            scope = self._scope(layer)
+            parts = [
+                self._codes_of(scope, chunk)
+                for table in self.read_layer(layer, ["shard"], read_dictionary=["shard"])
+                for chunk in table.column("shard").chunks
+            ]
             pad = self.manifest.num_samples - layer.num_rows
             parts.append(np.full(pad, -1, dtype=np.int32))
             codes = self._layer_codes[layer.name] = np.concatenate(parts)
