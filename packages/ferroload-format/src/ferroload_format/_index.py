@@ -503,14 +503,23 @@ def read_part_table(
     for name in columns or ():
         if table.schema.get_field_index(name) < 0:
             raise _no_column(store, part, name)
-    if table.num_rows != part.num_rows:
+    check_part_rows(store, part, table.num_rows)
+    return table
+
+
+def check_part_rows(store: Store, part: IndexPart, num_rows: int) -> None:
+    """Refuse an index part holding another number of rows than the manifest says.
+
+    Raises:
+        ManifestError: naming the part.
+    """
+    if num_rows != part.num_rows:
         raise ManifestError(
-            f"index part {part.path} of {store.uri} holds {table.num_rows} rows; the manifest "
+            f"index part {part.path} of {store.uri} holds {num_rows} rows; the manifest "
             f"says {part.num_rows}. The manifest or the part was altered; run verify()",
             uri=store.uri,
             part=part.path,
         )
-    return table
 
 
 def _no_column(store: Store, part: IndexPart, name: str) -> ManifestError:
@@ -928,14 +937,7 @@ class IndexColumns:
             return starts
         part = scope.parts[p]
         md = open_part(self.store, part, self._files)[0].metadata
-        if md.num_rows != part.num_rows:
-            raise ManifestError(
-                f"index part {part.path} of {self.store.uri} holds {md.num_rows} rows; the "
-                f"manifest says {part.num_rows}. The manifest or the part was altered; run "
-                "verify()",
-                uri=self.store.uri,
-                part=part.path,
-            )
+        check_part_rows(self.store, part, md.num_rows)
         starts = np.zeros(md.num_row_groups + 1, dtype=np.int64)
         np.cumsum([md.row_group(g).num_rows for g in range(md.num_row_groups)], out=starts[1:])
         self._group_starts[(scope.key, p)] = starts

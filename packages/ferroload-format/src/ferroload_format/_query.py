@@ -20,6 +20,7 @@ from ferroload_format._index import (
     IndexColumns,
     _no_column,
     arrow_array,
+    check_part_rows,
     column_chunks,
     open_part,
     read_row_groups,
@@ -286,14 +287,7 @@ class _Scan:
         for part in index.manifest.index_parts:
             opened = open_part(index.store, part, index._files)
             metadata = opened[0].metadata
-            if metadata.num_rows != part.num_rows:
-                raise ManifestError(
-                    f"index part {part.path} of {index.store.uri} holds {metadata.num_rows} "
-                    f"rows; the manifest says {part.num_rows}. The manifest or the part was "
-                    "altered; run verify()",
-                    uri=index.store.uri,
-                    part=part.path,
-                )
+            check_part_rows(index.store, part, metadata.num_rows)
             for name in self.names:
                 if opened[0].schema_arrow.get_field_index(name) < 0:
                     raise _no_column(index.store, part, name)
