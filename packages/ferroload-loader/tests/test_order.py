@@ -112,6 +112,54 @@ def test_shard_block_order_shuffles_windows_of_the_shard_stream(
     assert np.array_equal(order.at(pos), got[pos])
 
 
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(0, 5)), min_size=0, max_size=12),
+    st.integers(1, 30),
+    st.integers(1, 9),
+    st.integers(0, 3),
+)
+def test_lanes_deal_contiguous_pieces_of_the_stream(
+    runs: list[tuple[int, int]], buffer: int, lanes: int, seed: int
+) -> None:
+    starts, codes, n = _runs([r[0] for r in runs], [r[1] for r in runs])
+    order = ShardBlockOrder(starts, codes, n, seed, 2, buffer, 1, lanes=lanes)
+    got = order.materialize()
+    assert sorted(got.tolist()) == list(range(n))
+    stream = _reference_stream(starts, codes, n, seed, 2)
+    used = order.lanes  # never more lanes than items
+    q, r = divmod(n, used)
+    for lane in range(used):
+        first, length = lane * q + min(lane, r), q + (lane < r)
+        mine = got[lane::used]  # the lane's items: positions lane, lane + lanes, ...
+        assert len(mine) == length
+        # a lane is a contiguous piece of the stream, shuffled within its own windows
+        assert sorted(mine.tolist()) == sorted(stream[first : first + length])
+        at, size = 0, 1
+        while at < length:
+            piece = stream[first + at : first + min(at + size, length)]
+            assert sorted(mine[at : at + size].tolist()) == sorted(piece)
+            at += size
+            size = min(2 * size, buffer)
+    if used == 1:  # one lane is the one-stream order
+        plain = ShardBlockOrder(starts, codes, n, seed, 2, buffer, 1).materialize()
+        assert np.array_equal(got, plain)
+
+
+def test_each_rank_reads_shards_of_its_own_when_ranks_divide_the_lanes() -> None:
+    n, per_shard = 100_000, 1_000
+    shard_of = np.arange(n) // per_shard
+    starts, codes = runs_of(shard_of)
+    for world, lanes in [(8, 8), (4, 8), (8, 1)]:
+        got = ShardBlockOrder(starts, codes, n, 0, 0, 4096, lanes=lanes).materialize()
+        touched = [set(shard_of[got[r::world]].tolist()) for r in range(world)]
+        shared = sum(len(a & b) for i, a in enumerate(touched) for b in touched[i + 1 :])
+        if lanes == 1:  # one stream: every rank reads from every shard
+            assert all(len(t) == n // per_shard for t in touched)
+        else:  # at most the shards cut by the lanes' boundaries are shared
+            assert sum(len(t) for t in touched) <= n // per_shard + lanes - 1
+            assert shared <= lanes - 1
+
+
 def test_the_first_batch_comes_from_the_first_items_of_the_stream() -> None:
     starts, codes = runs_of(np.arange(10_000) // 1000)
     order = ShardBlockOrder(starts, codes, 10_000, 0, 0, 4096)

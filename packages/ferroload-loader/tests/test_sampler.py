@@ -216,3 +216,56 @@ def test_iteration_is_lazy() -> None:
     assert head == s.order().at(3 + 4 * np.arange(10)).tolist()
     assert s.consumed == 40
     assert s.order().computed < 10_000
+
+
+def _streaming(world: int, rank: int = 0, **kw: object) -> Sampler:
+    shard_of = np.repeat(np.arange(64), 100)
+    return Sampler(6400, seed=3, mode="shard_block", shard_of=shard_of, rank=rank,  # type: ignore[arg-type]
+                   world_size=world, shuffle_buffer=256, **kw)  # fmt: skip
+
+
+def test_streaming_ranks_read_shards_of_their_own_by_default() -> None:
+    shard_of = np.repeat(np.arange(64), 100)
+    touched = [set(shard_of[_streaming(8, r).indices()].tolist()) for r in range(8)]
+    assert sum(len(t) for t in touched) <= 64 + 7  # only the lanes' boundary shards twice
+    one = [set(shard_of[_streaming(8, r, lanes=1).indices()].tolist()) for r in range(8)]
+    assert all(len(t) == 64 for t in one)  # one lane: every rank reads every shard
+    assert _streaming(8).lanes == 8 and "lanes=8" in repr(_streaming(8))
+    with pytest.raises(ValueError, match="lanes"):
+        _streaming(2, lanes=0)
+
+
+@given(world2=st.integers(1, 9), steps=st.integers(0, 6), batch=st.integers(1, 40))
+def test_a_streaming_state_keeps_its_lanes_under_another_world_size(
+    world2: int, steps: int, batch: int
+) -> None:
+    world1 = 4
+    first = [_streaming(world1, r, drop_last=True) for r in range(world1)]
+    order = first[0].global_order()
+    seen = []
+    for s in first:
+        view = s.view()
+        seen += view.items(0, steps * batch).tolist()
+        s.advance(min(steps * batch, len(view)))
+    state = first[0].state_dict()
+    assert state["lanes"] == world1
+    rest = []
+    for r in range(world2):
+        s = _streaming(world2, r, drop_last=True)
+        s.load_state_dict(state)
+        assert s.lanes == world1  # the order goes on in the lanes it started with
+        assert np.array_equal(s.global_order(), order)
+        rest += s.indices().tolist()
+    assert not set(seen) & set(rest)  # nothing repeats
+    assert len(seen) + len(rest) >= len(order) - world2  # at most a dropped tail is lost
+
+
+def test_streaming_states_with_other_lanes() -> None:
+    state = _streaming(4).state_dict()
+    with pytest.raises(ValueError, match="lanes=2"):
+        _streaming(4, lanes=2).load_state_dict(state)
+    old = {k: v for k, v in state.items() if k != "lanes"}  # saved before lanes existed
+    s = _streaming(4)
+    s.load_state_dict(old)
+    assert s.lanes == 1
+    assert np.array_equal(s.global_order(), _streaming(1).global_order())

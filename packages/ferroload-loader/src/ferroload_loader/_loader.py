@@ -235,12 +235,10 @@ class FerroLoader:
             return None
         if all(d.store.block_size is None for d in self.source.datasets):
             return None
+        # a lane's window spans `lanes` times its items of the global order
         per_rank = self.batch_size * self.sampler.world_size
-        horizon = (
-            2 * -(-self.sampler.shuffle_buffer // per_rank) + 1
-            if self.sampler.mode == "shard_block"
-            else 0
-        )
+        span = self.sampler.shuffle_buffer * self.sampler.lanes
+        horizon = 2 * -(-span // per_rank) + 1 if self.sampler.mode == "shard_block" else 0
         return ReadAhead(self.source, names, batch_of, count, self.readahead_bytes, horizon=horizon)
 
     def _prepare(
@@ -488,6 +486,7 @@ def make_loader(
     readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
     streaming: bool = False,
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    lanes: int | None = None,
     pin_memory: bool = False,
     on_error: OnError = "raise",
     rank: int | None = None,
@@ -542,6 +541,9 @@ def make_loader(
             within windows of `shuffle_buffer` items of that stream.
         shuffle_buffer: items per streaming shuffle window (default 65,536; the first
             windows are smaller: 128 items, doubling).
+        lanes: streaming: the order is dealt out in this many pieces of disjoint shards
+            (default: the world size, so that each rank reads shards of its own; 1: the
+            same order whatever the world size). A resumed state keeps its own.
         pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
         on_error: per-sample decode failures: `raise`, or leave the sample out of its
             batch (`skip`), also logging it (`warn`); counted in `loader.stats`.
@@ -575,7 +577,7 @@ def make_loader(
     )  # fmt: skip
     sampler = make_sampler(
         resolved, shuffle=shuffle, seed=seed, streaming=streaming, shuffle_buffer=shuffle_buffer,
-        drop_last=drop_last, rank=rank, world_size=world_size,
+        drop_last=drop_last, rank=rank, world_size=world_size, lanes=lanes,
     )  # fmt: skip
     return FerroLoader(
         resolved, fields, sampler, batch_size=batch_size, drop_last=drop_last, out=out,
@@ -594,6 +596,7 @@ def make_sampler(
     drop_last: bool,
     rank: int | None,
     world_size: int | None,
+    lanes: int | None = None,
 ) -> Sampler:
     """The sampler `make_loader` uses for `source` (shared with the torch adapters)."""
     common: dict[str, Any] = {
@@ -623,6 +626,6 @@ def make_sampler(
         )
         return Sampler(
             source.num_items, mode="shard_block", shard_runs=runs,
-            shuffle_buffer=shuffle_buffer, **common,
+            shuffle_buffer=shuffle_buffer, lanes=lanes, **common,
         )  # fmt: skip
     return Sampler(source.num_items, mode="permutation", **common)

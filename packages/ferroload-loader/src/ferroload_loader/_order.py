@@ -160,15 +160,22 @@ def runs_of(shard_of: npt.ArrayLike) -> tuple[Order, npt.NDArray[np.int32]]:
 
 
 class ShardBlockOrder(EpochOrder):
-    """Shards in a seeded order, each read whole, then a seeded shuffle within windows.
+    """Shards in a seeded order, each read whole, then a seeded shuffle within windows;
+    optionally dealt out in `lanes` that hold disjoint shards.
 
     The *stream* visits the shards in a seeded order (a shard's runs in position order).
-    The stream is then cut into windows, and the items of each window are permuted by the
-    window's own seeded bijection: no state carries from one window to the next, so any
-    position is computed in O(log runs). The first window holds `initial` items (default
+    The stream is cut into `lanes` contiguous pieces of equal length (±1): a lane holds
+    whole shards but the one or two it shares with a neighbour. Global position `p`
+    belongs to lane `p mod lanes`, as that lane's item `p // lanes`: so rank `r` of
+    `W = lanes` ranks (which takes positions `r, r+W, …`) reads only lane `r`'s shards,
+    and with any `W` that divides `lanes`, `lanes / W` lanes of its own. Each lane is cut
+    into windows, and the items of each window are permuted by the window's own seeded
+    bijection: no state carries from one window to the next, so any position is computed
+    in O(log runs). A lane's first window holds `initial` items (default
     `min(buffer, SHUFFLE_RAMP_START)`) and each next one twice as many, up to `buffer`:
-    the first batch reads from the first `initial` items of the stream, not from a whole
-    window (WebDataset's `shuffle(initial=…)` has the same purpose).
+    the first batch reads from the first `initial` items of each lane, not from a whole
+    window (WebDataset's `shuffle(initial=…)` has the same purpose). With one lane this
+    is one stream in one sequence of windows.
 
     Memory: O(runs) for the shard layout (given as runs, `Dataset.shard_runs()`), O(1)
     per position.
@@ -183,11 +190,14 @@ class ShardBlockOrder(EpochOrder):
         epoch: int,
         buffer: int,
         initial: int | None = None,
+        lanes: int = 1,
     ) -> None:
         if buffer < 1:
             raise ValueError(f"shuffle_buffer must be >= 1, got {buffer}")
         if initial is not None and initial < 1:
             raise ValueError(f"the shuffle buffer's initial fill must be >= 1, got {initial}")
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, got {lanes}")
         super().__init__(n)
         starts = np.asarray(starts, dtype=np.int64)
         codes = np.asarray(codes, dtype=np.int64)
@@ -205,22 +215,34 @@ class ShardBlockOrder(EpochOrder):
             np.int64
         )
         self.buffer = buffer
+        self.lanes = min(lanes, max(n, 1))
+        # lane l is stream[l*q + min(l, r) :][: q + (l < r)]
+        self._q, self._r = divmod(n, self.lanes)
+        longest = self._q + (self._r > 0)
         s0 = min(SHUFFLE_RAMP_START if initial is None else initial, buffer)
-        ramp = []  # the growing windows' starts
+        ramp = []  # the growing windows' starts (within a lane)
         size, at = s0, 0
-        while size < buffer and at < n:
+        while size < buffer and at < longest:
             ramp.append(at)
             at += size
             size *= 2
         self._ramp = np.asarray([*ramp, at], dtype=np.int64)  # + where full windows start
         self._keys = _round_keys(seed, epoch, 4)
 
-    def windows(self, pos: Order) -> tuple[Order, Order, Order]:
-        """Per position: its window's id, first position and size."""
+    def lane_of(self, pos: Order) -> tuple[Order, Order, Order, Order]:
+        """Per global position: its lane, its place in the lane, the lane's first stream
+        position and the lane's length."""
+        i, lane = np.divmod(pos, self.lanes)
+        first = lane * self._q + np.minimum(lane, self._r)
+        return lane, i, first, self._q + (lane < self._r)
+
+    def windows(self, i: Order, length: Order | int) -> tuple[Order, Order, Order]:
+        """Per place `i` in a lane of `length` items: its window's id, first place and
+        size."""
         ramp_end = int(self._ramp[-1])
-        in_ramp = pos < ramp_end
-        k = np.searchsorted(self._ramp, pos, side="right") - 1
-        full = (pos - ramp_end) // self.buffer
+        in_ramp = i < ramp_end
+        k = np.searchsorted(self._ramp, i, side="right") - 1
+        full = (i - ramp_end) // self.buffer
         wid = np.where(in_ramp, k, len(self._ramp) - 1 + full)
         start = np.where(
             in_ramp, self._ramp[np.minimum(k, len(self._ramp) - 1)], ramp_end + full * self.buffer
@@ -228,12 +250,15 @@ class ShardBlockOrder(EpochOrder):
         end = np.where(
             in_ramp, self._ramp[np.minimum(k + 1, len(self._ramp) - 1)], start + self.buffer
         )
-        return wid, start, np.minimum(end, self.n) - start
+        return wid, start, np.minimum(end, length) - start
 
     def _at(self, pos: Order) -> Order:
-        wid, start, size = self.windows(pos)
-        keys = _lane_keys(self._keys, wid.astype(np.uint64))
-        stream = start + _bijection(pos - start, size, keys)
+        lane, i, first, length = self.lane_of(pos)
+        wid, start, size = self.windows(i, length)
+        # lane 0's windows keep the ids of the one-lane order
+        ids = wid.astype(np.uint64) | (lane.astype(np.uint64) << _U64(40))
+        keys = _lane_keys(self._keys, ids)
+        stream = first + start + _bijection(i - start, size, keys)
         run = np.searchsorted(self._stream_start, stream, side="right") - 1
         out: Order = self._run_start[run] + (stream - self._stream_start[run])
         return out

@@ -72,7 +72,10 @@ class Sampler:
     The epoch's *global* order is the same on every rank and whatever the world size;
     rank `r` of `W` takes its items `r, r+W, r+2W, …`. After `k` batches of `B` items on
     every rank, the first `k·B·W` items of the global order are used, so progress is one
-    number (`consumed`) that any world size can resume from. The order is computed on
+    number (`consumed`) that any world size can resume from. In `shard_block` mode the
+    global order is dealt out in `lanes` of disjoint shards (default: the world size of
+    the run that starts it), so that each rank reads shards of its own; a resumed state
+    keeps its lanes, so the order stays the same under another world size. The order is computed on
     demand (`batch`, `items`): a rank's memory and start-up do not grow with the number
     of items or of ranks.
 
@@ -99,6 +102,11 @@ class Sampler:
             `Dataset.shard_runs()` gives them (`shard_block` mode).
         shard_of: the shard of every item (`shard_block` mode; instead of `shard_runs`).
         shuffle_buffer: items per shuffle window (`shard_block` mode).
+        lanes: `shard_block` mode: the pieces of disjoint shards the order is dealt out
+            in (`ShardBlockOrder`); rank `r` reads lane `r mod lanes` when the world
+            size divides it. Default: the world size (each rank its own shards); `1`
+            gives one order for every world size, in which every rank reads from every
+            shard of a window. A state restored by `load_state_dict` brings its own.
         mixture_sizes: items in each source of a mixture (`mixture` mode).
         mixture_weights: the sources' probabilities (`mixture` mode).
         drop_last: drop the tail that does not fill every rank equally (else pad it by
@@ -127,6 +135,7 @@ class Sampler:
         shard_runs: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
         shard_of: npt.NDArray[np.integer[Any]] | None = None,
         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        lanes: int | None = None,
         mixture_sizes: list[int] | None = None,
         mixture_weights: npt.NDArray[np.float64] | None = None,
         drop_last: bool = False,
@@ -148,6 +157,10 @@ class Sampler:
             )
         if mode == "shard_block" and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
             raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer!r}")
+        if lanes is not None and (
+            not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1
+        ):
+            raise ValueError(f"lanes must be a positive int, got {lanes!r}")
         if mode == "mixture" and (mixture_sizes is None or mixture_weights is None):
             raise ValueError("mixture mode needs mixture_sizes and mixture_weights")
         self.num_items = num_items
@@ -159,6 +172,8 @@ class Sampler:
         self._shard_runs = shard_runs
         self._mixture = (mixture_sizes, mixture_weights)
         self.rank, self.world_size = resolve_rank(rank, world_size)
+        self._lanes_given = lanes is not None
+        self.lanes = lanes if lanes is not None else self.world_size
         self.epoch = 0
         self.consumed = 0
         # load_state_dict since the last pass began: the next pass starts where it says
@@ -181,7 +196,9 @@ class Sampler:
         elif self.mode == "shard_block":
             assert self._shard_runs is not None
             starts, codes = self._shard_runs
-            order = ShardBlockOrder(starts, codes, n, seed, epoch, self.shuffle_buffer)
+            order = ShardBlockOrder(
+                starts, codes, n, seed, epoch, self.shuffle_buffer, lanes=self.lanes
+            )
         elif self.mode == "mixture":
             sizes, weights = self._mixture
             assert sizes is not None and weights is not None
@@ -304,14 +321,19 @@ class Sampler:
             "consumed": self.consumed,
             "num_items": self.num_items,
             "mode": self.mode,
+            **({"lanes": self.lanes} if self.mode == "shard_block" else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a `state_dict()`, also under another world size or batch size:
         the next pass starts at its position.
 
+        A `shard_block` state brings its lanes (a state saved before lanes existed: one
+        lane), so its order goes on unchanged whatever the world size now.
+
         Raises:
-            ValueError: when the state belongs to another dataset (item count) or order.
+            ValueError: when the state belongs to another dataset (item count) or order,
+                or to other `lanes` than this sampler was given explicitly.
         """
         version = state.get("version")
         if version == 1:
@@ -328,6 +350,14 @@ class Sampler:
                 f"this state is for {state['num_items']} items in {state['mode']!r} order; "
                 f"this sampler has {self.num_items} items in {self.mode!r} order"
             )
+        if self.mode == "shard_block":
+            lanes = int(state.get("lanes", 1))
+            if self._lanes_given and lanes != self.lanes:
+                raise ValueError(
+                    f"this state's streaming order is dealt out in {lanes} lanes; this "
+                    f"sampler was given lanes={self.lanes}. Leave lanes unset to resume it"
+                )
+            self.lanes = lanes
         self.seed = int(state["seed"])
         self._cache = None
         self._move(int(state["epoch"]), int(state["consumed"]))
@@ -336,5 +366,6 @@ class Sampler:
     def __repr__(self) -> str:
         return (
             f"Sampler({self.num_items} items, mode={self.mode!r}, seed={self.seed}, "
-            f"epoch={self.epoch}, consumed={self.consumed}, rank={self.rank}/{self.world_size})"
+            f"epoch={self.epoch}, consumed={self.consumed}, rank={self.rank}/{self.world_size}"
+            + (f", lanes={self.lanes})" if self.mode == "shard_block" else ")")
         )
