@@ -1,6 +1,7 @@
 """A writer run in a child process by the concurrency and crash tests.
 
 usage: python _child_writer.py URI FIRST COUNT [--crash-at POINT] [--go-file PATH] [--prefix P]
+                               [--max-inline N]
 
 Writes COUNT samples with ids <prefix>FIRST.. to URI. With --go-file, waits until that file
 exists before closing (so that several children commit at the same moment). With
@@ -17,7 +18,7 @@ import sys
 import time
 
 import ferroload_format
-from ferroload_format import _commit
+from ferroload_format import _commit, _shard_lists
 
 
 def main() -> int:
@@ -29,7 +30,10 @@ def main() -> int:
     p.add_argument("--go-file")
     p.add_argument("--prefix", default="s")
     p.add_argument("--label-type", default="int")
+    p.add_argument("--max-inline", type=int)
     args = p.parse_args()
+    if args.max_inline is not None:
+        _shard_lists.MAX_INLINE_SHARDS = args.max_inline
     if args.crash_at:
         target = args.crash_at
 

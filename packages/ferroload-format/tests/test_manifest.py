@@ -56,9 +56,9 @@ def test_unknown_major_version_is_refused_clearly(uri: str, write: WriteFn) -> N
     write(uri, 1)
     store = open_store(uri)
     raw = json.loads(store.get(version_path(1)))
-    raw["format_version"] = 2
+    raw["format_version"] = 3
     store.put(version_path(1), json.dumps(raw).encode())
-    with pytest.raises(UnsupportedFormatVersionError, match="format version 2") as info:
+    with pytest.raises(UnsupportedFormatVersionError, match="format version 3") as info:
         Dataset.open(uri)
     assert isinstance(info.value, ValueError)
     with pytest.raises(UnsupportedFormatVersionError):

@@ -61,7 +61,7 @@ def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) ->
     """Summary of a dataset: samples, shards, size, columns, layers."""
     ds = open_dataset(uri, storage_option)
     m = ds.manifest
-    shard_bytes = sum(s.size for s in m.shards)
+    shard_bytes = m.shard_bytes  # no shard list read
     index_bytes = sum(p.size for p in m.index_parts)
     layer_bytes = sum(
         sum(s.size for s in layer.shards) + sum(p.size for p in layer.index_parts)

@@ -59,6 +59,7 @@ from ferroload_format._manifest import (
     Manifest,
     Modality,
     ShardInfo,
+    ShardList,
 )
 from ferroload_format._types import MAX_METADATA_DEPTH, type_from_json, type_to_json
 from ferroload_format._verify import Problem, VerifyReport
@@ -112,6 +113,7 @@ __all__ = [
     "SampleIndexError",
     "SchemaConflictError",
     "ShardInfo",
+    "ShardList",
     "ShardNotFoundError",
     "ShardTruncatedError",
     "UndeclaredModalityError",

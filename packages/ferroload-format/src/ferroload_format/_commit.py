@@ -37,6 +37,7 @@ from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_tabl
 from ferroload_format._manifest import (
     IDS_DIR,
     INDEX_DIR,
+    SHARD_LISTS_DIR,
     SHARDS_DIR,
     IdRun,
     IndexPart,
@@ -48,6 +49,8 @@ from ferroload_format._manifest import (
     utc_now,
     version_path,
 )
+from ferroload_format._shard_lists import spill
+from ferroload_format._tiers import MERGE_FACTOR, newest_taken
 from ferroload_format._types import fits_in, type_name
 from ferroload_format._versions import latest_version, read_manifest, write_hint
 from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
@@ -58,10 +61,9 @@ MAX_COMMIT_ATTEMPTS = 50
 
 #: Tiered merging (docs/format.md §7.6): an append's index part absorbs the newest parts
 #: of the version it commits on while each holds at most `MERGE_FACTOR` times the rows
-#: merged so far. Each part below `MAX_MERGE_ROWS` then holds more than twice the rows of
-#: the next, so a version has about log2(N) parts and a row is rewritten about log2(N)
-#: times (3 N / MAX_MERGE_ROWS more parts above that size).
-MERGE_FACTOR = 2
+#: merged so far (`_tiers.newest_taken`). Each part below `MAX_MERGE_ROWS` then holds
+#: more than twice the rows of the next, so a version has about log2(N) parts and a row is
+#: rewritten about log2(N) times (3 N / MAX_MERGE_ROWS more parts above that size).
 #: ... and while the merged part stays within this many rows: a part that large is read
 #: as efficiently as any (64 row groups of 65,536), and no append rewrites more than this
 #: (large appends, e.g. 10^7 rows each, are never merged; `compact()` still merges all).
@@ -73,7 +75,8 @@ def _checkpoint(name: str) -> None:
     """A named point of the commit protocol.
 
     Does nothing. Crash tests replace it, in a child process, with a function that kills
-    the process at one of: `shards-written`, `part-staged`, `before-commit`, `committed`,
+    the process at one of: `shards-written`, `part-staged`, `list-written` (a commit
+    that moves its inline shards into a shard list), `before-commit`, `committed`,
     `published`; layers add `partition-shard-written` and `partition-staged`.
     """
 
@@ -355,15 +358,8 @@ def tiered_merge(
 ) -> int:
     """How many of the newest `parts` a new part of `rows` rows absorbs: the newest one
     while it holds at most `factor` times the rows absorbed so far (its own included) and
-    the merged part stays within `limit` rows."""
-    k, merged = 0, rows
-    while k < len(parts):
-        n = parts[-1 - k].num_rows
-        if n > factor * merged or merged + n > limit:
-            break
-        merged += n
-        k += 1
-    return k
+    the merged part stays within `limit` rows (`_tiers.newest_taken`)."""
+    return newest_taken([p.num_rows for p in parts], rows, factor=factor, limit=limit)
 
 
 def commit(store: Store, pending: PendingCommit) -> Manifest:
@@ -466,20 +462,33 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
             store.put(staged, part_bytes)
             staged_as = tuple(p.version for p in merged)
         manifest = _next_manifest(latest, pending, table, part_bytes, staged, merged)
+        # more than MAX_INLINE_SHARDS inline: into a list, taking in the newest lists of
+        # the version this attempt commits on (never reading the others)
+        manifest = spill(store, manifest, pending.txn, base=latest)
+        if manifest.shard_lists and manifest.shard_lists[-1].version == manifest.version:
+            _checkpoint("list-written")
         runs = _id_runs(store, manifest, pending, hashes, merged, usable, uncovered, read, tables)
         manifest = manifest.derive(id_runs=runs)
         _check_shards_exist(store, pending)
         _checkpoint("before-commit")
         if claim_version(store, manifest):
             break
-        with suppress(OSError):  # this attempt's runs; a later attempt writes its own
-            store.delete([r.path for r in runs if r.path.startswith(f"{IDS_DIR}{pending.txn}-")])
+        with suppress(OSError):  # this attempt's runs and list; a later one writes its own
+            store.delete(
+                [r.path for r in runs if r.path.startswith(f"{IDS_DIR}{pending.txn}-")]
+                + [
+                    x.path
+                    for x in manifest.shard_lists
+                    if x.path.startswith(f"{SHARD_LISTS_DIR}{pending.txn}-")
+                ]
+            )
     else:
         raise CommitConflictError(
             f"gave up committing to {store.uri} after {MAX_COMMIT_ATTEMPTS} attempts: "
             "other writers kept committing first",
             uri=store.uri,
         )
+    manifest.bind(store)
     _checkpoint("committed")
     try:
         store.put_if_absent(part_path(manifest.version), part_bytes)
@@ -659,7 +668,8 @@ def _next_manifest(
 ) -> Manifest:
     """The manifest of the next version: `latest`'s content (or nothing, for an overwrite
     or a create) and one new part holding the rows of `merged` (newest parts of
-    `latest`) and of `table`."""
+    `latest`) and of `table`. The new shards are inline, after `latest`'s; `latest`'s
+    shard lists are carried over unread (`spill` moves inline shards into a list)."""
     version = latest.version + 1 if latest is not None else 1
     shards = tuple(
         ShardInfo(s.path, s.side_index, s.size, s.num_samples, s.num_members, version, s.extra)
@@ -680,7 +690,8 @@ def _next_manifest(
             operation="overwrite",
             modalities=pending.modalities,
             metadata=tuple(table.schema)[2 + len(pending.modalities) :],
-            shards=shards,
+            inline_shards=shards,
+            shard_lists=(),
             index_parts=(part,),
             statistics=_statistics(None, table, pending, len(part_bytes)),
             extensions=dict(pending.extensions),
@@ -698,7 +709,7 @@ def _next_manifest(
             operation="create",
             modalities=pending.modalities,
             metadata=metadata,
-            shards=shards,
+            inline_shards=shards,
             index_parts=(part,),
             statistics=stats,
             extensions=dict(pending.extensions),
@@ -710,7 +721,7 @@ def _next_manifest(
         txn=pending.txn,
         # a writer that set out to create the dataset, but lost the race, appends
         operation="append" if pending.operation == "create" else pending.operation,
-        shards=latest.shards + shards,
+        inline_shards=latest.inline_shards + shards,
         index_parts=(*latest.index_parts[: len(latest.index_parts) - len(merged)], part),
         statistics=stats,
     )

@@ -19,6 +19,7 @@ from ferroload_format._ids import hash_ids, run_path, write_run
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
 from ferroload_format._manifest import IndexPart, Manifest, part_path, staged_part_path, utc_now
 from ferroload_format._names import new_txn_id
+from ferroload_format._shard_lists import fold
 from ferroload_format._versions import read_manifest, write_hint
 from ferroload_store import ObjectExistsError, Store
 
@@ -32,77 +33,95 @@ def _checkpoint(name: str) -> None:
 
 def compact_store(store: Store, manifest: Manifest) -> Manifest:
     """Commit, on top of `manifest` (which must still be the latest version), a version
-    whose base index is one part holding the same rows in the same order.
+    whose base index is one part holding the same rows in the same order, and whose
+    shards (the same, in the same order) are in one shard list, or all inline when they
+    are few (docs/format.md §6.2).
 
     Returns:
-        The new manifest, or `manifest` itself when it has a single part already.
+        The new manifest, or `manifest` itself when it has a single part and at most one
+        place for its shards (one list, or only inline shards) already.
 
     Raises:
         CommitConflictError: another version was committed after `manifest` (nothing of
             the compaction is committed; run it again).
     """
-    if len(manifest.index_parts) <= 1:
+    lists = len(manifest.shard_lists) + (1 if manifest.inline_shards else 0)
+    if len(manifest.index_parts) <= 1 and (lists <= 1 or not manifest.shard_lists):
         return manifest
     ensure_published(store, manifest)
     txn = new_txn_id()
     version = manifest.version + 1
-    target = index_schema([m.name for m in manifest.modalities], manifest.metadata)
-    tables = [read_part_table(store, p, None).cast(target) for p in manifest.index_parts]
-    table = pa.concat_tables(tables)
-    data = write_part(table, row_group_size=ROW_GROUP_SIZE)
-    staged = staged_part_path(txn)
-    store.put(staged, data)
-    hashes = hash_ids(table.column("sample_id"))
-    run = write_run(
-        store,
-        run_path(txn, version),
-        hashes,
-        np.full(len(hashes), version, dtype=np.int64),
-        {version},
-    )
-    _checkpoint("compact-staged")
+    written: list[str] = []
+    new = fold(store, manifest, txn, version)
+    written += [x.path for x in new.shard_lists if x.version == version]
     stats = dict(manifest.statistics)
-    stats["index_bytes"] = len(data)
-    new = manifest.derive(
+    data: bytes | None = None  # one part: it stays as it is, only the lists are folded
+    if len(manifest.index_parts) > 1:
+        target = index_schema([m.name for m in manifest.modalities], manifest.metadata)
+        tables = [read_part_table(store, p, None).cast(target) for p in manifest.index_parts]
+        table = pa.concat_tables(tables)
+        data = part_bytes = write_part(table, row_group_size=ROW_GROUP_SIZE)
+        staged = staged_part_path(txn)
+        store.put(staged, part_bytes)
+        hashes = hash_ids(table.column("sample_id"))
+        run = write_run(
+            store,
+            run_path(txn, version),
+            hashes,
+            np.full(len(hashes), version, dtype=np.int64),
+            {version},
+        )
+        written += [staged, run.path]
+        stats["index_bytes"] = len(part_bytes)
+        new = new.derive(
+            index_parts=(
+                IndexPart(
+                    part_path(version),
+                    staged,
+                    table.num_rows,
+                    len(part_bytes),
+                    version,
+                    first_version=min(p.since for p in manifest.index_parts),
+                ),
+            ),
+            id_runs=(run,),
+        )
+    _checkpoint("compact-staged")
+    new = new.derive(
         version=version,
         parent_version=manifest.version,
         created_at=utc_now(),
         txn=txn,
         operation="compact",
-        index_parts=(
-            IndexPart(
-                part_path(version),
-                staged,
-                table.num_rows,
-                len(data),
-                version,
-                first_version=min(p.since for p in manifest.index_parts),
-            ),
-        ),
         statistics=stats,
-        id_runs=(run,),
     )
     if read_manifest(store).version != manifest.version or not claim_version(store, new):
         with suppress(OSError):
-            store.delete([staged, run.path])
+            store.delete(written)
         raise CommitConflictError(
             f"a version of {store.uri} was committed after version {manifest.version}, "
             "which this compaction read; nothing was committed. Run compact() again",
             uri=store.uri,
         )
+    new.bind(store)
     _checkpoint("compact-committed")
-    with suppress(ObjectExistsError):
-        store.put_if_absent(part_path(version), data)
+    if data is not None:
+        with suppress(ObjectExistsError):
+            store.put_if_absent(part_path(version), data)
     write_hint(store, version)
-    with suppress(OSError):
-        store.delete([staged])
-    try:
-        retire_replaced_parts(store, new, manifest)
-    except OSError:
-        logger.warning("could not retire compacted parts of %s; gc will", store.uri, exc_info=True)
+    if data is not None:
+        with suppress(OSError):
+            store.delete([staged_part_path(txn)])
+        try:
+            retire_replaced_parts(store, new, manifest)
+        except OSError:
+            logger.warning(
+                "could not retire compacted parts of %s; gc will", store.uri, exc_info=True
+            )
     logger.info(
-        "compacted %d index parts of %s into one (version %d)",
+        "compacted %d index parts and %d shard lists of %s (version %d)",
         len(manifest.index_parts),
+        len(manifest.shard_lists),
         store.uri,
         version,
     )

@@ -91,10 +91,9 @@ class Dataset:
         )
         self._all_columns = ("sample_id", *self._modalities, *self._meta_names)
         self._len = manifest.num_samples if rows is None else len(rows)
-        # base shards, then each layer's: what modality shard codes index into
-        self._shard_paths = [s.path for s in self._index.shards]
-        # shards are immutable and uniquely named: size + version identify the content
-        self._shard_refs = [(s.size, f"v{s.version}-s{s.size}") for s in self._index.shards]
+        # base shards, then each layer's: what modality shard codes index into; built on
+        # first read (the manifest's shard lists are read then, not when opening)
+        self._shard_table: tuple[list[str], list[tuple[int, str]]] | None = None
         self._resolved: dict[tuple[str, ...] | None, tuple[list[str], list[str]]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -201,8 +200,8 @@ class Dataset:
     @property
     def num_shards(self) -> int:
         """Tar shards of the opened version (base shards: the codes of `shard_of()`;
-        layer shards are not counted)."""
-        return len(self._manifest.shards)
+        layer shards are not counted). Reads no shard list."""
+        return self._manifest.num_shards
 
     @property
     def is_view(self) -> bool:
@@ -365,10 +364,11 @@ class Dataset:
         codes = a.shard[present]
         order = np.argsort(codes, kind="stable")
         bounds = np.flatnonzero(np.diff(codes[order])) + 1
+        paths, refs = self._shards()
         for group in np.split(order, bounds):
             code = int(codes[group[0]])
-            shard = self._shard_paths[code]
-            size, tag = self._shard_refs[code]
+            shard = paths[code]
+            size, tag = refs[code]
             ks = present[group]  # positions in `rows`
             try:
                 views = self._store.get_ranges(
@@ -594,13 +594,27 @@ class Dataset:
         Raises:
             SampleIndexError: for a code that names no shard (such as -1).
         """
-        if not 0 <= code < len(self._shard_paths):
+        paths, refs = self._shards()
+        if not 0 <= code < len(paths):
             raise SampleIndexError(
                 f"shard code {code} of {self.uri} names no shard (it has "
-                f"{len(self._shard_paths)}, layers included)",
+                f"{len(paths)}, layers included)",
                 uri=self.uri,
             )
-        return (self._shard_paths[code], *self._shard_refs[code])
+        return (paths[code], *refs[code])
+
+    def _shards(self) -> tuple[list[str], list[tuple[int, str]]]:
+        """(path, (size, cache version)) of every shard code: base shards (the manifest's
+        shard lists are read here, once), then each layer's."""
+        got = self._shard_table
+        if got is None:
+            shards = self._index.shards
+            # shards are immutable and uniquely named: size + version identify the content
+            got = self._shard_table = (
+                [s.path for s in shards],
+                [(s.size, f"v{s.version}-s{s.size}") for s in shards],
+            )
+        return got
 
     def shard_of(self, modality: str | None = None) -> npt.NDArray[np.int32]:
         """For every position, the code of the shard holding it (for `shard_ref`).
@@ -828,7 +842,7 @@ class Dataset:
             m = self._manifest if v == self.version else read_manifest(self._store, v)
             out.append(
                 VersionInfo(
-                    m.version, m.created_at, m.operation, m.num_samples, len(m.shards), m.txn
+                    m.version, m.created_at, m.operation, m.num_samples, m.num_shards, m.txn
                 )
             )
         return out

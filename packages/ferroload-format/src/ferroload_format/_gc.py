@@ -20,11 +20,14 @@ from ferroload_format._manifest import (
     IDS_DIR,
     INDEX_DIR,
     LAYERS_DIR,
+    SHARD_LISTS_DIR,
     SHARDS_DIR,
     STAGING_DIR,
     Manifest,
+    ShardList,
     version_path,
 )
+from ferroload_format._shard_lists import read_shard_list
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import ObjectInfo, Store, StoreError, open_store
 
@@ -61,9 +64,10 @@ def gc(
     """Clean a dataset root of what crashed or aborted writers left behind.
 
     Publishes the index part of the latest version if its writer died between commit and
-    publish, then deletes every object under `shards/`, `index/`, `_ferroload/staging/`
-    and `_ferroload/ids/` that no committed version references and that is older than
-    `grace`. Under `layers/` it does the same for layer shards and index parts, and
+    publish, then deletes every object under `shards/`, `index/`, `_ferroload/staging/`,
+    `_ferroload/ids/` and `_ferroload/shardlists/` that no committed version references
+    (the shards of a kept version's shard lists included: each list is read once) and
+    that is older than `grace`. Under `layers/` it does the same for layer shards and index parts, and
     deletes a layer's staging folder (a map that was never committed) once everything in
     it is older than `grace`; the shards of a staging folder it keeps are kept too.
     Committed versions are kept unless `keep_versions` is given: then the manifests of
@@ -92,6 +96,8 @@ def gc(
         ValueError: for a `keep_versions` below 1.
         UnsafePathError: if a manifest names a path that could leave the root (a staged
             part outside it is never published).
+        ManifestError: if a kept version's shard list is missing or damaged (nothing is
+            deleted: the shards it lists could not be told from leftovers).
     """
     if keep_versions is not None and (
         not isinstance(keep_versions, int) or isinstance(keep_versions, bool) or keep_versions < 1
@@ -112,18 +118,20 @@ def gc(
     }
     if keep_versions is not None:
         report.expired = _expired(manifests, latest, keep_versions, cutoff)
-        if report.expired and not dry_run:
-            for v in report.expired:  # oldest first: a crash leaves a shorter history
-                store.delete([version_path(v)])
-            logger.info("gc expired versions %s of %s", report.expired, store.uri)
         for v in report.expired:
             del manifests[v]
+    # the shards of the kept versions' lists, read before anything is deleted: a list
+    # that cannot be read stops gc (ManifestError), as its shards look like leftovers
+    referenced = _listed(store, manifests)
+    if report.expired and not dry_run:
+        for v in report.expired:  # oldest first: a crash leaves a shorter history
+            store.delete([version_path(v)])
+        logger.info("gc expired versions %s of %s", report.expired, store.uri)
     if not dry_run:
         report.retired = retire_replaced_parts(store, latest)
     live = {p.path for p in latest.index_parts}
-    referenced: set[str] = set()
     for m in manifests.values():
-        shards = [*m.shards, *(s for la in m.layers for s in la.shards)]
+        shards = [*m.inline_shards, *(s for la in m.layers for s in la.shards)]
         for s in shards:
             referenced.update((s.path, s.side_index))
         for p in (*m.index_parts, *(p for la in m.layers for p in la.index_parts)):
@@ -137,7 +145,7 @@ def gc(
     doomed = []
     layer_objects = store.list(LAYERS_DIR)
     in_progress = _in_progress_layers(store, layer_objects, cutoff)
-    for prefix in (SHARDS_DIR, INDEX_DIR, STAGING_DIR, IDS_DIR, LAYERS_DIR):
+    for prefix in (SHARDS_DIR, INDEX_DIR, STAGING_DIR, IDS_DIR, SHARD_LISTS_DIR, LAYERS_DIR):
         for obj in layer_objects if prefix == LAYERS_DIR else store.list(prefix):
             if obj.path in referenced:
                 continue
@@ -156,6 +164,21 @@ def gc(
             store.uri,
         )
     return report
+
+
+def _listed(store: Store, manifests: dict[int, Manifest]) -> set[str]:
+    """The shard lists of `manifests` and every shard and side index they list (each
+    list read once, however many versions reference it)."""
+    lists: dict[str, tuple[ShardList, int]] = {}
+    for m in manifests.values():
+        for lst in m.shard_lists:
+            lists.setdefault(lst.path, (lst, m.version))
+    out: set[str] = set()
+    for lst, v in lists.values():
+        out.add(lst.path)
+        for s in read_shard_list(store, lst, manifest_uri=f"{store.uri}/{version_path(v)}"):
+            out.update((s.path, s.side_index))
+    return out
 
 
 def _expired(

@@ -26,6 +26,7 @@ from ferroload_format._errors import (
 from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, Modality, ShardInfo
 from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
 from ferroload_format._rowgroups import GroupCache, RowPlan, default_cache_bytes, plan_rows
+from ferroload_format._shard_lists import shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_format._types import (
     INT64_MAX,
@@ -679,10 +680,10 @@ class IndexColumns:
         self.modalities: dict[str, Modality] = {m.name: m for m in manifest.modalities}
         self._layer_of: dict[str, LayerInfo] = {}
         self._shard_start: dict[str, int] = {}
-        shards = list(manifest.shards)
+        start = manifest.num_shards  # no shard list read: `shards` reads them when needed
         for layer in manifest.layers:
-            self._shard_start[layer.name] = len(shards)
-            shards.extend(layer.shards)
+            self._shard_start[layer.name] = start
+            start += len(layer.shards)
             own = [pa.field(m.name, MODALITY_TYPE, nullable=False) for m in layer.modalities]
             for f in (*own, *layer.columns):
                 if f.name in base.names or f.name in self._layer_of:
@@ -696,7 +697,7 @@ class IndexColumns:
                 self._layer_of[f.name] = layer
                 fields.append(f)
             self.modalities.update((m.name, m) for m in layer.modalities)
-        self.shards: tuple[ShardInfo, ...] = tuple(shards)
+        self._shards: tuple[ShardInfo, ...] | None = None
         self.schema = pa.schema(fields)
         self._cache: dict[str, pa.Array] = {}
         self._modality: dict[str, ModalityArrays] = {}
@@ -711,6 +712,16 @@ class IndexColumns:
         self._lookups: dict[str, dict[str, int]] = {}
         self._runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None
         self._local: dict[int, str] = {}  # opened local part -> its path
+
+    @property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        """The base shards, then every layer's: what modality shard codes index into
+        (the manifest's shard lists are read on first use)."""
+        got = self._shards
+        if got is None:
+            base = shards_of(self.store, self.manifest)
+            got = self._shards = base + tuple(s for la in self.manifest.layers for s in la.shards)
+        return got
 
     @property
     def column_names(self) -> list[str]:
@@ -952,7 +963,7 @@ class IndexColumns:
         lookup = self._lookups.get(scope.key)
         if lookup is None:
             if scope.layer is None:
-                lookup = {s.path: i for i, s in enumerate(self.manifest.shards)}
+                lookup = {s.path: i for i, s in enumerate(shards_of(self.store, self.manifest))}
             else:
                 start = self._shard_start[scope.key]
                 lookup = {s.path: start + i for i, s in enumerate(scope.layer.shards)}

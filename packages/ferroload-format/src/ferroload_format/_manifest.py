@@ -1,4 +1,5 @@
-"""The JSON manifest (docs/format.md §6): one full snapshot per committed version."""
+"""The JSON manifest (docs/format.md §6): one snapshot per committed version, its older
+shards in immutable shard lists (§6.2)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,15 @@ from ferroload_format._types import type_from_json, type_to_json
 
 FORMAT_NAME = "ferroload"
 FORMAT_VERSION = 1
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
+#: The major version of a manifest that uses a feature readers must know
+#: (`required_features`, docs/format.md §6.2): ferroload before format 1.3 refuses it.
+FORMAT_VERSION_FEATURES = 2
+#: Major versions this ferroload reads.
+READABLE_FORMAT_VERSIONS = (FORMAT_VERSION, FORMAT_VERSION_FEATURES)
+#: `required_features` this ferroload knows: shard lists (format minor 3, §6.2).
+FEATURE_SHARD_LISTS = "shard_lists"
+KNOWN_FEATURES = frozenset({FEATURE_SHARD_LISTS})
 CHECKSUM_ALGORITHM = "xxh3_64"
 #: The deepest nesting of JSON objects and arrays a manifest may have (docs/format.md,
 #: "Limits"); deeper manifests are refused with `ManifestError`.
@@ -33,6 +42,7 @@ SHARDS_DIR = "shards/"
 INDEX_DIR = "index/"
 LAYERS_DIR = "layers/"
 IDS_DIR = f"{META_DIR}/ids/"
+SHARD_LISTS_DIR = f"{META_DIR}/shardlists/"
 
 
 def version_path(version: int) -> str:
@@ -48,6 +58,11 @@ def part_path(version: int) -> str:
 def staged_part_path(txn: str) -> str:
     """Key where transaction `txn` stages its index part before committing."""
     return f"{STAGING_DIR}{txn}/part.parquet"
+
+
+def shard_list_path(txn: str, version: int) -> str:
+    """Key of the shard list that transaction `txn` writes for `version` (§6.2)."""
+    return f"{SHARD_LISTS_DIR}{txn}-{version:010d}.jsonl"
 
 
 def shard_paths(txn: str, number: int) -> tuple[str, str]:
@@ -292,6 +307,29 @@ class IndexPart(_Record):
 
 
 @dataclass(frozen=True)
+class ShardList(_Record):
+    """One shard list (docs/format.md §6.2): an immutable file of `ShardInfo` records,
+    one JSON object a line, holding older shards of a version.
+
+    Attributes:
+        path: the list file, relative to the root (`_ferroload/shardlists/…jsonl`).
+        num_shards: records (lines) in the file.
+        size: bytes in the file.
+        checksum: xxh3-64 of the file's bytes, 16 lowercase hex digits.
+        shard_bytes: the bytes of the shards it lists (what `size_bytes` counts).
+        version: the version that wrote it.
+    """
+
+    path: str
+    num_shards: int
+    size: int
+    checksum: str
+    shard_bytes: int
+    version: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
 class IdRun:
     """One sorted run of sample-id hashes (docs/format.md, "Sample-id runs").
 
@@ -364,8 +402,10 @@ def check_manifest_paths(manifest: Manifest, *, where: str) -> None:
     Raises:
         UnsafePathError: for the first path that could leave the dataset root.
     """
-    for shard in manifest.shards:
+    for shard in manifest.inline_shards:
         check_shard_paths(shard, where=where)
+    for lst in manifest.shard_lists:
+        check_relative_path(lst.path, what=f"shard list in {where}")
     for part in manifest.index_parts:
         check_part_paths(part, where=where)
     for layer in manifest.layers:
@@ -478,6 +518,8 @@ _KNOWN_TOP = {
     "modalities",
     "schema",
     "shards",
+    "shard_lists",
+    "required_features",
     "index_parts",
     "layers",
     "id_runs",
@@ -492,6 +534,12 @@ class Manifest:
 
     Create new versions with `dataclasses.replace` (see `Manifest.derive`); unknown
     fields (`extra`, `extensions`) and `layers` are carried over unchanged.
+
+    The shards of a version are those of its `shard_lists` (immutable list files, in
+    order), then its `inline_shards` (docs/format.md §6.2). `shards` holds them all; it
+    reads the lists on first use, through the store the manifest was read from
+    (`read_manifest` binds it), so opening a version or counting its shards
+    (`num_shards`) reads no list.
     """
 
     name: str
@@ -502,7 +550,7 @@ class Manifest:
     operation: str
     modalities: tuple[Modality, ...]
     metadata: tuple[pa.Field, ...]
-    shards: tuple[ShardInfo, ...]
+    inline_shards: tuple[ShardInfo, ...]
     index_parts: tuple[IndexPart, ...]
     statistics: dict[str, Any] = field(default_factory=dict, compare=False)
     extensions: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -512,6 +560,7 @@ class Manifest:
     schema_extra: dict[str, Any] = field(default_factory=dict, compare=False)
     layers: tuple[LayerInfo, ...] = ()
     id_runs: tuple[IdRun, ...] = ()
+    shard_lists: tuple[ShardList, ...] = ()
 
     @property
     def num_samples(self) -> int:
@@ -519,12 +568,75 @@ class Manifest:
         return sum(p.num_rows for p in self.index_parts)
 
     @property
+    def num_shards(self) -> int:
+        """Base tar shards of this version (those of its lists and its inline ones),
+        counted without reading a list."""
+        return sum(lst.num_shards for lst in self.shard_lists) + len(self.inline_shards)
+
+    @property
+    def shard_bytes(self) -> int:
+        """Bytes of this version's base tar shards, counted without reading a list."""
+        listed = sum(lst.shard_bytes for lst in self.shard_lists)
+        return listed + sum(s.size for s in self.inline_shards)
+
+    @property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        """Every base shard of this version, in shard-code order: those of each shard
+        list, in order, then the inline ones. The lists are read (and checked) on first
+        use, through the store this manifest was read from.
+
+        Raises:
+            ManifestError: the manifest has shard lists but was not read from a store
+                (`read_manifest` binds one; see `bind`), or a list is missing or damaged.
+        """
+        if not self.shard_lists:
+            return self.inline_shards
+        got: tuple[ShardInfo, ...] | None = self.__dict__.get("_all_shards")
+        if got is None:
+            store = self.__dict__.get("_store")
+            if store is None:
+                raise ManifestError(
+                    f"version {self.version} of dataset {self.name!r} keeps "
+                    f"{sum(x.num_shards for x in self.shard_lists)} of its shards in "
+                    f"{len(self.shard_lists)} shard list(s), and this manifest was not read "
+                    "from a store: read it with read_manifest(store, version), or bind(store)",
+                )
+            from ferroload_format._shard_lists import read_shard_lists
+
+            got = read_shard_lists(store, self) + self.inline_shards
+            object.__setattr__(self, "_all_shards", got)
+        return got
+
+    def bind(self, store: Any) -> Manifest:
+        """Bind the store whose shard lists `shards` reads (`read_manifest` does it);
+        returns the manifest itself."""
+        if self.__dict__.get("_store") is not store:
+            object.__setattr__(self, "_store", store)
+            self.__dict__.pop("_all_shards", None)
+        return self
+
+    @property
+    def store(self) -> Any:
+        """The store this manifest was read from (None: built in memory)."""
+        return self.__dict__.get("_store")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the store travels (worker processes read the lists again), the lists do not
+        return {k: v for k, v in self.__dict__.items() if k != "_all_shards"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+    @property
     def size_bytes(self) -> int:
         """The bytes of this version, the one count every report uses (`ferroload info`,
-        `log`, the catalog): its tar shards and index parts, those of its layers, and its
-        manifest file. Side indexes (about 1% of a shard) are not recorded in the
-        manifest and not counted."""
-        total = sum(s.size for s in self.shards) + sum(p.size for p in self.index_parts)
+        `log`, the catalog): its tar shards and index parts, those of its layers, its
+        manifest file and its shard lists. Side indexes (about 1% of a shard) are not
+        recorded in the manifest and not counted. Reads no shard list (each records
+        the bytes of its shards)."""
+        total = self.shard_bytes + sum(p.size for p in self.index_parts)
+        total += sum(lst.size for lst in self.shard_lists)
         for layer in self.layers:
             total += sum(s.size for s in layer.shards) + sum(p.size for p in layer.index_parts)
         return total + len(self.to_bytes())
@@ -538,15 +650,32 @@ class Manifest:
         return next((la for la in self.layers if la.name == name), None)
 
     def derive(self, **changes: Any) -> Manifest:
-        """A copy with `changes` applied (unknown fields and extensions kept)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes` applied (unknown fields and extensions kept), bound to
+        the same store. `shards=` sets every shard of the copy: they become its inline
+        shards, and it has no shard lists.
+        """
+        if "shards" in changes:
+            changes["inline_shards"] = tuple(changes.pop("shards"))
+            changes["shard_lists"] = ()
+        new = dataclasses.replace(self, **changes)
+        store = self.__dict__.get("_store")
+        if store is not None:
+            new.bind(store)
+        return new
+
+    @property
+    def required_features(self) -> tuple[str, ...]:
+        """What a reader must know to read this manifest (docs/format.md §6.2)."""
+        return (FEATURE_SHARD_LISTS,) if self.shard_lists else ()
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as a JSON object (docs/format.md §6)."""
+        features = self.required_features
         return {
             "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
+            "format_version": FORMAT_VERSION_FEATURES if features else FORMAT_VERSION,
             "format_minor": max(self.format_minor, FORMAT_MINOR),
+            **({"required_features": list(features)} if features else {}),
             "name": self.name,
             "version": self.version,
             "parent_version": self.parent_version,
@@ -559,7 +688,10 @@ class Manifest:
                 "metadata": _fields_to_json(self.metadata),
                 **self.schema_extra,
             },
-            "shards": [s.to_json() for s in self.shards],
+            **(
+                {"shard_lists": [x.to_json() for x in self.shard_lists]} if self.shard_lists else {}
+            ),
+            "shards": [s.to_json() for s in self.inline_shards],
             "index_parts": [p.to_json() for p in self.index_parts],
             **({"layers": [la.to_json() for la in self.layers]} if self.layers else {}),
             **({"id_runs": [r.to_json() for r in self.id_runs]} if self.id_runs else {}),
@@ -597,13 +729,15 @@ class Manifest:
         major = raw.get("format_version")
         if not isinstance(major, int):
             raise ManifestError(f"{uri}: manifest has no integer format_version", uri=uri)
-        if major != FORMAT_VERSION:
+        if major not in READABLE_FORMAT_VERSIONS:
             raise UnsupportedFormatVersionError(
                 f"{uri} uses ferroload format version {major}, but this ferroload reads "
-                f"version {FORMAT_VERSION} only; upgrade ferroload to read it",
+                f"versions {FORMAT_VERSION}-{FORMAT_VERSION_FEATURES} only; upgrade "
+                "ferroload to read it",
                 uri=uri,
                 format_version=major,
             )
+        features = _features(raw, major, uri)
         known, extra = _split(raw, _KNOWN_TOP)
         try:
             check_json_depth(raw, limit=MAX_MANIFEST_DEPTH, what="the manifest")
@@ -620,8 +754,9 @@ class Manifest:
                 operation=str(known["operation"]),
                 modalities=_records(Modality, known["modalities"], "modalities"),
                 metadata=_fields_from_json(meta_raw, "schema.metadata"),
-                shards=_records(ShardInfo, known["shards"], "shards"),
+                inline_shards=_records(ShardInfo, known["shards"], "shards"),
                 index_parts=_records(IndexPart, known["index_parts"], "index_parts"),
+                shard_lists=_records(ShardList, known.get("shard_lists", []), "shard_lists"),
                 statistics=_object(known.get("statistics", {}), "statistics"),
                 extensions=_object(known.get("extensions", {}), "extensions"),
                 checksum_algorithm=str(known.get("checksum_algorithm", CHECKSUM_ALGORITHM)),
@@ -643,6 +778,14 @@ class Manifest:
             ) from exc
         except (TypeError, ValueError) as exc:
             raise ManifestError(f"{uri}: malformed manifest: {exc}", uri=uri) from exc
+        if manifest.shard_lists and FEATURE_SHARD_LISTS not in features:
+            raise ManifestError(
+                f"{uri}: malformed manifest: it has shard_lists but does not require the "
+                f"{FEATURE_SHARD_LISTS!r} feature (format_version {FORMAT_VERSION_FEATURES}, "
+                f"required_features [{FEATURE_SHARD_LISTS!r}]); an older ferroload would "
+                "read it without them",
+                uri=uri,
+            )
         check_manifest_paths(manifest, where=f"manifest {uri}" if uri else "a manifest")
         return manifest
 
@@ -658,6 +801,34 @@ class Manifest:
                 f"{uri}: manifest nests deeper than {MAX_MANIFEST_DEPTH} levels", uri=uri
             ) from None
         return cls.from_json(raw, uri=uri)
+
+
+def _features(raw: dict[str, Any], major: int, uri: str) -> frozenset[str]:
+    """The `required_features` of a manifest of major version `major`: none for 1; for
+    2 a list of names this ferroload must all know.
+
+    Raises:
+        UnsupportedFormatVersionError: for a feature this ferroload does not know.
+        ManifestError: for a major 2 manifest without a list of feature names.
+    """
+    if major == FORMAT_VERSION:
+        return frozenset()
+    names = raw.get("required_features")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ManifestError(
+            f"{uri}: malformed manifest: format_version {major} needs required_features, "
+            "a JSON array of strings",
+            uri=uri,
+        )
+    unknown = sorted(set(names) - KNOWN_FEATURES)
+    if unknown:
+        raise UnsupportedFormatVersionError(
+            f"{uri} requires format feature(s) {', '.join(map(repr, unknown[:5]))}, which "
+            "this ferroload does not know; upgrade ferroload to read it",
+            uri=uri,
+            format_version=major,
+        )
+    return frozenset(names)
 
 
 def utc_now() -> str:

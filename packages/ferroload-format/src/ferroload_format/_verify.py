@@ -21,8 +21,9 @@ from ferroload_core import (
 )
 from ferroload_format._errors import DatasetDamagedError, FormatError, ManifestError
 from ferroload_format._index import IndexColumns, ModalityArrays, open_part, read_part_table
-from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, ShardInfo
+from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, ShardInfo, version_path
 from ferroload_format._names import member_name
+from ferroload_format._shard_lists import read_shard_list, shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
 
@@ -42,7 +43,9 @@ class Problem:
             ranges of one shard overlapping), `num-rows` (an index part holding another
             number of rows than the manifest says), `index-part` (an index part missing
             or unreadable), `id-run` (a sample-id run unreadable or not holding exactly
-            the ids of the parts it covers), `statistics` (a row group's Parquet
+            the ids of the parts it covers), `shard-list` (a shard list missing, of
+            another size or checksum, or not holding its shards: nothing else is
+            checked then), `statistics` (a row group's Parquet
             statistics that do not bound its values: `subset` prunes by them), or
             `unsafe-path` (a shard reached through a symlink out of the root, or a side
             index member name that could leave it when the tar is extracted; a manifest
@@ -186,6 +189,7 @@ def _verify(
     store: Store, manifest: Manifest, index: IndexColumns, progress: ProgressCallback
 ) -> VerifyReport:
     report = VerifyReport(store.uri, manifest.version)
+    _check_shard_lists(store, manifest, report)
     for part in manifest.index_parts:
         try:
             read_part_table(store, part, ["sample_id"])
@@ -201,7 +205,7 @@ def _verify(
     for layer in manifest.layers:
         _check_layer_index(store, layer, index, ids, report)
     # (shard, the modalities whose payloads it holds), in the order of `index.shards`
-    owners = [(s, manifest.modalities) for s in manifest.shards]
+    owners = [(s, manifest.modalities) for s in shards_of(store, manifest)]
     owners += [(s, layer.modalities) for layer in manifest.layers for s in layer.shards]
     for code, (shard, modalities) in enumerate(owners):
         progress(code, len(owners))
@@ -232,6 +236,17 @@ def _verify(
             _check_payloads(store, shard, mod.name, a, rows, ids, report)
     progress(len(owners), len(owners))
     return report
+
+
+def _check_shard_lists(store: Store, manifest: Manifest, report: VerifyReport) -> None:
+    """Every shard list of `manifest` is there, of its recorded size and checksum, and
+    holds its recorded number of valid shard records (read again, not from the cache)."""
+    uri = f"{store.uri}/{version_path(manifest.version)}"
+    for lst in manifest.shard_lists:
+        try:
+            read_shard_list(store, lst, manifest_uri=uri, cached=False)
+        except (ManifestError, UnsafePathError) as exc:
+            report.problems.append(Problem("shard-list", lst.path, str(exc)))
 
 
 def _leaf(table: pa.Table, path: str) -> pa.Array | None:

@@ -81,7 +81,8 @@ def _not_found(store: Store) -> DatasetNotFoundError:
 
 
 def read_manifest(store: Store, version: int | None = None) -> Manifest:
-    """The manifest of `version` (default: the latest).
+    """The manifest of `version` (default: the latest), bound to `store` (its shard
+    lists are read from there on first use of `Manifest.shards`, never here).
 
     Raises:
         DatasetNotFoundError: if `store` holds no dataset (`NotADatasetError` when it
@@ -114,4 +115,4 @@ def read_manifest(store: Store, version: int | None = None) -> Manifest:
         raise ManifestError(
             f"{store.uri}/{key} claims to be version {manifest.version}", uri=store.uri
         )
-    return manifest
+    return manifest.bind(store)  # its shard lists are read through `store` when needed

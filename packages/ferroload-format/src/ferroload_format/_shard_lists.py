@@ -1,0 +1,297 @@
+"""Shard lists (docs/format.md §6.2): a version's older shards, in immutable files.
+
+A manifest keeps its newest shards inline and the rest in shard lists, so that an append
+rewrites O(log N) shard records (amortised) instead of every one. A commit that would
+leave more than `MAX_INLINE_SHARDS` inline shards moves them into a new list, which takes
+in the newest lists by the tiered rule of index parts (`_tiers.newest_taken`). Lists are
+read only when the shards themselves are needed (reading samples, `verify`, `gc`), each
+one checked (size, checksum, records, count) and kept in a small cache: it never changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import xxhash
+
+from ferroload_core import UnsafePathError
+from ferroload_format._errors import ManifestError
+from ferroload_format._manifest import (
+    MAX_INT64,
+    MAX_MANIFEST_DEPTH,
+    Manifest,
+    ShardInfo,
+    ShardList,
+    check_json_depth,
+    check_shard_paths,
+    shard_list_path,
+    version_path,
+)
+from ferroload_format._tiers import MERGE_FACTOR, newest_taken
+from ferroload_store import ObjectNotFoundError, Store, StoreError
+
+logger = logging.getLogger(__name__)
+
+#: A commit that would leave more inline shards than this moves them into a shard list.
+MAX_INLINE_SHARDS = 256
+#: A new list takes in older lists only while it stays within this many shards (about
+#: 57 MB of records): no append rewrites more than that (like `MAX_MERGE_ROWS`).
+MAX_LIST_SHARDS = 1 << 18
+#: The most bytes a shard record may take on average in a list, and the most bytes of a
+#: list: a list whose recorded size is larger is refused before it is read.
+MAX_SHARD_RECORD_BYTES = 64 << 10
+MAX_SHARD_LIST_BYTES = 1 << 31
+#: Shard records kept in the cache of lists read (per process, least recently used out).
+CACHE_SHARDS = 1 << 21
+
+_ENCODE = json.JSONEncoder().encode
+_cache: OrderedDict[tuple[str, str, int, str, int], tuple[ShardInfo, ...]] = OrderedDict()
+_cached = 0
+_lock = threading.Lock()
+
+
+def checksum(data: bytes) -> str:
+    """The checksum a `ShardList` records: xxh3-64 of `data`, 16 lowercase hex digits."""
+    return xxhash.xxh3_64_hexdigest(data)
+
+
+def encode_shard_list(shards: Sequence[ShardInfo]) -> bytes:
+    """The bytes of a list file: one JSON record a line, each line ending in `\\n`."""
+    return "".join(_ENCODE(s.to_json()) + "\n" for s in shards).encode()
+
+
+def write_shard_list(
+    store: Store, path: str, shards: Sequence[ShardInfo], version: int
+) -> ShardList:
+    """Write a list file of `shards` at `path` (written by `version`); its record."""
+    data = encode_shard_list(shards)
+    store.put(path, data)
+    record = ShardList(
+        path=path,
+        num_shards=len(shards),
+        size=len(data),
+        checksum=checksum(data),
+        shard_bytes=sum(s.size for s in shards),
+        version=version,
+    )
+    _remember(store, record, tuple(shards))
+    return record
+
+
+def _key(store: Store, lst: ShardList) -> tuple[str, str, int, str, int]:
+    return (store.uri, lst.path, lst.size, lst.checksum, lst.num_shards)
+
+
+def _remember(store: Store, lst: ShardList, shards: tuple[ShardInfo, ...]) -> None:
+    global _cached
+    if len(shards) > CACHE_SHARDS:
+        return
+    with _lock:
+        key = _key(store, lst)
+        if key in _cache:
+            _cache.move_to_end(key)
+            return
+        _cache[key] = shards
+        _cached += len(shards)
+        while _cached > CACHE_SHARDS and _cache:
+            _, old = _cache.popitem(last=False)
+            _cached -= len(old)
+
+
+def forget_cached_lists() -> None:
+    """Empty the cache of lists read (tests; a process that wants the memory back)."""
+    global _cached
+    with _lock:
+        _cache.clear()
+        _cached = 0
+
+
+def read_shard_list(
+    store: Store, lst: ShardList, *, manifest_uri: str = "", cached: bool = True
+) -> tuple[ShardInfo, ...]:
+    """The shards of list `lst`, checked: the file must have exactly the recorded size
+    and checksum and hold `num_shards` records, one JSON object a line, each a valid
+    `ShardInfo` whose paths stay in the root.
+
+    Args:
+        store: the dataset root.
+        lst: the list's record in a manifest.
+        manifest_uri: the manifest that names it, for errors.
+        cached: use (and fill) the cache of lists read; `verify` reads the file again.
+
+    Raises:
+        ManifestError: naming the list and the manifest, for a list missing, of another
+            size or checksum, too large, or not holding `num_shards` valid records.
+        UnsafePathError: for a record whose path could leave the root.
+    """
+    if cached:
+        with _lock:
+            got = _cache.get(_key(store, lst))
+            if got is not None:
+                _cache.move_to_end(_key(store, lst))
+                return got
+    where = f"shard list {lst.path} of {manifest_uri or store.uri}"
+
+    def bad(why: str) -> ManifestError:
+        return ManifestError(f"{where} {why}", uri=store.uri, shard_list=lst.path)
+
+    if lst.size > min(MAX_SHARD_LIST_BYTES, lst.num_shards * MAX_SHARD_RECORD_BYTES):
+        raise bad(
+            f"claims {lst.size} bytes for {lst.num_shards} shards, more than a list may "
+            f"hold ({MAX_SHARD_RECORD_BYTES} bytes a shard, {MAX_SHARD_LIST_BYTES} in all)"
+        )
+    try:
+        size = store.head(lst.path).size
+        if size != lst.size:
+            raise bad(f"is {size} bytes, the manifest says {lst.size}")
+        data = store.get(lst.path)
+    except ObjectNotFoundError:
+        raise bad("is missing") from None
+    except UnsafePathError:
+        raise
+    except (OSError, StoreError) as exc:
+        raise bad(f"is unreadable: {exc}") from exc
+    if len(data) != lst.size:
+        raise bad(f"is {len(data)} bytes, the manifest says {lst.size}")
+    if checksum(data) != lst.checksum:
+        raise bad(f"does not match its checksum {lst.checksum!r}: it was altered or damaged")
+    shards = _parse(data, lst, where, bad)
+    if cached:
+        _remember(store, lst, shards)
+    return shards
+
+
+def _parse(data: bytes, lst: ShardList, where: str, bad: Any) -> tuple[ShardInfo, ...]:
+    if lst.num_shards == 0:
+        if data:
+            raise bad("holds records, the manifest says it has none")
+        return ()
+    if not data.endswith(b"\n"):
+        raise bad("does not end with a newline (one JSON record a line)")
+    lines = data[:-1].split(b"\n")
+    if len(lines) != lst.num_shards:
+        raise bad(f"holds {len(lines)} lines, the manifest says {lst.num_shards} shards")
+    try:  # one C-level parse of every line (JSON strings cannot hold a raw newline)
+        raws = json.loads(b"[" + b",".join(lines) + b"]")
+    except (RecursionError, UnicodeDecodeError, json.JSONDecodeError):
+        raws = None
+    if not isinstance(raws, list) or len(raws) != len(lines):
+        raws = [_line(line, i, bad) for i, line in enumerate(lines)]  # finds the bad line
+    out = []
+    for i, raw in enumerate(raws):
+        shard = _fast_shard(raw)
+        if shard is None:
+            key = f"line {i + 1}"
+            try:
+                check_json_depth(raw, limit=MAX_MANIFEST_DEPTH, what=key)
+                shard = ShardInfo.from_json(raw, key=key)
+            except (TypeError, ValueError) as exc:
+                raise bad(f"is malformed: {exc}") from exc
+        out.append(check_shard_paths(shard, where=where))
+    return tuple(out)
+
+
+def _line(line: bytes, i: int, bad: Any) -> Any:
+    """One line's JSON value (the slow path, naming the line that is not JSON)."""
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise bad(f"line {i + 1} nests deeper than {MAX_MANIFEST_DEPTH} levels") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad(f"line {i + 1} is not JSON: {exc}") from exc
+
+
+_SHARD_KEYS = frozenset(("path", "side_index", "size", "num_samples", "num_members", "version"))
+
+
+def _fast_shard(raw: Any) -> ShardInfo | None:
+    """The record as the Writer writes it (exactly its six fields, of the right types),
+    without the general parser's per-field loop; None for anything else, which goes
+    through `ShardInfo.from_json` (and its errors)."""
+    if type(raw) is not dict or raw.keys() != _SHARD_KEYS:
+        return None
+    path, side, size = raw["path"], raw["side_index"], raw["size"]
+    samples, members, version = raw["num_samples"], raw["num_members"], raw["version"]
+    if not (type(path) is str and type(side) is str):
+        return None
+    for v in (size, samples, members, version):
+        if type(v) is not int or not 0 <= v <= MAX_INT64:
+            return None
+    return ShardInfo(path, side, size, samples, members, version)
+
+
+def read_shard_lists(store: Store, manifest: Manifest) -> tuple[ShardInfo, ...]:
+    """The shards of every list of `manifest`, in order (see `read_shard_list`)."""
+    uri = f"{store.uri}/{version_path(manifest.version)}"
+    out: list[ShardInfo] = []
+    for lst in manifest.shard_lists:
+        out.extend(read_shard_list(store, lst, manifest_uri=uri))
+    return tuple(out)
+
+
+def spill(
+    store: Store,
+    manifest: Manifest,
+    txn: str,
+    *,
+    base: Manifest | None = None,
+) -> Manifest:
+    """`manifest` with its inline shards moved into a new shard list when it has more
+    than `MAX_INLINE_SHARDS` of them; the new list takes in the newest lists while each
+    holds at most `MERGE_FACTOR` times the shards gathered so far (and the list stays
+    within `MAX_LIST_SHARDS`). Only the lists taken in are read; the list is written at
+    `shard_list_path(txn, manifest.version)`. `base` names the manifest the lists were
+    read from, for errors. Returns `manifest` itself when nothing moves.
+    """
+    inline = manifest.inline_shards
+    if len(inline) <= MAX_INLINE_SHARDS:
+        return manifest
+    lists = manifest.shard_lists
+    k = newest_taken(
+        [x.num_shards for x in lists], len(inline), factor=MERGE_FACTOR, limit=MAX_LIST_SHARDS
+    )
+    kept, taken = lists[: len(lists) - k], lists[len(lists) - k :]
+    uri = f"{store.uri}/{version_path((base or manifest).version)}"
+    shards: list[ShardInfo] = []
+    for lst in taken:
+        shards.extend(read_shard_list(store, lst, manifest_uri=uri))
+    shards.extend(inline)
+    new = write_shard_list(store, shard_list_path(txn, manifest.version), shards, manifest.version)
+    logger.debug(
+        "version %d of %s: %d shards into list %s (%d lists taken in)",
+        manifest.version,
+        store.uri,
+        len(shards),
+        new.path,
+        k,
+    )
+    return manifest.derive(inline_shards=(), shard_lists=(*kept, new))
+
+
+def fold(store: Store, manifest: Manifest, txn: str, version: int) -> Manifest:
+    """`manifest` with every shard in one list (or all inline, when at most
+    `MAX_INLINE_SHARDS`): what a compaction commits (reads every list)."""
+    if len(manifest.shard_lists) == 1 and not manifest.inline_shards:
+        return manifest
+    shards = shards_of(store, manifest)
+    if len(shards) <= MAX_INLINE_SHARDS:
+        return manifest.derive(inline_shards=shards, shard_lists=())
+    new = write_shard_list(store, shard_list_path(txn, version), shards, version)
+    return manifest.derive(inline_shards=(), shard_lists=(new,))
+
+
+def shards_of(store: Store, manifest: Manifest) -> tuple[ShardInfo, ...]:
+    """Every base shard of `manifest`, its lists read through `store` (the manifest is
+    bound to `store` when it was bound to none, so it keeps what it read)."""
+    if not manifest.shard_lists:
+        return manifest.inline_shards
+    if manifest.store is None:
+        manifest.bind(store)
+    if manifest.store is store:
+        return manifest.shards
+    return read_shard_lists(store, manifest) + manifest.inline_shards
