@@ -405,3 +405,23 @@ def test_the_loader_reads_the_index_a_window_of_batches_at_a_time(
     assert dl._worker is not None
     window = dl._worker._window
     assert window is not None and 1 <= window.windows <= 4  # growing windows, not 15 reads
+
+
+def test_batch_items_are_computed_once_a_chunk_at_a_time() -> None:
+    import numpy as np
+
+    from ferroload_loader import Sampler
+    from ferroload_loader._loader import BatchItems
+
+    view = Sampler(100_000, seed=1, rank=1, world_size=3).view()
+    items = BatchItems(view, 100)
+    for k in [0, 5, 81, 82, 333, 334]:
+        assert np.array_equal(items(k), view.batch(k, 100))
+    computed = view.order.computed
+    assert np.array_equal(items(3), view.batch(3, 100))  # from batch 0's chunk: no work
+    assert view.order.computed == computed + 100  # (the reference call above only)
+    items.forget(81)  # prepared: dropped, and not kept again
+    computed = view.order.computed
+    items(5)
+    assert view.order.computed > computed
+    assert len(items(10_000)) == 0  # past the end of the rank's items

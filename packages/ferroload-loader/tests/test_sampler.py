@@ -95,6 +95,8 @@ def test_set_epoch_and_state() -> None:
     # a state of the older, materialised orders would resume into another order
     with pytest.raises(ValueError, match="older ferroload whose epoch orders differ"):
         Sampler(50).load_state_dict({**state, "version": 1})
+    with pytest.raises(ValueError, match="version 2"):  # the even-power Feistel orders
+        Sampler(50).load_state_dict({**state, "version": 2})
     s.advance(1000)
     assert s.exhausted and s.consumed == 50
 

@@ -17,6 +17,9 @@ logger = logging.getLogger(__name__)
 
 #: The most items an `IndexWindow` reads the index for at once.
 WINDOW_ITEMS = 1 << 21
+#: The most bytes a window's ids, metadata values and payload locations may hold (a
+#: loader keeps two windows: the one in use and the next one, read in the background).
+WINDOW_BYTES = 128 << 20
 #: The same for an order that reads the index in sequence (streaming, dataset order).
 LOCAL_WINDOW_ITEMS = 1 << 18
 
@@ -27,7 +30,7 @@ def window_options(mode: str) -> tuple[int, int | None]:
     `WINDOW_ITEMS` (fewer passes over the index); an order that walks the index in
     sequence (`shard_block`, `sequential`) touches row groups in proportion to a window's
     items, so its windows double up to `LOCAL_WINDOW_ITEMS` (no stall while a large one
-    is read, and two small windows in memory)."""
+    is read, and two small windows in memory). Both are also bounded by `WINDOW_BYTES`."""
     if mode in ("shard_block", "sequential"):
         return LOCAL_WINDOW_ITEMS, 2
     return WINDOW_ITEMS, None
@@ -45,15 +48,16 @@ class IndexWindow:
     all of them; then hands each batch its share (zero-copy slices).
 
     The first two windows are of one batch each (the first batches wait for their own
-    rows only; a loader reads batch 1 before it hands over batch 0), then of `max_items`
-    items (a shuffled window of more items than the index has row groups costs one pass
-    over them all whatever its size, so windows in between would each cost a pass for
-    fewer batches), or, with `growth`, each `growth` times the batches of the one before
-    up to `max_items` (for orders that read the index in sequence: see `window_options`).
-    Once a window is read, the next one is read in a background thread while
-    its batches are used (`background=False`: when its first batch is asked for).
-    Memory: two windows of ids, metadata values and payload locations (about 100-200 MB
-    each at 2**21 items).
+    rows only; a loader reads batch 1 before it hands over batch 0), then as large as
+    `max_items` and `max_bytes` allow (a shuffled window of more items than the index has
+    row groups costs one pass over them all whatever its size, so the fewer windows an
+    epoch has, the fewer passes: the items of a window are sized by the bytes per item
+    the windows read so far held), or, with `growth`, each `growth` times the batches of
+    the one before, within the same bounds (for orders that read the index in sequence:
+    see `window_options`). Once a window is read, the next one is read in a background
+    thread while its batches are used (`background=False`: when its first batch is asked
+    for). Memory: two windows of ids, metadata values and payload locations, each at most
+    `max_bytes` (30-60 bytes an item: 4-8 million items in 256 MiB).
 
     Args:
         source: what the loader reads from.
@@ -62,6 +66,7 @@ class IndexWindow:
             thread too).
         count: batches in the iteration.
         max_items: the most items read at once.
+        max_bytes: the most bytes a window may hold (estimated from the windows before).
         growth: None: the third window on holds `max_items`; a factor: windows grow by
             it, from one batch.
         background: read the next window ahead, in a thread.
@@ -75,6 +80,7 @@ class IndexWindow:
         count: int,
         *,
         max_items: int = WINDOW_ITEMS,
+        max_bytes: int = WINDOW_BYTES,
         growth: int | None = None,
         background: bool = True,
     ) -> None:
@@ -83,6 +89,8 @@ class IndexWindow:
         self._batch_of = batch_of
         self._count = count
         self._max = max(1, max_items)
+        self._max_bytes = max(1, max_bytes)
+        self._per_item = 0.0  # bytes a window held per item (the largest seen)
         self._growth = growth
         self._last = 1  # batches of the last window reserved
         self._background = background
@@ -152,6 +160,8 @@ class IndexWindow:
                 break
             if batches and total + len(b) > self._max:
                 break
+            if batches and (total + len(b)) * self._per_item > self._max_bytes:
+                break
             batches.append(b)
             total += len(b)
         shares: list[Share] | None = None
@@ -179,8 +189,10 @@ class IndexWindow:
                             mine.append(s.slice(lo, hi, first))
                     self._ready[i + k] = (b, mine)
                     first = last
-                if total:  # later windows: as many batches as fit in max_items
-                    self._cap = max(1, self._max * len(batches) // total)
+                if total:  # later windows: as many batches as fit in both bounds
+                    self._per_item = max(self._per_item, _nbytes(shares) / total)
+                    fit = min(self._max, int(self._max_bytes / max(self._per_item, 1.0)))
+                    self._cap = max(1, fit * len(batches) // total)
             self._cond.notify_all()
             if self._background and shares is not None and 0 < len(batches) == stop - i:
                 nxt = self._reserve(end)
@@ -189,6 +201,17 @@ class IndexWindow:
                         target=self._read, args=(end, nxt, gen), name="ferroload-index-window",
                         daemon=True,
                     ).start()  # fmt: skip
+
+
+def _nbytes(shares: Sequence[Share]) -> int:
+    """Bytes the shares of a window hold (their arrays; Arrow buffers by size)."""
+    total = 0
+    for s in shares:
+        total += s.slots.nbytes + s.pos.nbytes
+        total += sum(c.nbytes for c in s.columns.values())
+        for a in s.locations.values():
+            total += sum(x.nbytes for x in (a.present, a.shard, a.offset, a.length, a.checksum))
+    return total
 
 
 _MASK64 = (1 << 64) - 1

@@ -4,7 +4,7 @@ An order is computed on demand: `order.at(positions)` gives the item ids at any 
 positions of the epoch, in memory proportional to the number of positions asked for, so
 a rank's start-up and memory do not grow with the dataset (or with the number of ranks).
 Every order is built from one primitive, a seeded bijection on `[0, n)` (`_bijection`):
-a Feistel network over the next even power of two, cycle-walked into range.
+a Feistel network over the next power of two, cycle-walked into range.
 """
 
 from __future__ import annotations
@@ -56,22 +56,32 @@ def _lane_keys(
     return [_mix(h ^ k) for k in base]
 
 
-def _half_bits(n: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
-    """Per lane, `h` with `4**h >= n`: the halves of the smallest even power of two that
-    holds `[0, n)`."""
+def _bits(n: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+    """Per lane, the bits `t >= 1` of the smallest power of two that holds `[0, n)`."""
+    if n.ndim == 0 or (n.size and bool((n == n.flat[0]).all())):
+        one = max(int(n.flat[0]) - 1, 1).bit_length() if n.size else 1
+        return np.full(n.shape, one, dtype=np.uint64)
     uniq, inverse = np.unique(n, return_inverse=True)
-    half = np.asarray([(max(int(v) - 1, 0).bit_length() + 1) // 2 for v in uniq], dtype=np.uint64)
-    return half[inverse.reshape(-1)]
+    bits = np.asarray([max(int(v) - 1, 1).bit_length() for v in uniq], dtype=np.uint64)
+    return bits[inverse.reshape(n.shape)]
 
 
 def _feistel(
-    x: npt.NDArray[np.uint64], h: npt.NDArray[np.uint64], keys: list[npt.NDArray[np.uint64]]
+    x: npt.NDArray[np.uint64], t: npt.NDArray[np.uint64], keys: list[npt.NDArray[np.uint64]]
 ) -> npt.NDArray[np.uint64]:
-    mask = (_U64(1) << h) - _U64(1)
-    left, right = x >> h, x & mask
+    """An unbalanced Feistel network on `t`-bit values: each round takes the low `s` bits
+    `L` and the high `t - s` bits `H` to `(L, H ^ F(L))` (so `L` moves to the top), with
+    `s` alternating between `t // 2` and `t - t // 2`: a bijection of `[0, 2**t)` for
+    any `t`, invertible round by round."""
+    one = _U64(1)
+    s = t >> one
     for k in keys:
-        left, right = right, left ^ (_mix(right ^ k) & mask)
-    return (left << h) | right
+        low = x & ((one << s) - one)
+        high = x >> s
+        rest = t - s
+        x = (low << rest) | (high ^ (_mix(low ^ k) & ((one << rest) - one)))  # type: ignore[assignment]
+        s = rest
+    return x
 
 
 def _bijection(
@@ -82,18 +92,19 @@ def _bijection(
     """For each lane, `pi(i)` where `pi` is the lane's seeded bijection on `[0, n)`.
 
     `keys` are per-lane arrays (or broadcastable scalars). A Feistel network permutes
-    `[0, 4**h)`; values that land outside `[0, n)` are sent through it again (cycle
-    walking: the cycle through an in-range value returns to the range), iterating only the
-    lanes still out of range: about `4**h / n < 4` rounds per lane on average.
+    `[0, 2**t)`, the smallest power of two that holds `[0, n)`; values that land outside
+    `[0, n)` are sent through it again (cycle walking: the cycle through an in-range value
+    returns to the range), iterating only the lanes still out of range: `2**t / n < 2`
+    rounds per lane on average.
     """
     n = np.broadcast_to(np.asarray(n, dtype=np.int64), i.shape)
-    h = _half_bits(n)
+    t = _bits(n)
     un = n.astype(np.uint64)
     full = [np.broadcast_to(k, i.shape) for k in keys]
-    x = _feistel(i.astype(np.uint64), h, full)
+    x = _feistel(i.astype(np.uint64), t, full)
     todo = np.flatnonzero(x >= un)
     while len(todo):
-        y = _feistel(x[todo], h[todo], [k[todo] for k in full])
+        y = _feistel(x[todo], t[todo], [k[todo] for k in full])
         x[todo] = y
         todo = todo[y >= un[todo]]
     return x.astype(np.int64)

@@ -21,9 +21,10 @@ from ferroload_loader._order import (
 )
 
 Mode = Literal["permutation", "shard_block", "sequential", "mixture"]
-#: 2: the orders are computed on demand (Feistel bijections, windowed shard-block
-#: shuffle, chunked mixture); a version-1 state counted items of the older orders.
-STATE_VERSION = 2
+#: 3: the Feistel bijections work on the next power of two (2: the next even power of
+#: two; 1: the materialised orders before them): an older state counted items of
+#: another order.
+STATE_VERSION = 3
 #: Items `iter(sampler)` computes at a time.
 _ITER_CHUNK = 4096
 
@@ -336,12 +337,12 @@ class Sampler:
                 or to other `lanes` than this sampler was given explicitly.
         """
         version = state.get("version")
-        if version == 1:
+        if version in (1, 2):
             raise ValueError(
-                "this sampler state (version 1) was saved by an older ferroload whose epoch "
-                "orders differ from this one's: resuming it would repeat some items and skip "
-                "others. Start the epoch again (set_epoch), or resume with the ferroload "
-                "that saved it"
+                f"this sampler state (version {version}) was saved by an older ferroload "
+                "whose epoch orders differ from this one's: resuming it would repeat some "
+                "items and skip others. Start the epoch again (set_epoch), or resume with "
+                "the ferroload that saved it"
             )
         if version != STATE_VERSION:
             raise ValueError(f"unknown sampler state version {version!r}")
