@@ -274,7 +274,7 @@ def write_dataset(
         "seconds": time.perf_counter() - t0,
         "versions": manifest.version,
         "index_parts": len(manifest.index_parts),
-        "shards": len(manifest.shards),
+        "shards": manifest.num_shards,
         "shard_bytes": int(manifest.statistics.get("shard_bytes", 0)),
         "index_bytes": sum(p.size for p in manifest.index_parts),
         "id_run_bytes": sum(r.size for r in manifest.id_runs),

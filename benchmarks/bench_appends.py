@@ -9,7 +9,8 @@ the appended dataset and on one holding the same rows written by a single writer
 dataset after `Dataset.compact()` (its time is reported too). Appends merge index parts
 as they go (tiered merging, docs/format.md §7.6), so it also records the slowest append
 (a merge of many rows), the parts left, and what the manifest, which lists every shard,
-costs to parse and to write after N appends. The goal (issue 16): open + first batch +
+costs to parse and to write after N appends (it lists the newest shards inline, the
+others in O(log N) shard lists, docs/format.md §6.2). The goal (issue 16): open + first batch +
 subset of the appended dataset within 2x of the compacted one.
 
 Run it from the repository root:
@@ -85,7 +86,9 @@ def _manifest_costs(uri: str) -> dict[str, float]:
     data = manifest.to_bytes()
     return {
         "bytes": len(data),
-        "shards": len(manifest.shards),
+        "shards": manifest.num_shards,
+        "inline_shards": len(manifest.inline_shards),
+        "shard_lists": len(manifest.shard_lists),
         "parts": len(manifest.index_parts),
         "parse_s": _best(lambda: Manifest.from_bytes(data)),
         "write_s": _best(manifest.to_bytes),
@@ -173,7 +176,8 @@ def main() -> None:
         f"{st['max_s'] * 1e3:.1f} ms; {m['parts']} index parts left"
     )
     print(
-        f"  manifest after them: {m['bytes'] / 1e3:.0f} kB ({m['shards']} shards), "
+        f"  manifest after them: {m['bytes'] / 1e3:.0f} kB ({m['shards']} shards: "
+        f"{m['inline_shards']} inline, {m['shard_lists']} shard lists), "
         f"parse {m['parse_s'] * 1e3:.1f} ms, write {m['write_s'] * 1e3:.1f} ms"
     )
     print(f"compacting them took {results['compact_s']:.2f} s")

@@ -33,6 +33,7 @@ Run it from the repository root (not in CI; `--quick` is the CI smoke):
 
     uv run python benchmarks/bench_scale.py            # full: ~6 min (+ ~15 to write ~12 GB)
     uv run python benchmarks/bench_scale.py --quick    # 10^4 / 10^5, seconds
+    uv run python benchmarks/bench_scale.py --only manifest   # the manifest table alone
 
 Writes `benchmarks/results/bench_scale.json` (`bench_scale_quick.json` with `--quick`) and,
 for a full run, the plots `docs/images/scale_*.png`.
@@ -153,7 +154,7 @@ def _w_open(spec: dict[str, Any]) -> dict[str, Any]:
         "open_s": best,
         "num_samples": ds.num_samples,
         "index_parts": len(m.index_parts),
-        "shards": len(m.shards),
+        "shards": m.num_shards,
         "bytes": on_disk,
         "index_bytes": sum(on_disk.values()),
         "rss_import_mb": base,
@@ -310,12 +311,18 @@ def _w_rank(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _w_manifest(spec: dict[str, Any]) -> dict[str, Any]:
-    """`Dataset.open` of a version whose manifest lists `shards` shards (synthetic
-    records like the Writer's, 256 MiB each, one writer session per 1,000 shards; the
-    shards themselves do not exist: opening reads only the manifest)."""
+    """`Dataset.open` of a version of `shards` shards whose manifest is what the commits
+    now write (docs/format.md §6.2): synthetic records like the Writer's, 256 MiB each,
+    one writer session of 1,000 shards per commit, each commit moving its inline shards
+    into a shard list by the tiered rule (`_shard_lists.spill`, as `commit` does). The
+    shards themselves do not exist: opening reads only the manifest. Also times the
+    first `manifest.shards` (reading and checking every list: what the first payload
+    read pays once) and records the lists' bytes."""
     from ferroload_format import Dataset
     from ferroload_format._manifest import ShardInfo, shard_paths, version_path
     from ferroload_format._names import new_txn_id
+    from ferroload_format._shard_lists import forget_cached_lists, spill
+    from ferroload_store import open_store
 
     src = Dataset.open(spec["uri"])
     out = []
@@ -323,14 +330,15 @@ def _w_manifest(spec: dict[str, Any]) -> dict[str, Any]:
         root = Path(tempfile.mkdtemp(prefix="scale-manifest-"))
         try:
             shutil.copytree(spec["uri"], root / "ds")
-            records = []
-            txn = new_txn_id()
-            for k in range(count):
-                if k % 1000 == 0:
-                    txn = new_txn_id()
-                path, side = shard_paths(txn, k % 1000)
-                records.append(ShardInfo(path, side, 256 << 20, 2684, 2684, 1))
-            m = src.manifest.derive(shards=tuple(records))
+            store = open_store(str(root / "ds"))
+            m = src.manifest.derive(shards=())
+            for first in range(0, count, 1000):
+                txn = new_txn_id()
+                session = tuple(
+                    ShardInfo(*shard_paths(txn, k), 256 << 20, 2684, 2684, 1)
+                    for k in range(min(1000, count - first))
+                )
+                m = spill(store, m.derive(inline_shards=m.inline_shards + session), txn)
             data = m.to_bytes()
             (root / "ds" / version_path(m.version)).write_bytes(data)
             best = float("inf")
@@ -339,7 +347,24 @@ def _w_manifest(spec: dict[str, Any]) -> dict[str, Any]:
                 ds = Dataset.open(str(root / "ds"))
                 best = min(best, time.perf_counter() - t0)
             assert ds.num_shards == count
-            out.append({"shards": count, "manifest_bytes": len(data), "open_s": best})
+            resolve = float("inf")
+            for _ in range(3):
+                forget_cached_lists()
+                fresh = Dataset.open(str(root / "ds")).manifest
+                t0 = time.perf_counter()
+                assert len(fresh.shards) == count
+                resolve = min(resolve, time.perf_counter() - t0)
+            out.append(
+                {
+                    "shards": count,
+                    "manifest_bytes": len(data),
+                    "open_s": best,
+                    "inline_shards": len(m.inline_shards),
+                    "shard_lists": len(m.shard_lists),
+                    "list_bytes": sum(x.size for x in m.shard_lists),
+                    "resolve_shards_s": resolve,
+                }
+            )
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return {"runs": out, "peak_rss_mb": _peak_rss_mb()}
@@ -701,6 +726,23 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
     return written
 
 
+def _report_manifest(results: dict[str, Any]) -> None:
+    man = results.get("manifest", {})
+    if man.get("error"):
+        print(f"\nmanifest: {man['error']}")
+    if man.get("runs"):
+        print(
+            "\nmanifest size: shards, manifest bytes, open ms, shard lists, their bytes, "
+            "first read of every shard record ms"
+        )
+        for r in man["runs"]:
+            print(
+                f"| {r['shards']} | {r['manifest_bytes']} | {r['open_s'] * 1e3:.1f} | "
+                f"{r.get('shard_lists', 0)} | {r.get('list_bytes', 0)} | "
+                f"{r.get('resolve_shards_s', 0) * 1e3:.1f} |"
+            )
+
+
 def _report(results: dict[str, Any]) -> None:
     def fmt(v: float | None, unit: str) -> str:
         if v is None:
@@ -740,11 +782,7 @@ def _report(results: dict[str, Any]) -> None:
             print(
                 f"| {n:.0e} | " + " | ".join(cells) + f" | {fmt(ib / 1e6 if ib else None, 'MB')} |"
             )
-    man = results.get("manifest", {})
-    if man.get("runs"):
-        print("\nmanifest size: shards listed, manifest bytes, open ms")
-        for r in man["runs"]:
-            print(f"| {r['shards']} | {r['manifest_bytes']} | {r['open_s'] * 1e3:.1f} |")
+    _report_manifest(results)
     ranks = results.get("ranks")
     if ranks and ranks.get("remote"):
         print("\nmetadata datasets on moto S3: open and first batch (rank 3 of 8)")
@@ -777,6 +815,35 @@ def _report(results: dict[str, Any]) -> None:
         print(f"{'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']}")
 
 
+def _only_manifest(args: argparse.Namespace) -> dict[str, Any]:
+    """The manifest part alone (`--only manifest`), on the smallest metadata dataset."""
+    sizes = dict(QUICK if args.quick else FULL)
+    if args.meta is not None:
+        sizes["meta"] = args.meta
+    workdir: Path = args.workdir / ("quick" if args.quick else "full")
+    workdir.mkdir(parents=True, exist_ok=True)
+    small = _dataset(workdir, "meta", sizes["meta"][0])
+    results: dict[str, Any] = {
+        "meta": {
+            "mode": "quick" if args.quick else "full",
+            "command": "python benchmarks/bench_scale.py --only manifest",
+            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git_commit": git_commit(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+            "loadavg_start": loadavg(),
+        },
+        "manifest": _run({"kind": "manifest", "uri": str(small), "shards": sizes["shards"]}),
+    }
+    results["meta"]["loadavg_end"] = loadavg()
+    out_json = args.json or RESULTS / (
+        "bench_scale_manifest_quick.json" if args.quick else "bench_scale_manifest.json"
+    )
+    write_json(out_json, results)
+    _report_manifest(results)
+    print(f"\nresults: {out_json}")
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small smoke run (seconds)")
@@ -787,11 +854,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--meta", type=int, nargs="*", help="sizes of the metadata series")
     ap.add_argument("--image", type=int, nargs="*", help="sizes of the image series")
     ap.add_argument("--no-ranks", action="store_true", help="skip the many-ranks S3 part")
+    ap.add_argument(
+        "--only",
+        choices=["manifest"],
+        help="run only this part (manifest: writes bench_scale_manifest[_quick].json)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
         return {}
+    if args.only == "manifest":
+        return _only_manifest(args)
     sizes = dict(QUICK if args.quick else FULL)
     if args.meta is not None:
         sizes["meta"] = args.meta
