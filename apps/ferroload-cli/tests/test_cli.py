@@ -957,3 +957,21 @@ def test_text_from_a_dataset_cannot_drive_the_terminal(tmp_path: Path) -> None:
     assert json.loads(data)[0]["label\x1b[2J"] == "v\x1b[31m[bold]y[/]\x9b"  # JSON keeps them
     err = run("head", root, "--columns", "nope\x1b[2J")
     assert "\x1b" not in err.stderr
+
+
+def test_log_and_info_count_shards_without_reading_shard_lists(tmp_path: Path) -> None:
+    root = tmp_path / "many"
+    with Writer(str(root), "many", shard_size=1) as w:  # one shard a sample: 300 > 256 inline
+        w.declare("blob", "bin")
+        for i in range(300):
+            w.add(f"s{i:04d}", {"blob": b"x" * 10}, {"n": i})
+    lists = list((root / "_ferroload" / "shardlists").iterdir())
+    assert len(lists) == 1
+    size = Dataset.open(str(root)).manifest.size_bytes
+    lists[0].unlink()  # log and info must not need it
+    versions = ok_json("log", str(root))
+    assert [(v["num_shards"], v["size_bytes"]) for v in versions] == [(300, size)]
+    info = ok_json("info", str(root))
+    assert (info["num_shards"], info["size_bytes"]) == (300, size)
+    line = one_error_line(run("get", str(root), "0"))
+    assert "shard list" in line and "is missing" in line
