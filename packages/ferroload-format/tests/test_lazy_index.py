@@ -21,6 +21,7 @@ from ferroload_format import (
     Writer,
 )
 from ferroload_format import _index as index_module
+from ferroload_format import _rowgroups as rowgroups_module
 from ferroload_format._index import IndexColumns, write_part
 from ferroload_format._manifest import version_path
 from ferroload_store import open_store
@@ -358,3 +359,38 @@ def test_threads_read_one_index_side_by_side(uri: str) -> None:
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_a_read_of_many_row_groups_keeps_a_quarter_of_the_cache(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a shuffled loader's window touches every row group: caching them all would evict
+    # everything else for values it will not read again
+    uri = str(tmp_path / "ds")
+    write_parts(uri)
+    opened = Dataset.open(uri)
+    one_group = 4 * GROUP * 8 + GROUP
+    index = IndexColumns(opened.store, opened.manifest, cache_bytes=8 * one_group)
+    ds = Dataset(opened.store, opened.manifest, index=index)
+    monkeypatch.setattr(rowgroups_module, "SCAN_GROUPS", 4)
+    monkeypatch.setattr(index_module, "SCAN_GROUPS", 4)
+    ds.locate("image", np.arange(120))  # 15 row groups in one call
+    assert index._groups.loads == 2 * 15  # every group was read (locations and codes)
+    assert 0 < index._groups.nbytes <= 2 * one_group + 64 * GROUP
+    ds.locate("image", np.arange(24))  # a call of 3 row groups keeps them all
+    assert {0, 1, 2} <= {k[2] for k in index._groups.held()}
+
+
+def test_sample_ids_are_written_plain(tmp_path: Any) -> None:
+    # ids are unique: a dictionary only grows to its limit, then falls back to plain
+    uri = str(tmp_path / "ds")
+    write_parts(uri, 1)
+    ds = Dataset.open(uri)
+    part = ds.manifest.index_parts[0]
+    md = pq.ParquetFile(str(tmp_path / "ds" / part.path)).metadata
+    encodings = {
+        md.row_group(0).column(i).path_in_schema: md.row_group(0).column(i).encodings
+        for i in range(md.num_columns)
+    }
+    assert "RLE_DICTIONARY" not in encodings["sample_id"]
+    assert "RLE_DICTIONARY" in encodings["shard"]

@@ -25,7 +25,14 @@ from ferroload_format._errors import (
 )
 from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, Modality, ShardInfo
 from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
-from ferroload_format._rowgroups import GroupCache, RowPlan, default_cache_bytes, plan_rows
+from ferroload_format._rowgroups import (
+    SCAN_GROUPS,
+    SCAN_SHARE,
+    GroupCache,
+    RowPlan,
+    default_cache_bytes,
+    plan_rows,
+)
 from ferroload_format._shard_lists import shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_format._types import (
@@ -73,13 +80,19 @@ def index_schema(modalities: Iterable[str], metadata: Iterable[pa.Field]) -> pa.
 
 
 def write_part(table: pa.Table, *, row_group_size: int = ROW_GROUP_SIZE) -> bytes:
-    """Serialize an index part: zstd, statistics, page index, bounded row groups."""
+    """Serialize an index part: zstd, statistics, page index, bounded row groups; every
+    column dictionary-encoded where it pays, but `sample_id`: ids are unique, so a
+    dictionary only grows to its page limit and falls back to plain, which made the
+    column 3.5x larger and 1.7x slower to decode than plain + zstd (65,536 ids
+    `s0000000000…`: 2.47 against 1.46 ms per row group)."""
     sink = pa.BufferOutputStream()
+    leaves = [f.name for f in table.flatten().schema if f.name != "sample_id"]
     pq.write_table(
         table,
         sink,
         row_group_size=row_group_size,
         compression="zstd",
+        use_dictionary=leaves,
         write_statistics=True,
         write_page_index=True,
     )
@@ -1048,7 +1061,13 @@ class IndexColumns:
         where not cached: `kind` "col" (the column as an Arrow array), "loc" (a
         modality's `ModalityArrays`, range checked) or "codes" (shard codes). Values are
         handed over as they are read, so a call touching many row groups holds a few at
-        a time beyond the cache."""
+        a time beyond the cache. A call over more than `SCAN_GROUPS` row groups keeps at
+        most `1 / SCAN_SHARE` of the cache: a
+        call over many row groups (a shuffled loader's window touches all of them) reads
+        the rest through instead of evicting everything else for values it will not
+        read again (at 10^8 rows, the full cache of such passes was 350 MB of a loader's
+        peak RSS)."""
+        room = [self._groups.max_bytes // SCAN_SHARE] if len(groups) > SCAN_GROUPS else None
         missing: dict[int, dict[int, list[int]]] = {}
         for i, (p, g) in enumerate(groups):
             value = self._groups.get((scope.key, p, g, kind, name))
@@ -1062,7 +1081,7 @@ class IndexColumns:
                 for i in by_group[g]:
                     use(i, value)
 
-            self._load_groups(scope, p, sorted(by_group), kind, name, hand)
+            self._load_groups(scope, p, sorted(by_group), kind, name, hand, room)
 
     def _load_groups(
         self,
@@ -1072,6 +1091,7 @@ class IndexColumns:
         kind: str,
         name: str,
         use: Callable[[int, Any], None],
+        room: list[int] | None,
     ) -> None:
         part = scope.parts[p]
         starts = self._starts(scope, p)
@@ -1101,7 +1121,7 @@ class IndexColumns:
                                 uri=self.store.uri,
                                 part=part.path,
                             )
-                    self._groups.put((scope.key, p, g, "codes", "shard"), codes, codes.nbytes)
+                    self._keep(room, (scope.key, p, g, "codes", "shard"), codes, codes.nbytes)
                 if kind == "codes":
                     use(g, codes)
                     continue
@@ -1123,8 +1143,16 @@ class IndexColumns:
                         x.nbytes
                         for x in (value.present, value.offset, value.length, value.checksum)
                     )
-                self._groups.put((scope.key, p, g, kind, name), value, nbytes)
+                self._keep(room, (scope.key, p, g, kind, name), value, nbytes)
                 use(g, value)
+
+    def _keep(self, room: list[int] | None, key: tuple[Any, ...], value: Any, nbytes: int) -> None:
+        """Cache a loaded row group, for a call over many of them only while it has
+        `room` left (see `_each_group`)."""
+        keep = room is None or nbytes <= room[0]
+        if room is not None and keep:
+            room[0] -= nbytes
+        self._groups.put(key, value, nbytes, keep=keep)
 
     def _own_file(
         self, opened: tuple[pq.ParquetFile, RangeFile | None]

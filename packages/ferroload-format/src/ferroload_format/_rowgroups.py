@@ -16,6 +16,10 @@ import numpy.typing as npt
 #: Default bound of the row-group cache of one opened version (`IndexColumns`), in bytes
 #: of decoded Arrow/numpy values; `FERROLOAD_INDEX_CACHE_BYTES` overrides it.
 INDEX_CACHE_BYTES = 256 << 20
+#: A read of more row groups than this is a scan: it keeps at most 1 / SCAN_SHARE of
+#: the cache (see `IndexColumns._each_group`).
+SCAN_GROUPS = 64
+SCAN_SHARE = 4
 
 
 def default_cache_bytes() -> int:
@@ -59,9 +63,13 @@ class GroupCache:
             self._entries.move_to_end(key)
             return entry[0]
 
-    def put(self, key: tuple[Any, ...], value: Any, nbytes: int) -> None:
-        """Keep `value` (`nbytes` large) under `key`, evicting the least recently used."""
+    def put(self, key: tuple[Any, ...], value: Any, nbytes: int, *, keep: bool = True) -> None:
+        """Keep `value` (`nbytes` large) under `key`, evicting the least recently used
+        (`keep=False`: only count the load)."""
         with self._lock:
+            if not keep:
+                self.loads += 1
+                return
             old = self._entries.pop(key, None)
             if old is not None:
                 self.nbytes -= old[1]
