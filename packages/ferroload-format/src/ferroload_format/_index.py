@@ -723,6 +723,8 @@ class IndexColumns:
         self._scopes: dict[str, _Scope] = {}
         self._group_starts: dict[tuple[str, int], npt.NDArray[np.int64]] = {}
         self._lookups: dict[str, dict[str, int]] = {}
+        # the last plan: a loader reads several columns of the same rows in turn
+        self._last_plan: tuple[str, npt.NDArray[np.int64], RowPlan] | None = None
         self._runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None
         self._local: dict[int, str] = {}  # opened local part -> its path
 
@@ -968,9 +970,17 @@ class IndexColumns:
         return starts
 
     def _plan(self, scope: _Scope, rows: npt.NDArray[np.int64]) -> RowPlan:
+        """Which row groups hold `rows`, and where (the last plan is kept: a loader asks
+        for several columns of the same rows, and planning sorts them)."""
         # rows < scope.bounds[-1]: the manifest's sample count is its parts' rows, and
         # a layer's rows beyond its parts are taken out by the callers
-        return plan_rows(rows, scope.bounds, lambda p: self._starts(scope, p))
+        last = self._last_plan
+        if last is not None and last[0] == scope.key and np.array_equal(last[1], rows):
+            return last[2]
+        plan = plan_rows(rows, scope.bounds, lambda p: self._starts(scope, p))
+        if len(rows) >= 1024:  # small plans cost less than the comparison
+            self._last_plan = (scope.key, rows.copy(), plan)
+        return plan
 
     def _lookup(self, scope: _Scope) -> dict[str, int]:
         lookup = self._lookups.get(scope.key)
