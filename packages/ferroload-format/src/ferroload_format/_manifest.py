@@ -8,13 +8,16 @@ import json
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import pyarrow as pa
 
 from ferroload_core import check_relative_path
 from ferroload_format._errors import ManifestError, UnsupportedFormatVersionError
 from ferroload_format._types import type_from_json, type_to_json
+
+if TYPE_CHECKING:
+    from ferroload_store import Store
 
 FORMAT_NAME = "ferroload"
 FORMAT_VERSION = 1
@@ -607,7 +610,7 @@ class Manifest:
             object.__setattr__(self, "_all_shards", got)
         return got
 
-    def bind(self, store: Any) -> Manifest:
+    def bind(self, store: Store) -> Manifest:
         """Bind the store whose shard lists `shards` reads (`read_manifest` does it);
         returns the manifest itself."""
         if self.__dict__.get("_store") is not store:
@@ -616,7 +619,7 @@ class Manifest:
         return self
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store | None:
         """The store this manifest was read from (None: built in memory)."""
         return self.__dict__.get("_store")
 
