@@ -854,14 +854,17 @@ class Dataset:
         newest ones into its own, so about log2 N of them remain; docs/format.md §7.6),
         and every first batch or `subset` reads each of their footers. `compact` writes the same rows, in
         the same order and with the same types, as one part, and commits it (operation
-        `compact`) on top of this version. The shards and layers are kept as they are.
-        The old parts leave the `index/part-*.parquet` glob (readers of older versions
+        `compact`) on top of this version. The shards and layers are kept as they are,
+        in the same order; the shards' records move into one shard list (all inline when
+        there are at most 256; docs/format.md §6.2), and a version with one part but
+        several shard lists is compacted for them alone. The old parts leave the `index/part-*.parquet` glob (readers of older versions
         still find them) and are deleted by `gc` once no kept version references them.
         A writer appending at the same time either lands on top of the compacted version
         or, if it committed first, makes `compact` fail: run it again.
 
         Returns:
-            The compacted version (this dataset itself when it has one part already).
+            The compacted version (this dataset itself when it has one part and at most
+            one shard list already).
 
         Raises:
             CommitConflictError: a version was committed after this one; nothing of the
