@@ -5,7 +5,8 @@ rewrites O(log N) shard records (amortised) instead of every one. A commit that 
 leave more than `MAX_INLINE_SHARDS` inline shards moves them into a new list, which takes
 in the newest lists by the tiered rule of index parts (`_tiers.newest_taken`). Lists are
 read only when the shards themselves are needed (reading samples, `verify`, `gc`), each
-one checked (size, checksum, records, count) and kept in a small cache: it never changes.
+one checked (size, checksum, records, count) and kept in a bounded cache: it never
+changes.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ MAX_LIST_SHARDS = 1 << 18
 #: list: a list whose recorded size is larger is refused before it is read.
 MAX_SHARD_RECORD_BYTES = 64 << 10
 MAX_SHARD_LIST_BYTES = 1 << 31
-#: Shard records kept in the cache of lists read (per process, least recently used out).
-CACHE_SHARDS = 1 << 21
+#: Shard records kept in the cache of lists read (per process, least recently used out;
+#: about 600 bytes of Python objects each, shared with the manifests that read them).
+CACHE_SHARDS = 1 << 19
 
 _ENCODE = json.JSONEncoder().encode
 _cache: OrderedDict[tuple[str, str, int, str, int], tuple[ShardInfo, ...]] = OrderedDict()
