@@ -34,6 +34,7 @@ Run it from the repository root (not in CI; `--quick` is the CI smoke):
     uv run python benchmarks/bench_scale.py            # full: ~6 min (+ ~15 to write ~12 GB)
     uv run python benchmarks/bench_scale.py --quick    # 10^4 / 10^5, seconds
     uv run python benchmarks/bench_scale.py --only manifest   # the manifest table alone
+    uv run python benchmarks/bench_scale.py --only ranks      # the many-ranks S3 runs alone
 
 Writes `benchmarks/results/bench_scale.json` (`bench_scale_quick.json` with `--quick`) and,
 for a full run, the plots `docs/images/scale_*.png`.
@@ -743,6 +744,22 @@ def _report_manifest(results: dict[str, Any]) -> None:
             )
 
 
+def _report_ranks(ranks: dict[str, Any]) -> None:
+    print(f"\nmany ranks: {ranks['n']} samples on moto S3")
+    print("| order | world | rank | samples | shards read | GET requests | to 1st batch | MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in ranks["runs"]:
+        if "error" in r:
+            print(f"| {r} |")
+            continue
+        mode = "streaming" if r["streaming"] else "shuffled"
+        print(
+            f"| {mode} | {r['world']} | {r['rank']} | {r['samples']} | {r['shards_read']} | "
+            f"{r['get_requests']} | {r['get_requests_to_first_batch']} | "
+            f"{r['bytes_read'] / 1e6:.1f} |"
+        )
+
+
 def _report(results: dict[str, Any]) -> None:
     def fmt(v: float | None, unit: str) -> str:
         if v is None:
@@ -798,48 +815,45 @@ def _report(results: dict[str, Any]) -> None:
                 f"{r['first_batch_s'] * 1e3:.0f} | {r['get_requests']} | {r['bytes_read'] / 1e6:.1f} |"
             )
     if ranks:
-        print(f"\nmany ranks: {ranks['n']} samples on moto S3")
-        print("| order | world | rank | samples | shards read | GET requests | to 1st batch |")
-        print("|---|---|---|---|---|---|---|")
-        for r in ranks["runs"]:
-            if "error" in r:
-                print(f"| {r} |")
-                continue
-            mode = "streaming" if r["streaming"] else "shuffled"
-            print(
-                f"| {mode} | {r['world']} | {r['rank']} | {r['samples']} | {r['shards_read']} | "
-                f"{r['get_requests']} | {r['get_requests_to_first_batch']} |"
-            )
+        _report_ranks(ranks)
     print()
     for g in results["goals"]:
         print(f"{'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']}")
 
 
-def _only_manifest(args: argparse.Namespace) -> dict[str, Any]:
-    """The manifest part alone (`--only manifest`), on the smallest metadata dataset."""
+def _only(args: argparse.Namespace) -> dict[str, Any]:
+    """One part alone (`--only manifest`: on the smallest metadata dataset; `--only
+    ranks`: the many-ranks runs on S3, without the remote metadata datasets)."""
     sizes = dict(QUICK if args.quick else FULL)
     if args.meta is not None:
         sizes["meta"] = args.meta
     workdir: Path = args.workdir / ("quick" if args.quick else "full")
     workdir.mkdir(parents=True, exist_ok=True)
-    small = _dataset(workdir, "meta", sizes["meta"][0])
     results: dict[str, Any] = {
         "meta": {
             "mode": "quick" if args.quick else "full",
-            "command": "python benchmarks/bench_scale.py --only manifest",
+            "command": f"python benchmarks/bench_scale.py --only {args.only}",
             "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "git_commit": git_commit(),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
             "loadavg_start": loadavg(),
         },
-        "manifest": _run({"kind": "manifest", "uri": str(small), "shards": sizes["shards"]}),
     }
+    if args.only == "manifest":
+        small = _dataset(workdir, "meta", sizes["meta"][0])
+        results["manifest"] = _run(
+            {"kind": "manifest", "uri": str(small), "shards": sizes["shards"]}
+        )
+    else:
+        results["ranks"] = _bench_ranks(workdir, {**sizes, "remote": []})
     results["meta"]["loadavg_end"] = loadavg()
-    out_json = args.json or RESULTS / (
-        "bench_scale_manifest_quick.json" if args.quick else "bench_scale_manifest.json"
-    )
+    suffix = "_quick" if args.quick else ""
+    out_json = args.json or RESULTS / f"bench_scale_{args.only}{suffix}.json"
     write_json(out_json, results)
-    _report_manifest(results)
+    if args.only == "manifest":
+        _report_manifest(results)
+    else:
+        _report_ranks(results["ranks"])
     print(f"\nresults: {out_json}")
     return results
 
@@ -856,16 +870,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-ranks", action="store_true", help="skip the many-ranks S3 part")
     ap.add_argument(
         "--only",
-        choices=["manifest"],
-        help="run only this part (manifest: writes bench_scale_manifest[_quick].json)",
+        choices=["manifest", "ranks"],
+        help="run only this part (writes bench_scale_<part>[_quick].json)",
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
         return {}
-    if args.only == "manifest":
-        return _only_manifest(args)
+    if args.only:
+        return _only(args)
     sizes = dict(QUICK if args.quick else FULL)
     if args.meta is not None:
         sizes["meta"] = args.meta
