@@ -21,7 +21,6 @@ from ferroload_format import (
     Writer,
 )
 from ferroload_format import _index as index_module
-from ferroload_format import _rowgroups as rowgroups_module
 from ferroload_format._index import IndexColumns, write_part
 from ferroload_format._manifest import version_path
 from ferroload_store import open_store
@@ -361,8 +360,8 @@ def test_threads_read_one_index_side_by_side(uri: str) -> None:
     assert not errors, errors[0]
 
 
-def test_a_read_of_many_row_groups_keeps_a_quarter_of_the_cache(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+def test_a_read_of_more_row_groups_than_fit_keeps_a_quarter_of_the_cache(
+    tmp_path: Any,
 ) -> None:
     # a shuffled loader's window touches every row group: caching them all would evict
     # everything else for values it will not read again
@@ -372,13 +371,12 @@ def test_a_read_of_many_row_groups_keeps_a_quarter_of_the_cache(
     one_group = 4 * GROUP * 8 + GROUP
     index = IndexColumns(opened.store, opened.manifest, cache_bytes=8 * one_group)
     ds = Dataset(opened.store, opened.manifest, index=index)
-    monkeypatch.setattr(rowgroups_module, "SCAN_GROUPS", 4)
-    monkeypatch.setattr(index_module, "SCAN_GROUPS", 4)
-    ds.locate("image", np.arange(120))  # 15 row groups in one call
+    ds.locate("image", np.arange(120))  # 15 row groups in one call: more than fit
     assert index._groups.loads == 2 * 15  # every group was read (locations and codes)
     assert 0 < index._groups.nbytes <= 2 * one_group + 64 * GROUP
-    ds.locate("image", np.arange(24))  # a call of 3 row groups keeps them all
-    assert {0, 1, 2} <= {k[2] for k in index._groups.held()}
+    ds.locate("image", np.arange(24, 56))  # a call of 4 row groups: they fit, all kept
+    held = {(k[1], k[2]) for k in index._groups.held() if k[3] == "loc"}
+    assert {(0, 3), (0, 4), (1, 0), (1, 1)} <= held  # (part, group) of rows 24..55
 
 
 def test_sample_ids_are_written_plain(tmp_path: Any) -> None:

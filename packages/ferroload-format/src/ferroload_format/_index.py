@@ -26,7 +26,6 @@ from ferroload_format._errors import (
 from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, Modality, ShardInfo
 from ferroload_format._names import RESERVED_COLUMNS, RESERVED_PREFIX
 from ferroload_format._rowgroups import (
-    SCAN_GROUPS,
     SCAN_SHARE,
     GroupCache,
     RowPlan,
@@ -665,6 +664,17 @@ def _forget(f: RangeFile) -> None:
         f.forget()
 
 
+class _Room:
+    """What one call over row groups may still put in the row-group cache: `left` bytes
+    (-1: no bound; None: not decided before its first value)."""
+
+    __slots__ = ("groups", "left")
+
+    def __init__(self, groups: int) -> None:
+        self.groups = groups
+        self.left: int | None = None
+
+
 class IndexColumns:
     """The index of one version, read lazily: some rows by row group (`take`, `locate`,
     `shard_runs`), or whole columns on first use and cached (`columns`, `modality`).
@@ -1071,13 +1081,13 @@ class IndexColumns:
         where not cached: `kind` "col" (the column as an Arrow array), "loc" (a
         modality's `ModalityArrays`, range checked) or "codes" (shard codes). Values are
         handed over as they are read, so a call touching many row groups holds a few at
-        a time beyond the cache. A call over more than `SCAN_GROUPS` row groups keeps at
-        most `1 / SCAN_SHARE` of the cache: a
-        call over many row groups (a shuffled loader's window touches all of them) reads
-        the rest through instead of evicting everything else for values it will not
-        read again (at 10^8 rows, the full cache of such passes was 350 MB of a loader's
-        peak RSS)."""
-        room = [self._groups.max_bytes // SCAN_SHARE] if len(groups) > SCAN_GROUPS else None
+        a time beyond the cache. A call over more row groups than the cache holds (a
+        shuffled loader's window touches all of them, and at 10^8 rows they are ten times
+        the cache) keeps at most `1 / SCAN_SHARE` of the cache and reads the rest through,
+        instead of evicting everything else for values it will not read again (the full
+        cache of such passes was 350 MB of a loader's peak RSS at 10^8 rows); a call whose
+        groups fit is cached whole (at 10^7 rows, the next window's pass hits it)."""
+        room = _Room(len(groups))
         missing: dict[int, dict[int, list[int]]] = {}
         for i, (p, g) in enumerate(groups):
             value = self._groups.get((scope.key, p, g, kind, name))
@@ -1101,7 +1111,7 @@ class IndexColumns:
         kind: str,
         name: str,
         use: Callable[[int, Any], None],
-        room: list[int] | None,
+        room: _Room,
     ) -> None:
         part = scope.parts[p]
         starts = self._starts(scope, p)
@@ -1156,12 +1166,15 @@ class IndexColumns:
                 self._keep(room, (scope.key, p, g, kind, name), value, nbytes)
                 use(g, value)
 
-    def _keep(self, room: list[int] | None, key: tuple[Any, ...], value: Any, nbytes: int) -> None:
-        """Cache a loaded row group, for a call over many of them only while it has
-        `room` left (see `_each_group`)."""
-        keep = room is None or nbytes <= room[0]
-        if room is not None and keep:
-            room[0] -= nbytes
+    def _keep(self, room: _Room, key: tuple[Any, ...], value: Any, nbytes: int) -> None:
+        """Cache a loaded row group unless the call is a scan out of `room` (see
+        `_each_group`); the call's first value (not shard codes) decides which it is."""
+        if room.left is None and key[3] != "codes":
+            fits = room.groups * nbytes <= self._groups.max_bytes
+            room.left = -1 if fits else self._groups.max_bytes // SCAN_SHARE
+        keep = room.left is None or room.left < 0 or nbytes <= room.left
+        if keep and room.left is not None and room.left >= 0:
+            room.left -= nbytes
         self._groups.put(key, value, nbytes, keep=keep)
 
     def _own_file(

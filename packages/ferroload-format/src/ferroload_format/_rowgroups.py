@@ -16,9 +16,8 @@ import numpy.typing as npt
 #: Default bound of the row-group cache of one opened version (`IndexColumns`), in bytes
 #: of decoded Arrow/numpy values; `FERROLOAD_INDEX_CACHE_BYTES` overrides it.
 INDEX_CACHE_BYTES = 256 << 20
-#: A read of more row groups than this is a scan: it keeps at most 1 / SCAN_SHARE of
-#: the cache (see `IndexColumns._each_group`).
-SCAN_GROUPS = 64
+#: A read of more row groups than the cache holds keeps at most 1 / SCAN_SHARE of it
+#: (see `IndexColumns._each_group`).
 SCAN_SHARE = 4
 
 
