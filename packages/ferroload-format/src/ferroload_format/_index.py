@@ -16,6 +16,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import xxhash
 
 from ferroload_format._errors import (
     ColumnNotFoundError,
@@ -734,7 +735,7 @@ class IndexColumns:
         self._group_starts: dict[tuple[str, int], npt.NDArray[np.int64]] = {}
         self._lookups: dict[str, dict[str, int]] = {}
         # the last plan: a loader reads several columns of the same rows in turn
-        self._last_plan: tuple[str, npt.NDArray[np.int64], RowPlan] | None = None
+        self._last_plan: tuple[str, int, int, RowPlan] | None = None
         self._runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]] | None = None
         self._local: dict[int, str] = {}  # opened local part -> its path
 
@@ -984,12 +985,14 @@ class IndexColumns:
         for several columns of the same rows, and planning sorts them)."""
         # rows < scope.bounds[-1]: the manifest's sample count is its parts' rows, and
         # a layer's rows beyond its parts are taken out by the callers
+        big = len(rows) >= 1024  # small plans cost less than the fingerprint
+        digest = xxhash.xxh3_64_intdigest(np.ascontiguousarray(rows).data) if big else 0
         last = self._last_plan
-        if last is not None and last[0] == scope.key and np.array_equal(last[1], rows):
-            return last[2]
+        if last is not None and last[:3] == (scope.key, len(rows), digest):
+            return last[3]
         plan = plan_rows(rows, scope.bounds, lambda p: self._starts(scope, p))
-        if len(rows) >= 1024:  # small plans cost less than the comparison
-            self._last_plan = (scope.key, rows.copy(), plan)
+        if big:
+            self._last_plan = (scope.key, len(rows), digest, plan)
         return plan
 
     def _lookup(self, scope: _Scope) -> dict[str, int]:
@@ -1309,6 +1312,7 @@ class IndexColumns:
 
         self._each_group(scope, plan.groups, "col", name, use)
         pieces = [a for f in found for a in f]
+        found.clear()  # the pieces go as soon as they are merged
         order = plan.order
         if layer is not None and len(covered) < len(rows):
             # rows the layer does not cover: absent / null, placed after the covered ones
@@ -1319,6 +1323,7 @@ class IndexColumns:
         if not pieces:
             return pa.array([], type=field_type)
         merged = pa.concat_arrays(pieces)
+        pieces.clear()
         inverse = np.empty(len(order), dtype=np.int64)
         inverse[order] = np.arange(len(order), dtype=np.int64)
         return merged.take(arrow_array(inverse))
