@@ -57,7 +57,8 @@ class IndexWindow:
     see `window_options`). Once a window is read, the next one is read in a background
     thread while its batches are used (`background=False`: when its first batch is asked
     for). Memory: two windows of ids, metadata values and payload locations, each at most
-    `max_bytes` (30-60 bytes an item: 4-8 million items in 256 MiB).
+    `max_bytes` (ids and one integer column: ~40 bytes an item, 80 MiB at 2**21 items;
+    wide metadata such as captions reaches the byte bound first).
 
     Args:
         source: what the loader reads from.
