@@ -56,7 +56,7 @@ def test_bench_scale_quick_run_measures_every_figure(tmp_path: Path) -> None:
     # one rank's whole epoch over the largest metadata dataset the quick run wrote
     meta_root = next(p for p in tmp_path.rglob(f"meta-{meta['n'][-1]}") if p.is_dir())
     for extra in ([], ["--streaming"]):
-        cmd = [sys.executable, "benchmarks/bench_scale_epoch.py", str(meta_root), *extra]
+        cmd = [sys.executable, "benchmarks/bench_scale_epoch.py", "--one", str(meta_root), *extra]
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         epoch = json.loads(res.stdout)
