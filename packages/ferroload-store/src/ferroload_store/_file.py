@@ -5,12 +5,33 @@ from __future__ import annotations
 import bisect
 import io
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ferroload_store._ranges import DEFAULT_MAX_GAP, coalesce_ranges
 
-if TYPE_CHECKING:
-    from ferroload_store._store import Store
+
+class _Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+class RangeSource(Protocol):
+    """What a `RangeFile` reads through: a `Store` (typed apart so that this module does
+    not import `_store`, which imports it)."""
+
+    @property
+    def uri(self) -> str: ...
+    def head(self, path: str) -> _Sized: ...
+    def get_range(self, path: str, start: int, length: int) -> bytes: ...
+    def get_ranges(
+        self,
+        path: str,
+        starts: Sequence[int],
+        lengths: Sequence[int],
+        *,
+        size: int | None = ...,
+        version: str | None = ...,
+    ) -> list[memoryview]: ...
 
 
 class RangeFile(io.RawIOBase):
@@ -28,7 +49,7 @@ class RangeFile(io.RawIOBase):
     """
 
     def __init__(
-        self, store: Store, path: str, size: int | None = None, version: str | None = None
+        self, store: RangeSource, path: str, size: int | None = None, version: str | None = None
     ) -> None:
         super().__init__()
         self._store = store

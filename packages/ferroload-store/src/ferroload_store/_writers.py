@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import obstore
 
-if TYPE_CHECKING:
-    from ferroload_store._store import StoreStats
+from ferroload_store._counters import Counters
 
 
 class ObjectWriter(Protocol):
@@ -25,7 +24,7 @@ class ObjectWriter(Protocol):
 class LocalFileWriter:
     """Writes a temporary file beside the target and renames it into place on close."""
 
-    def __init__(self, target: Path, stats: StoreStats) -> None:
+    def __init__(self, target: Path, stats: Counters) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         self._target = target
         self._tmp = target.with_name(f"{target.name}.tmp-{secrets.token_hex(6)}")
@@ -54,7 +53,7 @@ class LocalFileWriter:
 class ObstoreWriter:
     """Buffered multipart upload through obstore; abandoned uploads are never completed."""
 
-    def __init__(self, store: Any, key: str, stats: StoreStats) -> None:
+    def __init__(self, store: Any, key: str, stats: Counters) -> None:
         self._writer = obstore.open_writer(store, key)
         self._stats = stats
         self._written = 0
