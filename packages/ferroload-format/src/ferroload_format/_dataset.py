@@ -22,6 +22,7 @@ from ferroload_format._errors import (
 )
 from ferroload_format._index import IndexColumns, ModalityArrays, arrow_array
 from ferroload_format._manifest import LayerInfo, Manifest, Modality
+from ferroload_format._plugins import plugin, resolve_uri
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import (
     BlockCache,
@@ -133,8 +134,8 @@ class Dataset:
             VersionNotFoundError: if `version` does not exist.
             UnsupportedFormatVersionError: if the dataset needs a newer ferroload.
         """
-        if isinstance(uri, str) and uri.startswith("catalog:"):
-            uri, storage_options = _resolve_catalog(uri, storage_options)
+        if isinstance(uri, str):  # `catalog:name` and the other schemes plugins resolve
+            uri, storage_options = resolve_uri(uri, storage_options)
         store = open_store(uri, storage_options=storage_options, io=io, cache=cache)
         return cls(store, read_manifest(store, version), verify_checksums=verify_checksums)
 
@@ -682,20 +683,16 @@ class Dataset:
         (see [`map_dataset`][ferroload_map.map_dataset], which also returns a report).
 
         Raises:
-            ImportError: when the ferroload-map package is not installed.
+            ImportError: when the ferroload-map package is not installed (it registers
+                itself as the `dataset.map` entry point of `ferroload.plugins`).
         """
-        try:
-            from ferroload_map import map_dataset
-        except ImportError as exc:
-            raise ImportError(
-                "Dataset.map needs the ferroload-map package: pip install ferroload-map "
-                "(or pip install ferroload)"
-            ) from exc
-        return map_dataset(
+        map_dataset = plugin("dataset.map", needed_by="Dataset.map")
+        out: Dataset = map_dataset(
             self, fn, inputs=inputs, outputs=outputs, layer=layer, batch_size=batch_size,
             executor=executor, version=version, on_error=on_error,
             partition_size=partition_size, overwrite=overwrite, progress=progress,
         )  # fmt: skip
+        return out
 
     @overload
     def subset(
@@ -915,21 +912,6 @@ class Dataset:
         if raise_on_error:
             report.raise_for_problems()
         return report
-
-
-def _resolve_catalog(
-    uri: str, storage_options: Mapping[str, Any] | None
-) -> tuple[str, Mapping[str, Any] | None]:
-    """The URI and storage options a `catalog:name` stands for (its stored options, with
-    `storage_options` over them; the catalog app, imported when needed)."""
-    try:
-        from ferroload_catalog import Catalog
-    except ImportError as exc:
-        raise ImportError(
-            f"opening {uri!r} needs the ferroload-catalog package: pip install "
-            "ferroload-catalog (or pip install ferroload)"
-        ) from exc
-    return Catalog().locate(uri, storage_options=storage_options)
 
 
 def _rebuild(

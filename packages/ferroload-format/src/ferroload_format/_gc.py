@@ -27,6 +27,7 @@ from ferroload_format._manifest import (
     ShardList,
     version_path,
 )
+from ferroload_format._plugins import resolve_uri
 from ferroload_format._shard_lists import read_shard_list
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import ObjectInfo, Store, StoreError, open_store
@@ -103,10 +104,8 @@ def gc(
         not isinstance(keep_versions, int) or isinstance(keep_versions, bool) or keep_versions < 1
     ):
         raise ValueError(f"keep_versions must be a positive int or None, got {keep_versions!r}")
-    if isinstance(uri, str) and uri.startswith("catalog:"):  # with the entry's storage options
-        from ferroload_format._dataset import _resolve_catalog
-
-        uri, storage_options = _resolve_catalog(uri, storage_options)
+    if isinstance(uri, str):  # `catalog:name`, with the entry's storage options
+        uri, storage_options = resolve_uri(uri, storage_options)
     store = open_store(uri, storage_options=storage_options)
     latest = read_manifest(store)
     report = GcReport(store.uri, dry_run=dry_run)
