@@ -599,3 +599,15 @@ def test_batches_of_memoryviews_decode_like_bytes() -> None:
     dec = ImageDecoder((32, 32))
     views = dec.decode_batch([memoryview(x) for x in items]).images
     assert np.array_equal(views, dec.decode_batch(items).images)
+
+
+def test_the_decoder_picks_formats_by_the_one_magic_table() -> None:
+    # ferroload_core.sniff_image is the table; the codec's sniff reads only the head
+    from ferroload_codec._sniff import sniff
+    from ferroload_core import sniff_image
+
+    for head in [b"\xff\xd8\xff\xe0", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"BM\x00\x00",
+                 b"RIFF\x00\x00\x00\x00WEBP", b"II*\x00", b"fLaC", b"nothing"]:  # fmt: skip
+        data = head + bytes(64)
+        assert sniff(data) == sniff_image(data)
+    assert sniff(b"\xff\xd8\xff" + bytes(8)) == "jpeg" and sniff(b"fLaC" + bytes(8)) is None

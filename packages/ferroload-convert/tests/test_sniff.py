@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from ferroload_convert._sniff import check_image, kind_of, sniff_ext
+from ferroload_convert._sniff import check_image, kind_of
+from ferroload_core import sniff_ext
 
 FORMATS = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff"}
 

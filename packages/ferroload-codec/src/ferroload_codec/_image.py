@@ -37,7 +37,6 @@ from ferroload_codec._resize import (
     resize_into,
 )
 from ferroload_codec._sniff import (
-    PNG_MAGIC,
     Buffer,
     as_buffer,
     jpeg_frame_size,
@@ -55,6 +54,7 @@ from ferroload_codec._turbo import (
     TurboError,
     is_harmless,
 )
+from ferroload_core import PNG_MAGIC
 
 logger = logging.getLogger(__name__)
 

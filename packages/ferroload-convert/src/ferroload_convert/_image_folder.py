@@ -38,7 +38,8 @@ from ferroload_convert._report import (
     check_common,
 )
 from ferroload_convert._session import ImportSession
-from ferroload_convert._sniff import IMAGE_EXTS, check_image, sniff_ext
+from ferroload_convert._sniff import IMAGE_EXTS, check_image
+from ferroload_core import sniff_ext
 from ferroload_format import DEFAULT_SHARD_SIZE, Dataset, WriteMode
 
 

@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 from ferroload_convert._arrow import meta_values
 from ferroload_convert._errors import BadInputError
 from ferroload_convert._files import DEFAULT_MAX_FILE_BYTES, read_regular
-from ferroload_convert._sniff import check_image, sniff_ext
+from ferroload_convert._sniff import check_image
+from ferroload_core import sniff_ext
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""What bytes are, from their first bytes; and a cheap check that an image is whole.
+"""A cheap check that an image is whole, and what the importers call each kind of file
+(what bytes are comes from `ferroload_core.sniff_ext`).
 
 `check_image` reads structure only (markers, chunk lengths, size fields), never pixels:
 it catches a file that is not an image, a header that does not parse and an image cut
@@ -10,52 +11,13 @@ from __future__ import annotations
 
 import struct
 
+from ferroload_core import JPEG_SOF_MARKERS, sniff_ext
+
 #: File extensions (lowercase) the importers treat as images.
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"})
 AUDIO_EXTS = frozenset({"flac", "wav", "mp3", "ogg", "opus", "m4a", "aac"})
 VIDEO_EXTS = frozenset({"mp4", "webm", "mkv", "avi", "mov"})
 TEXT_EXTS = frozenset({"txt", "cls", "json", "jsonl", "csv", "xml", "html", "md", "yaml"})
-
-_PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def sniff_ext(data: bytes | memoryview | None) -> str | None:
-    """The usual file extension of `data` from its magic bytes, or None if unknown.
-
-    Examples:
-        >>> sniff_ext(b"\\xff\\xd8\\xff\\xe0..."), sniff_ext(b"fLaC..."), sniff_ext(b"hello")
-        ('jpg', 'flac', None)
-    """
-    if not data:
-        return None
-    head = bytes(data[:16])
-    if head[:3] == b"\xff\xd8\xff":
-        return "jpg"
-    if head[:8] == _PNG:
-        return "png"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    if head[:4] == b"RIFF":
-        return {b"WEBP": "webp", b"WAVE": "wav", b"AVI ": "avi"}.get(head[8:12])
-    if head[:2] == b"BM":
-        return "bmp"
-    if head[:4] in (b"II*\x00", b"MM\x00*"):
-        return "tiff"
-    if head[:4] == b"fLaC":
-        return "flac"
-    if head[:4] == b"OggS":
-        return "ogg"
-    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
-        return "mp3"
-    if head[4:8] == b"ftyp":
-        return "m4a" if head[8:12] in (b"M4A ", b"M4B ") else "mp4"
-    if head[:4] == b"\x1a\x45\xdf\xa3":
-        return "webm" if b"webm" in bytes(data[:64]) else "mkv"
-    if head[:5] == b"%PDF-":
-        return "pdf"
-    if head[:6] == b"\x93NUMPY":
-        return "npy"
-    return None
 
 
 def kind_of(ext: str) -> tuple[str, str]:
@@ -139,7 +101,7 @@ def _check_jpeg(buf: bytes) -> str | None:
         length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
         if length < 2:
             return f"JPEG header does not parse: segment length {length} at byte {pos}"
-        if marker in _SOF:
+        if marker in JPEG_SOF_MARKERS:
             frame = True
         pos += 2 + length
     if not frame:
@@ -149,9 +111,6 @@ def _check_jpeg(buf: bytes) -> str | None:
     if buf.rfind(b"\xff\xd9", pos) < 0:
         return "JPEG is cut short: no end-of-image marker"
     return None
-
-
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def _check_png(buf: bytes) -> str | None:

@@ -6,11 +6,13 @@
 - `check_relative_path()`: the one rule for paths read from a dataset; it raises
   `UnsafePathError` for a path that could leave the dataset root.
 - `progress_reporter()`: the one way long calls resolve `progress=True | False | callable`.
+- `sniff_ext()`, `sniff_image()`: the one magic-byte table (what bytes are).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core._core import FerroloadError, available_cpus
+from ferroload_core._magic import JPEG_SOF_MARKERS, PNG_MAGIC, sniff_ext, sniff_image
 from ferroload_core._paths import UnsafePathError, check_relative_path
 from ferroload_core._progress import (
     ProgressArg,
@@ -25,6 +27,8 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
 __all__ = [
+    "JPEG_SOF_MARKERS",
+    "PNG_MAGIC",
     "FerroloadError",
     "ProgressArg",
     "ProgressCallback",
@@ -34,4 +38,6 @@ __all__ = [
     "check_relative_path",
     "progress_reporter",
     "progress_wanted",
+    "sniff_ext",
+    "sniff_image",
 ]
