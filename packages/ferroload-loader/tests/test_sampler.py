@@ -114,7 +114,7 @@ def test_rank_and_world_size_come_from_the_environment(monkeypatch: pytest.Monke
     with pytest.raises(ValueError, match="rank"):
         Sampler(9)
     monkeypatch.setenv("RANK", "x")
-    with pytest.raises(ValueError, match="not integers"):
+    with pytest.raises(ValueError, match="RANK='x' is not an integer"):
         Sampler(9)
 
 
@@ -271,3 +271,14 @@ def test_streaming_states_with_other_lanes() -> None:
     s.load_state_dict(old)
     assert s.lanes == 1
     assert np.array_equal(s.global_order(), _streaming(1).global_order())
+
+
+def test_a_slurm_array_task_is_not_a_training_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one reading of the environment (ferroload_core.rank_from_env) for the loader and
+    # the map; the map runs a partition per array task, a training loader must not
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "8")
+    s = Sampler(10)
+    assert (s.rank, s.world_size) == (0, 1)

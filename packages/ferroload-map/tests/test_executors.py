@@ -95,7 +95,7 @@ def test_static_partition_needs_a_rank() -> None:
 
 def test_rank_from_env() -> None:
     assert rank_from_env({}) == (None, None)
-    assert rank_from_env({"RANK": "0"}) == (None, None)
+    assert rank_from_env({"RANK": "0"}) == (0, None)  # partial: the executors need both
     assert rank_from_env({"RANK": "1", "WORLD_SIZE": "2", "SLURM_ARRAY_TASK_ID": "9"}) == (1, 2)
     env = {"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_STEP": "2"}
     assert rank_from_env(env) == (2, 3)

@@ -7,6 +7,7 @@
   `UnsafePathError` for a path that could leave the dataset root.
 - `progress_reporter()`: the one way long calls resolve `progress=True | False | callable`.
 - `sniff_ext()`, `sniff_image()`: the one magic-byte table (what bytes are).
+- `rank_from_env()`: rank and world size from torchrun's or a SLURM array's environment.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -20,6 +21,7 @@ from ferroload_core._progress import (
     progress_reporter,
     progress_wanted,
 )
+from ferroload_core._rank import rank_from_env
 
 try:
     __version__ = version("ferroload-core")
@@ -38,6 +40,7 @@ __all__ = [
     "check_relative_path",
     "progress_reporter",
     "progress_wanted",
+    "rank_from_env",
     "sniff_ext",
     "sniff_image",
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
+
+from ferroload_core import rank_from_env
 
 
 def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -33,7 +34,6 @@ def _detected() -> tuple[int, int]:
         dist = getattr(torch, "distributed", None)
         if dist is not None and dist.is_available() and dist.is_initialized():
             return int(dist.get_rank()), int(dist.get_world_size())
-    try:
-        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError as exc:
-        raise ValueError(f"RANK / WORLD_SIZE in the environment are not integers: {exc}") from None
+    # array tasks are separate jobs, not ranks of one training run
+    rank, world = rank_from_env(slurm_arrays=False)
+    return (0 if rank is None else rank), (1 if world is None else world)

@@ -14,6 +14,7 @@ See docs/map.md.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ferroload_core import rank_from_env
 from ferroload_map._errors import ExecutorUnavailableError, MapError, MapOutputError, MapSpecError
 from ferroload_map._executors import (
     Executor,
@@ -21,7 +22,6 @@ from ferroload_map._executors import (
     RayExecutor,
     StaticPartitionExecutor,
     auto_executor,
-    rank_from_env,
 )
 from ferroload_map._map import MapReport, execute_map, map_dataset
 from ferroload_map._plan import (

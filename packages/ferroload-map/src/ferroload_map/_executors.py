@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from ferroload_core import available_cpus
+from ferroload_core import available_cpus, rank_from_env
 from ferroload_map._errors import ExecutorUnavailableError
 from ferroload_map._plan import Partition
 
@@ -191,36 +191,6 @@ class StaticPartitionExecutor:
     def run(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
         """Run the slice with the local executor."""
         return self.local.run(fn, items)
-
-
-def rank_from_env(env: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """(rank, world size) from torchrun's or a SLURM array's environment, else Nones.
-
-    Examples:
-        >>> rank_from_env({"RANK": "1", "WORLD_SIZE": "4"})
-        (1, 4)
-        >>> rank_from_env({"SLURM_ARRAY_TASK_ID": "12", "SLURM_ARRAY_TASK_MIN": "10",
-        ...                "SLURM_ARRAY_TASK_COUNT": "3"})
-        (2, 3)
-    """
-
-    def number(name: str) -> int | None:
-        text = env.get(name)
-        if text is None or not text.strip():
-            return None
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
-
-    rank, world = number("RANK"), number("WORLD_SIZE")
-    if rank is not None and world is not None:
-        return rank, world
-    task, count = number("SLURM_ARRAY_TASK_ID"), number("SLURM_ARRAY_TASK_COUNT")
-    if task is not None and count is not None:
-        step = number("SLURM_ARRAY_TASK_STEP") or 1
-        return (task - (number("SLURM_ARRAY_TASK_MIN") or 0)) // step, count
-    return None, None
 
 
 class RayExecutor:
