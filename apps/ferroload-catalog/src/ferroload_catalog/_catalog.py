@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import random
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,6 +25,7 @@ from ferroload_catalog._errors import (
     CatalogSecretError,
     InvalidCatalogNameError,
 )
+from ferroload_core import backoff_delay
 from ferroload_format import Dataset
 from ferroload_store import is_secret_option, normalize_storage_options
 
@@ -343,7 +343,7 @@ class Catalog:
     def _connect(self) -> Iterator[Any]:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self._lock_timeout
-        delay = 0.005
+        attempt = 0
         while True:
             try:
                 con = duckdb.connect(str(self._path))
@@ -359,8 +359,8 @@ class Catalog:
                         f"the catalog {str(self._path)!r} stayed locked by another process "
                         f"for {self._lock_timeout:g} s; retry, or raise lock_timeout"
                     ) from exc
-                time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
-                delay = min(delay * 2, 0.1)
+                attempt += 1
+                time.sleep(min(left, backoff_delay(attempt, base=0.005, cap=0.1)))
             except duckdb.Error as exc:
                 raise CatalogFileError(
                     f"cannot open the catalog {str(self._path)!r}: {exc}"

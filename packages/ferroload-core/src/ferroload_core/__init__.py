@@ -8,6 +8,7 @@
 - `progress_reporter()`: the one way long calls resolve `progress=True | False | callable`.
 - `sniff_ext()`, `sniff_image()`: the one magic-byte table (what bytes are).
 - `rank_from_env()`: rank and world size from torchrun's or a SLURM array's environment.
+- `backoff_delay()`: the wait before a retry (exponential, full jitter).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -22,6 +23,7 @@ from ferroload_core._progress import (
     progress_wanted,
 )
 from ferroload_core._rank import rank_from_env
+from ferroload_core._retry import backoff_delay
 
 try:
     __version__ = version("ferroload-core")
@@ -37,6 +39,7 @@ __all__ = [
     "UnsafePathError",
     "__version__",
     "available_cpus",
+    "backoff_delay",
     "check_relative_path",
     "progress_reporter",
     "progress_wanted",

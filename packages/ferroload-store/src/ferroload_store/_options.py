@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ferroload_core import backoff_delay
 from ferroload_store._ranges import DEFAULT_MAX_GAP
 
 #: Merged reads longer than this are split into parallel requests of about this size.
@@ -164,8 +165,7 @@ class IOOptions:
             >>> all(0 <= opts.backoff_delay(a) <= min(1.0, 0.1 * 2 ** (a - 1)) for a in range(1, 9))
             True
         """
-        bound = min(self.max_backoff, self.backoff * 2.0 ** min(max(0, attempt - 1), 60))
-        return (rng or random).uniform(0.0, bound)
+        return backoff_delay(attempt, base=self.backoff, cap=self.max_backoff, rng=rng)
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
