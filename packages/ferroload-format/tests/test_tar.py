@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 import xxhash
@@ -55,3 +56,21 @@ def test_recorded_offsets_are_exact(members: list[tuple[str, bytes]], buffer_siz
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tf:
         found = [(m.name, m.offset_data, m.size) for m in tf.getmembers()]
     assert found == [(n, o, ln) for (n, _), (o, ln, _) in zip(members, recorded, strict=True)]
+
+
+def test_member_header_carries_long_and_unicode_names_in_pax(tmp_path: Path) -> None:
+    # the one tar writer: the exporters' member names can be longer than USTAR's 100 bytes
+    from ferroload_format._tar import END_OF_ARCHIVE, member_header, padding
+
+    names = ["a.jpg", "k" * 100, "k" * 101 + ".json", "dir/" + "é" * 80 + ".txt"]
+    out = io.BytesIO()
+    for i, name in enumerate(names):
+        data = bytes([i]) * (700 * i + 3)
+        out.write(member_header(name, len(data)) + data + bytes(padding(len(data))))
+    out.write(END_OF_ARCHIVE)
+    assert len(member_header("k" * 100, 1)) == 512  # fits: no PAX header
+    (tmp_path / "t.tar").write_bytes(out.getvalue())
+    with tarfile.open(tmp_path / "t.tar") as tf:
+        got = [(m.name, tf.extractfile(m).read()) for m in tf.getmembers()]  # type: ignore[union-attr]
+    assert [n for n, _ in got] == names
+    assert all(data == bytes([i]) * (700 * i + 3) for i, (_, data) in enumerate(got))

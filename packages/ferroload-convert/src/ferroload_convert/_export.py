@@ -3,11 +3,9 @@ chunks, safe relative paths, and deterministic tar files written atomically."""
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -20,6 +18,7 @@ from ferroload_convert._errors import OutputExistsError, UnsafeNameError
 from ferroload_convert._report import Progress
 from ferroload_core import UnsafePathError, check_relative_path, progress_reporter
 from ferroload_format import Dataset
+from ferroload_format._tar import END_OF_ARCHIVE, member_header, padding
 
 #: Samples read per `get_many` call (reads of one chunk are coalesced per shard).
 READ_CHUNK = 256
@@ -177,33 +176,31 @@ def safe_part(name: str) -> str:
 
 
 class TarOut:
-    """A tar file written member by member, deterministically (mode 0644, mtime 0, owner
-    0, no user names), under a temporary name renamed into place by `close()`."""
+    """A tar file written member by member with format's tar writer (`member_header`:
+    mode 0644, mtime 0, owner 0; PAX only for names over 100 bytes), so its bytes depend
+    only on its members, under a temporary name renamed into place by `close()`."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._tmp = path.with_name(f".{path.name}.partial")
-        self._tar = tarfile.open(self._tmp, "w", format=tarfile.PAX_FORMAT)  # noqa: SIM115
+        self._out = open(self._tmp, "wb")  # noqa: SIM115
         self.names: set[str] = set()
 
     def add(self, name: str, data: bytes) -> None:
         """Add a regular file member."""
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = 0o644
-        info.mtime = 0
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        self._tar.addfile(info, io.BytesIO(data))
+        self._out.write(member_header(name, len(data)))
+        self._out.write(data)
+        self._out.write(bytes(padding(len(data))))
         self.names.add(name)
 
     def close(self) -> None:
         """Finish the archive and move it into place."""
-        self._tar.close()
+        self._out.write(END_OF_ARCHIVE)
+        self._out.close()
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
         """Drop the partial archive."""
-        self._tar.close()
+        self._out.close()
         self._tmp.unlink(missing_ok=True)
