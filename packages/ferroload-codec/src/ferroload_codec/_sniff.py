@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from ferroload_codec._errors import DecodeError
+from ferroload_core import JPEG_SOF_MARKERS, sniff_image
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 #: What the decoders accept as encoded input.
 Buffer = bytes | bytearray | memoryview
 
@@ -36,21 +36,9 @@ def as_buffer(data: Any, sample_id: str | None, format: str | None = None) -> Bu
 
 
 def sniff(data: Buffer) -> str | None:
-    """The image format the bytes start with (`jpeg`, `png`, `gif`, `webp`, `bmp`, `tiff`)."""
-    head = bytes(data[:12])
-    if head[:3] == b"\xff\xd8\xff":
-        return "jpeg"
-    if head[:8] == PNG_MAGIC:
-        return "png"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    if head[:2] == b"BM":
-        return "bmp"
-    if head[:4] in (b"II*\x00", b"MM\x00*"):
-        return "tiff"
-    return None
+    """The image format the bytes start with (`jpeg`, `png`, `gif`, `webp`, `bmp`, `tiff`):
+    `ferroload_core.sniff_image`."""
+    return sniff_image(data[:16])
 
 
 def png_header(data: Buffer) -> tuple[int, int, int, int] | None:
@@ -133,14 +121,10 @@ def _jpeg_segments(data: Buffer) -> Iterator[tuple[int, bytes]]:
         pos += 2 + length
 
 
-#: Start-of-frame markers (baseline, extended, progressive, lossless, arithmetic …).
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
 def jpeg_frame_size(data: Buffer) -> tuple[int, int] | None:
     """(width, height) from a JPEG's frame header, or None when it has none before the scan."""
     for marker, payload in _jpeg_segments(data):
-        if marker in _SOF_MARKERS and len(payload) >= 5:
+        if marker in JPEG_SOF_MARKERS and len(payload) >= 5:
             height, width = struct.unpack_from(">HH", payload, 1)
             return width, height
     return None
