@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,3 +86,31 @@ def write() -> WriteFn:
         return Dataset.open(uri)
 
     return _write
+
+
+CHILD_WRITER = Path(__file__).with_name("_child_writer.py")
+
+
+def spawn_writer(uri: str, first: int, count: int, *args: str) -> subprocess.Popen[str]:
+    """A `_child_writer.py` process appending `count` samples from `first` to `uri`."""
+    return subprocess.Popen(
+        [sys.executable, str(CHILD_WRITER), uri, str(first), str(count), *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def race_writers(uri: str, tmp_path: Path, count: int, *args: str, rounds: int = 2) -> None:
+    """`rounds` times, two writer processes (prefixes a<round>, b<round>) that start their
+    `count` appends together, released by a go-file; both must succeed."""
+    for round_ in range(rounds):
+        go = tmp_path / f"go-{round_}"
+        procs = [
+            spawn_writer(uri, 0, count, *args, "--go-file", str(go), "--prefix", f"{p}{round_}")
+            for p in "ab"
+        ]
+        time.sleep(1.5)
+        go.touch()
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err

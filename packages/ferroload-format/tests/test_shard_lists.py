@@ -11,7 +11,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -37,7 +36,8 @@ from ferroload_format._tiers import MERGE_FACTOR, newest_taken
 from ferroload_format._versions import read_manifest
 from ferroload_store import Store, open_store
 
-CHILD = Path(__file__).with_name("_child_writer.py")
+from .conftest import race_writers, spawn_writer
+
 LIMIT = 4
 
 
@@ -521,14 +521,6 @@ def test_an_overwrite_starts_without_lists(local_uri: str) -> None:
 # --------------------------------------------------------------------------- concurrency
 
 
-def spawn(uri: str, first: int, count: int, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), uri, str(first), str(count), "--max-inline", "2", *args],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def seed(uri: str, appends: int) -> None:
     """Appends in the schema of `_child_writer.py`, spilling."""
     for k in range(appends):
@@ -568,16 +560,7 @@ def test_a_rebase_spills_again_on_top_of_the_version_that_won(
 
 def test_two_writer_processes_append_across_spills(local_uri: str, tmp_path: Path) -> None:
     seed(local_uri, 2)
-    for round_ in range(2):
-        go = tmp_path / f"go-{round_}"
-        procs = [
-            spawn(local_uri, 0, 12, "--go-file", str(go), "--prefix", f"{p}{round_}") for p in "ab"
-        ]
-        time.sleep(1.5)
-        go.touch()
-        for p in procs:
-            _, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
+    race_writers(local_uri, tmp_path, 12, "--max-inline", "2")
     ds = Dataset.open(local_uri)
     got = ds.column("sample_id").to_pylist()
     assert len(got) == len(set(got)) == 6 + 4 * 12
@@ -602,7 +585,7 @@ def test_a_spilling_append_killed_at_any_point_leaves_a_readable_dataset(
     store = open_store(local_uri)
     before = read_manifest(store)
     rows = ids(local_uri)
-    proc = spawn(local_uri, 0, 12, "--crash-at", point)
+    proc = spawn_writer(local_uri, 0, 12, "--max-inline", "2", "--crash-at", point)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     _shard_lists.forget_cached_lists()
@@ -619,7 +602,7 @@ def test_a_spilling_append_killed_at_any_point_leaves_a_readable_dataset(
     assert list_files(store) == referenced_lists(store, list(range(1, ds.version + 1)))
     assert Dataset.open(local_uri).verify().ok
     assert ids(local_uri, before.version) == rows
-    child = spawn(local_uri, 100, 8)
+    child = spawn_writer(local_uri, 100, 8, "--max-inline", "2")
     child.communicate(timeout=60)
     assert child.returncode == 0
     final = Dataset.open(local_uri)

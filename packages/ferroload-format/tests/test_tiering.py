@@ -6,9 +6,6 @@ import itertools
 import json
 import math
 import signal
-import subprocess
-import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,7 +29,7 @@ from ferroload_format._manifest import IDS_DIR, INDEX_DIR, IndexPart, Manifest
 from ferroload_format._versions import read_manifest
 from ferroload_store import open_store
 
-CHILD = Path(__file__).with_name("_child_writer.py")
+from .conftest import race_writers, spawn_writer
 
 
 def append(uri: str, first: int, count: int = 1, prefix: str = "s") -> int | None:
@@ -237,14 +234,6 @@ def test_a_writer_started_before_a_merge_tells_duplicates_from_conflicts(
     assert len(Dataset.open(local_uri)) == 4 + 4 + 1 + 6 + 1
 
 
-def spawn(uri: str, first: int, count: int, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), uri, str(first), str(count), *args],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def seed(uri: str, appends: int) -> None:
     """Several small parts in the schema of `_child_writer.py`."""
     for k in range(appends):
@@ -255,16 +244,7 @@ def seed(uri: str, appends: int) -> None:
 
 def test_two_writer_processes_both_merge_and_both_land(local_uri: str, tmp_path: Path) -> None:
     seed(local_uri, 3)
-    for round_ in range(2):
-        go = tmp_path / f"go-{round_}"
-        procs = [
-            spawn(local_uri, 0, 2, "--go-file", str(go), "--prefix", f"{p}{round_}") for p in "ab"
-        ]
-        time.sleep(1.5)
-        go.touch()
-        for p in procs:
-            _, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
+    race_writers(local_uri, tmp_path, 2)
     ds = Dataset.open(local_uri)
     ids = ds.column("sample_id").to_pylist()
     assert len(ids) == len(set(ids)) == 3 + 8
@@ -289,7 +269,7 @@ def test_a_merging_append_killed_at_any_point_leaves_a_readable_dataset(
     seed(local_uri, 4)
     before = read_manifest(open_store(local_uri))
     rows = ids_of(local_uri)
-    proc = spawn(local_uri, 0, 3, "--crash-at", point)
+    proc = spawn_writer(local_uri, 0, 3, "--crash-at", point)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     ds = Dataset.open(local_uri)
@@ -309,7 +289,7 @@ def test_a_merging_append_killed_at_any_point_leaves_a_readable_dataset(
     assert sorted(glob_ids(local_uri)) == sorted(want)
     assert Dataset.open(local_uri).verify().ok
     assert ids_of(local_uri, before.version) == rows
-    append_child = spawn(local_uri, 10, 2)
+    append_child = spawn_writer(local_uri, 10, 2)
     append_child.communicate(timeout=60)
     assert append_child.returncode == 0
     final = Dataset.open(local_uri)
@@ -322,10 +302,10 @@ def test_the_next_writer_finishes_a_dead_merges_publication_and_retirement(
     local_uri: str,
 ) -> None:
     seed(local_uri, 4)
-    proc = spawn(local_uri, 0, 1, "--crash-at", "committed")
+    proc = spawn_writer(local_uri, 0, 1, "--crash-at", "committed")
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    append_child = spawn(local_uri, 1, 1)  # no merge of its own (4+1 rows > 2*1)
+    append_child = spawn_writer(local_uri, 1, 1)  # no merge of its own (4+1 rows > 2*1)
     append_child.communicate(timeout=60)
     assert append_child.returncode == 0
     ds = Dataset.open(local_uri)
