@@ -727,37 +727,47 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
     return written
 
 
+def _table(title: str, header: list[str], rows: list[Any], cells: Any) -> None:
+    """Print a markdown table: `cells(row)` gives a row's cells; a row holding an
+    `error` prints as it is."""
+    print(f"\n{title}")
+    print("| " + " | ".join(header) + " |")
+    print("|---" * len(header) + "|")
+    for r in rows:
+        line = [str(r)] if isinstance(r, dict) and "error" in r else cells(r)
+        print("| " + " | ".join(line) + " |")
+
+
+def _order(r: dict[str, Any]) -> str:
+    return "streaming" if r["streaming"] else "shuffled"
+
+
 def _report_manifest(results: dict[str, Any]) -> None:
     man = results.get("manifest", {})
     if man.get("error"):
         print(f"\nmanifest: {man['error']}")
     if man.get("runs"):
-        print(
-            "\nmanifest size: shards, manifest bytes, open ms, shard lists, their bytes, "
-            "first read of every shard record ms"
-        )
-        for r in man["runs"]:
-            print(
-                f"| {r['shards']} | {r['manifest_bytes']} | {r['open_s'] * 1e3:.1f} | "
-                f"{r.get('shard_lists', 0)} | {r.get('list_bytes', 0)} | "
-                f"{r.get('resolve_shards_s', 0) * 1e3:.1f} |"
-            )
+        _table(
+            "manifest size",
+            ["shards", "manifest bytes", "open ms", "shard lists", "their bytes",
+             "first read of every shard record ms"],
+            man["runs"],
+            lambda r: [str(r["shards"]), str(r["manifest_bytes"]), f"{r['open_s'] * 1e3:.1f}",
+                       str(r.get("shard_lists", 0)), str(r.get("list_bytes", 0)),
+                       f"{r.get('resolve_shards_s', 0) * 1e3:.1f}"],
+        )  # fmt: skip
 
 
 def _report_ranks(ranks: dict[str, Any]) -> None:
-    print(f"\nmany ranks: {ranks['n']} samples on moto S3")
-    print("| order | world | rank | samples | shards read | GET requests | to 1st batch | MB |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in ranks["runs"]:
-        if "error" in r:
-            print(f"| {r} |")
-            continue
-        mode = "streaming" if r["streaming"] else "shuffled"
-        print(
-            f"| {mode} | {r['world']} | {r['rank']} | {r['samples']} | {r['shards_read']} | "
-            f"{r['get_requests']} | {r['get_requests_to_first_batch']} | "
-            f"{r['bytes_read'] / 1e6:.1f} |"
-        )
+    _table(
+        f"many ranks: {ranks['n']} samples on moto S3",
+        ["order", "world", "rank", "samples", "shards read", "GET requests", "to 1st batch",
+         "MB"],
+        ranks["runs"],
+        lambda r: [_order(r), str(r["world"]), str(r["rank"]), str(r["samples"]),
+                   str(r["shards_read"]), str(r["get_requests"]),
+                   str(r["get_requests_to_first_batch"]), f"{r['bytes_read'] / 1e6:.1f}"],
+    )  # fmt: skip
 
 
 def _report(results: dict[str, Any]) -> None:
@@ -802,18 +812,14 @@ def _report(results: dict[str, Any]) -> None:
     _report_manifest(results)
     ranks = results.get("ranks")
     if ranks and ranks.get("remote"):
-        print("\nmetadata datasets on moto S3: open and first batch (rank 3 of 8)")
-        print("| N | order | open ms | first batch ms | GET requests | MB read |")
-        print("|---|---|---|---|---|---|")
-        for r in ranks["remote"]:
-            if "error" in r:
-                print(f"| {r['n']} | {r} |")
-                continue
-            mode = "streaming" if r["streaming"] else "shuffled"
-            print(
-                f"| {r['n']:.0e} | {mode} | {r['open_s'] * 1e3:.1f} | "
-                f"{r['first_batch_s'] * 1e3:.0f} | {r['get_requests']} | {r['bytes_read'] / 1e6:.1f} |"
-            )
+        _table(
+            "metadata datasets on moto S3: open and first batch (rank 3 of 8)",
+            ["N", "order", "open ms", "first batch ms", "GET requests", "MB read"],
+            ranks["remote"],
+            lambda r: [f"{r['n']:.0e}", _order(r), f"{r['open_s'] * 1e3:.1f}",
+                       f"{r['first_batch_s'] * 1e3:.0f}", str(r["get_requests"]),
+                       f"{r['bytes_read'] / 1e6:.1f}"],
+        )  # fmt: skip
     if ranks:
         _report_ranks(ranks)
     print()
