@@ -727,7 +727,7 @@ def _plots(results: dict[str, Any], outdir: Path) -> list[str]:
     return written
 
 
-def _table(title: str, header: list[str], rows: list[Any], cells: Any) -> None:
+def _print_table(title: str, header: list[str], rows: list[Any], cells: Any) -> None:
     """Print a markdown table: `cells(row)` gives a row's cells; a row holding an
     `error` prints as it is."""
     print(f"\n{title}")
@@ -747,7 +747,7 @@ def _report_manifest(results: dict[str, Any]) -> None:
     if man.get("error"):
         print(f"\nmanifest: {man['error']}")
     if man.get("runs"):
-        _table(
+        _print_table(
             "manifest size",
             ["shards", "manifest bytes", "open ms", "shard lists", "their bytes",
              "first read of every shard record ms"],
@@ -759,7 +759,7 @@ def _report_manifest(results: dict[str, Any]) -> None:
 
 
 def _report_ranks(ranks: dict[str, Any]) -> None:
-    _table(
+    _print_table(
         f"many ranks: {ranks['n']} samples on moto S3",
         ["order", "world", "rank", "samples", "shards read", "GET requests", "to 1st batch",
          "MB"],
@@ -812,7 +812,7 @@ def _report(results: dict[str, Any]) -> None:
     _report_manifest(results)
     ranks = results.get("ranks")
     if ranks and ranks.get("remote"):
-        _table(
+        _print_table(
             "metadata datasets on moto S3: open and first batch (rank 3 of 8)",
             ["N", "order", "open ms", "first batch ms", "GET requests", "MB read"],
             ranks["remote"],
