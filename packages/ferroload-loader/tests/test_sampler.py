@@ -266,6 +266,9 @@ def test_streaming_states_with_other_lanes() -> None:
     state = _streaming(4).state_dict()
     with pytest.raises(ValueError, match="lanes=2"):
         _streaming(4, lanes=2).load_state_dict(state)
+    for hostile in (0, -3, "8", True, 2.5):  # a checkpoint from elsewhere
+        with pytest.raises(ValueError, match="lanes must be a positive int"):
+            _streaming(4).load_state_dict({**state, "lanes": hostile})
     old = {k: v for k, v in state.items() if k != "lanes"}  # saved before lanes existed
     s = _streaming(4)
     s.load_state_dict(old)

@@ -352,7 +352,9 @@ class Sampler:
                 f"this sampler has {self.num_items} items in {self.mode!r} order"
             )
         if self.mode == "shard_block":
-            lanes = int(state.get("lanes", 1))
+            lanes = state.get("lanes", 1)
+            if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+                raise ValueError(f"this state's lanes must be a positive int, got {lanes!r}")
             if self._lanes_given and lanes != self.lanes:
                 raise ValueError(
                     f"this state's streaming order is dealt out in {lanes} lanes; this "
