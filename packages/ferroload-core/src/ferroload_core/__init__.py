@@ -9,11 +9,13 @@
 - `sniff_ext()`, `sniff_image()`: the one magic-byte table (what bytes are).
 - `rank_from_env()`: rank and world size from torchrun's or a SLURM array's environment.
 - `backoff_delay()`: the wait before a retry (exponential, full jitter).
+- `LRU`: the one in-process least-recently-used cache (count or weight bound).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core._core import FerroloadError, available_cpus
+from ferroload_core._lru import LRU
 from ferroload_core._magic import JPEG_SOF_MARKERS, PNG_MAGIC, sniff_ext, sniff_image
 from ferroload_core._paths import UnsafePathError, check_relative_path
 from ferroload_core._progress import (
@@ -32,6 +34,7 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 
 __all__ = [
     "JPEG_SOF_MARKERS",
+    "LRU",
     "PNG_MAGIC",
     "FerroloadError",
     "ProgressArg",
