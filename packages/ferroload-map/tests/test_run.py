@@ -149,10 +149,10 @@ def test_webp_outputs_are_encoded_with_or_without_pillows_libwebp(
     """A Pillow built without libwebp still writes .webp outputs (through imagecodecs)."""
     import imagecodecs
 
-    import ferroload_map._run as run_module
+    import ferroload_map._values as values_module
 
-    if not pillow_has_webp or not run_module._pillow_writes_webp():
-        monkeypatch.setattr(run_module, "_pillow_writes_webp", lambda: False)
+    if not pillow_has_webp or not values_module._pillow_writes_webp():
+        monkeypatch.setattr(values_module, "_pillow_writes_webp", lambda: False)
     image = np.dstack([np.arange(30, dtype=np.uint8).reshape(5, 6)] * 3)
 
     def fn(batch: dict[str, list[Any]]) -> dict[str, Any]:

@@ -7,11 +7,10 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import sys
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from ferroload_core import available_cpus, rank_from_env
+from ferroload_core import LRU, available_cpus, rank_from_env
 from ferroload_map._errors import ExecutorUnavailableError
 from ferroload_map._plan import Partition
 
@@ -253,8 +252,8 @@ class RayExecutor:
                 ray.cancel(ref)
 
 
-_RAY_FNS: OrderedDict[str, Callable[[Any], Any]] = OrderedDict()
-_RAY_FNS_KEEP = 2
+#: The functions a Ray worker process fetched, by object ref (the two most recent).
+_RAY_FNS: LRU[str, Callable[[Any], Any]] = LRU(2)
 
 
 def _apply(fn_ref: list[Any], item: Any) -> Any:
@@ -265,9 +264,8 @@ def _apply(fn_ref: list[Any], item: Any) -> Any:
     key = fn_ref[0].hex()
     fn = _RAY_FNS.get(key)
     if fn is None:
-        fn = _RAY_FNS[key] = ray.get(fn_ref[0])
-        while len(_RAY_FNS) > _RAY_FNS_KEEP:
-            _RAY_FNS.popitem(last=False)
+        fn = ray.get(fn_ref[0])
+        _RAY_FNS.put(key, fn)
     return fn(item)
 
 

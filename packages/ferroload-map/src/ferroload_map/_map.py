@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack, overload
 
 from ferroload_core import ProgressArg, progress_reporter
 from ferroload_map._errors import MapSpecError
@@ -93,6 +93,18 @@ class LayerWriterLike(PartitionWriter, Protocol):
         ...
 
 
+class _MapOptions(TypedDict, total=False):
+    """The keywords of `map_dataset` that both its overloads take (typing only)."""
+
+    batch_size: int
+    executor: ExecutorName | Executor
+    version: str | None
+    on_error: OnError
+    partition_size: int | None
+    overwrite: bool
+    progress: ProgressArg
+
+
 @overload
 def map_dataset(
     ds: Dataset,
@@ -101,14 +113,8 @@ def map_dataset(
     inputs: Sequence[str],
     outputs: Mapping[str, OutputType],
     layer: str,
-    batch_size: int = ...,
-    executor: ExecutorName | Executor = ...,
-    version: str | None = ...,
-    on_error: OnError = ...,
-    partition_size: int | None = ...,
-    overwrite: bool = ...,
-    progress: ProgressArg = ...,
     return_report: Literal[False] = ...,
+    **options: Unpack[_MapOptions],
 ) -> Dataset: ...
 @overload
 def map_dataset(
@@ -118,14 +124,8 @@ def map_dataset(
     inputs: Sequence[str],
     outputs: Mapping[str, OutputType],
     layer: str,
-    batch_size: int = ...,
-    executor: ExecutorName | Executor = ...,
-    version: str | None = ...,
-    on_error: OnError = ...,
-    partition_size: int | None = ...,
-    overwrite: bool = ...,
-    progress: ProgressArg = ...,
     return_report: Literal[True],
+    **options: Unpack[_MapOptions],
 ) -> tuple[Dataset, MapReport]: ...
 
 
