@@ -11,16 +11,12 @@ directory), safe to share between processes.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ferroload_catalog._catalog import (
+from ferroload_catalog._catalog import DEFAULT_LOCK_TIMEOUT, Catalog
+from ferroload_catalog._entry import (
     CATALOG_ENV,
     CATALOG_SCHEME,
-    DEFAULT_LOCK_TIMEOUT,
-    ENV_REFERENCE,
-    Catalog,
     CatalogEntry,
     default_catalog_path,
-    resolve_options,
-    storable_options,
     validate_name,
 )
 from ferroload_catalog._errors import (
@@ -32,6 +28,7 @@ from ferroload_catalog._errors import (
     CatalogSecretError,
     InvalidCatalogNameError,
 )
+from ferroload_catalog._options import ENV_REFERENCE, resolve_options, storable_options
 
 try:
     __version__ = version("ferroload-catalog")

@@ -5,43 +5,38 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
-from platformdirs import user_data_path
 
+from ferroload_catalog._entry import (
+    CATALOG_SCHEME,
+    NAME_PATTERN,
+    CatalogEntry,
+    checked_tags,
+    default_catalog_path,
+    entry_from_row,
+    utc_now,
+    validate_name,
+)
 from ferroload_catalog._errors import (
     CatalogEntryExistsError,
     CatalogEntryNotFoundError,
     CatalogFileError,
     CatalogLockedError,
-    CatalogSecretError,
-    InvalidCatalogNameError,
 )
+from ferroload_catalog._options import resolve_options, storable_options
 from ferroload_core import backoff_delay
 from ferroload_format import Dataset
-from ferroload_store import is_secret_option, normalize_storage_options
+from ferroload_store import normalize_storage_options
 
-#: Environment variable naming the catalog file (overrides the user data directory).
-CATALOG_ENV = "FERROLOAD_CATALOG"
-#: The URI scheme `Catalog.resolve` turns into an entry's URI: `catalog:<name>`.
-CATALOG_SCHEME = "catalog:"
 #: Seconds an operation waits for another process to release the catalog file.
 DEFAULT_LOCK_TIMEOUT = 30.0
-#: A stored storage option whose value is `env:NAME` is read from the environment
-#: variable `NAME` when the entry is opened (the only way a secret reaches the catalog).
-ENV_REFERENCE = "env:"
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     name VARCHAR PRIMARY KEY,
@@ -61,223 +56,6 @@ _COLUMNS = (
     "name, uri, version, tags, description, num_samples, size_bytes, created_at, updated_at, "
     "storage_options"
 )
-
-
-def default_catalog_path() -> Path:
-    """Where `Catalog()` keeps its file: `$FERROLOAD_CATALOG`, else the user data directory.
-
-    Returns:
-        the path of the catalog's DuckDB file (it need not exist yet).
-
-    Examples:
-        >>> default_catalog_path().name.endswith(".duckdb") or "FERROLOAD_CATALOG" in os.environ
-        True
-    """
-    env = os.environ.get(CATALOG_ENV)
-    if env:
-        return Path(env).expanduser()
-    return user_data_path("ferroload") / "catalog.duckdb"
-
-
-def validate_name(name: str, *, what: str = "catalog name") -> str:
-    """Check a catalog name (or tag): lowercase letters, digits, `-`, `_` and `.`.
-
-    It starts with a letter or a digit and has at most 128 characters.
-
-    Args:
-        name: the name to check.
-        what: what the name is, for the error message.
-
-    Returns:
-        `name`, unchanged.
-
-    Raises:
-        InvalidCatalogNameError: (a `ValueError`) if the name breaks the rule.
-
-    Examples:
-        >>> validate_name("imagenet-1k_v2.train")
-        'imagenet-1k_v2.train'
-        >>> validate_name("ImageNet")
-        Traceback (most recent call last):
-        ...
-        ferroload_catalog._errors.InvalidCatalogNameError: invalid catalog name 'ImageNet': ...
-    """
-    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
-        raise InvalidCatalogNameError(
-            f"invalid {what} {name!r}: use 1-128 lowercase letters, digits, '-', '_' "
-            "and '.', starting with a letter or a digit",
-            name=name if isinstance(name, str) else None,
-        )
-    return name
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    """One dataset of the catalog.
-
-    Attributes:
-        name: the entry's unique name (`catalog:<name>` resolves to `uri`).
-        uri: the dataset root, as `Dataset.open` normalised it.
-        version: the dataset's latest version when the entry was added or last refreshed.
-        tags: the entry's tags, sorted.
-        description: free text.
-        num_samples: samples of that version.
-        size_bytes: that version's `Manifest.size_bytes` (tar shards, index parts,
-            layers' and the manifest file: the number `ferroload info` reports).
-        created_at: when the entry was added (UTC).
-        updated_at: when the entry last changed (UTC).
-        storage_options: the options the entry is opened with, as stored: non-secret
-            values, and `env:NAME` for a value read from the environment variable
-            `NAME` at open (never a secret itself).
-    """
-
-    name: str
-    uri: str
-    version: int
-    tags: tuple[str, ...]
-    description: str
-    num_samples: int
-    size_bytes: int
-    created_at: datetime
-    updated_at: datetime
-    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-    @property
-    def catalog_uri(self) -> str:
-        """`catalog:<name>`: what `Catalog.resolve` and `Catalog.open_dataset` accept."""
-        return f"{CATALOG_SCHEME}{self.name}"
-
-
-def _now() -> datetime:
-    # naive UTC: DuckDB's TIMESTAMP; CatalogEntry gets it back with tzinfo=UTC
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def _entry(row: tuple[Any, ...]) -> CatalogEntry:
-    name, uri, version, tags, description, num_samples, size_bytes, created, updated, opts = row
-    return CatalogEntry(
-        name=name,
-        uri=uri,
-        version=int(version),
-        tags=tuple(tags),
-        description=description,
-        num_samples=int(num_samples),
-        size_bytes=int(size_bytes),
-        created_at=created.replace(tzinfo=UTC),
-        updated_at=updated.replace(tzinfo=UTC),
-        storage_options=json.loads(opts) if opts else {},
-    )
-
-
-def storable_options(
-    uri: str, storage_options: Mapping[str, Any] | None, *, name: str | None = None
-) -> dict[str, Any]:
-    """The storage options of an entry as the catalog stores them, checked.
-
-    A value of the form `env:NAME` is kept as it is (it is read from the environment
-    variable `NAME` when the entry is opened). Any other value is kept only if its key is
-    not a secret (`ferroload_store.is_secret_option`: access keys, secret keys, tokens,
-    account keys, SAS tokens, client secrets, service-account keys, connection strings,
-    in any spelling, nested ones such as `client_kwargs` included).
-
-    Args:
-        uri: the dataset URI (its scheme says which keys are secrets).
-        storage_options: the options as given.
-        name: the entry, for messages.
-
-    Returns:
-        the options to store (JSON-serialisable).
-
-    Raises:
-        CatalogSecretError: (a `ValueError`) for a literal secret, or a malformed
-            `env:` reference; the message says how to pass it.
-
-    Examples:
-        >>> storable_options("s3://b/ds", {"endpoint": "http://minio:9000", "secret": "env:S3_SECRET"})
-        {'endpoint': 'http://minio:9000', 'secret': 'env:S3_SECRET'}
-        >>> storable_options("s3://b/ds", {"secret_access_key": "abc"})
-        Traceback (most recent call last):
-        ...
-        ferroload_catalog._errors.CatalogSecretError: storage option 'secret_access_key' is a secret, ...
-    """
-    return {
-        str(k): _storable(uri, str(k), str(k), v, name)
-        for k, v in dict(storage_options or {}).items()
-    }
-
-
-def _storable(uri: str, key: str, path: str, value: Any, name: str | None) -> Any:
-    if isinstance(value, str) and value.startswith(ENV_REFERENCE):
-        var = value[len(ENV_REFERENCE) :]
-        if _ENV_NAME.fullmatch(var) is None:
-            raise CatalogSecretError(
-                f"storage option {path!r}: {value!r} does not name an environment variable "
-                "(write env:NAME, NAME of letters, digits and '_')",
-                name=name,
-                key=path,
-            )
-        return value
-    if isinstance(value, Mapping):
-        return {
-            str(k): _storable(uri, str(k), f"{path}[{str(k)!r}]", v, name) for k, v in value.items()
-        }
-    if is_secret_option(uri, key):
-        raise CatalogSecretError(
-            f"storage option {path!r} is a secret, and the catalog stores no secret: give "
-            f"the name of an environment variable holding it instead, as {key}=env:MY_VAR "
-            "(read when the entry is opened), or leave it out and let the standard "
-            "variables (AWS_*, GOOGLE_*, AZURE_*) provide it",
-            name=name,
-            key=path,
-        )
-    if isinstance(value, list | tuple):
-        return [_storable(uri, key, path, v, name) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    raise CatalogSecretError(
-        f"storage option {path!r}: the catalog stores text, numbers, booleans, lists and "
-        f"dicts, not {type(value).__name__}",
-        name=name,
-        key=path,
-    )
-
-
-def resolve_options(stored: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:
-    """Stored storage options with each `env:NAME` value read from the environment.
-
-    Raises:
-        CatalogSecretError: if a named environment variable is not set.
-
-    Examples:
-        >>> os.environ["DOCS_DEMO_SECRET"] = "s3cr3t"
-        >>> resolve_options({"region": "eu-west-3", "secret": "env:DOCS_DEMO_SECRET"})
-        {'region': 'eu-west-3', 'secret': 's3cr3t'}
-    """
-    return {str(k): _resolved(str(k), v, name) for k, v in stored.items()}
-
-
-def _resolved(path: str, value: Any, name: str | None) -> Any:
-    if isinstance(value, str) and value.startswith(ENV_REFERENCE):
-        var = value[len(ENV_REFERENCE) :]
-        found = os.environ.get(var)
-        if found is None:
-            where = f"catalog entry {name!r}" if name else "the catalog entry"
-            raise CatalogSecretError(
-                f"{where} takes storage option {path!r} from the environment variable "
-                f"{var}, which is not set; set it (or pass storage_options / -o {path}=…)",
-                name=name,
-                key=path,
-            )
-        return found
-    if isinstance(value, Mapping):
-        return {str(k): _resolved(f"{path}[{str(k)!r}]", v, name) for k, v in value.items()}
-    return value
-
-
-def _tags(tags: Iterable[str]) -> list[str]:
-    if isinstance(tags, str):
-        tags = (tags,)
-    return sorted({validate_name(t, what="tag") for t in tags})
 
 
 def _is_lock_error(exc: BaseException) -> bool:
@@ -373,7 +151,7 @@ class Catalog:
 
     def _select(self, con: Any, name: str) -> CatalogEntry | None:
         row = con.execute(f"SELECT {_COLUMNS} FROM entries WHERE name = ?", [name]).fetchone()
-        return None if row is None else _entry(row)
+        return None if row is None else entry_from_row(row)
 
     def _not_found(self, con: Any, name: str) -> CatalogEntryNotFoundError:
         names = [r[0] for r in con.execute("SELECT name FROM entries ORDER BY name").fetchall()]
@@ -433,7 +211,7 @@ class Catalog:
             DatasetNotFoundError: if no dataset is at `uri`.
         """
         validate_name(name)
-        tag_list = _tags(tags)
+        tag_list = checked_tags(tags)
         if not replace:
             with self._connect() as con:
                 if self._select(con, name) is not None:
@@ -446,7 +224,7 @@ class Catalog:
         stored = {**inherited, **storable_options(target, storage_options, name=name)}
         ds = Dataset.open(target, storage_options=resolve_options(stored, name=name))
         manifest = ds.manifest
-        now = _now()
+        now = utc_now()
         with self._connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -509,7 +287,7 @@ class Catalog:
                     f"SELECT {_COLUMNS} FROM entries WHERE list_contains(tags, ?) ORDER BY name",
                     [tag],
                 ).fetchall()
-        return [_entry(r) for r in rows]
+        return [entry_from_row(r) for r in rows]
 
     def tag(self, name: str, *tags: str, remove: bool = False) -> CatalogEntry:
         """Add `tags` to the entry (or remove them with `remove=True`).
@@ -521,7 +299,7 @@ class Catalog:
             CatalogEntryNotFoundError: if there is no entry `name`.
             InvalidCatalogNameError: if a tag breaks the naming rule.
         """
-        wanted = _tags(tags)
+        wanted = checked_tags(tags)
         with self._connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -531,7 +309,7 @@ class Catalog:
                 if new != current:
                     con.execute(
                         "UPDATE entries SET tags = ?, updated_at = ? WHERE name = ?",
-                        [sorted(new), _now(), name],
+                        [sorted(new), utc_now(), name],
                     )
                 con.execute("COMMIT")
             except BaseException:
@@ -574,7 +352,7 @@ class Catalog:
             con.execute(
                 "UPDATE entries SET version = ?, num_samples = ?, size_bytes = ?, "
                 "updated_at = ? WHERE name = ?",
-                [manifest.version, manifest.num_samples, manifest.size_bytes, _now(), name],
+                [manifest.version, manifest.num_samples, manifest.size_bytes, utc_now(), name],
             )
             return self._require(con, name)
 
@@ -642,7 +420,7 @@ class Catalog:
         entry: CatalogEntry | None = None
         if target.startswith(CATALOG_SCHEME):
             entry = self.get(target[len(CATALOG_SCHEME) :])
-        elif _NAME.fullmatch(target) is not None:
+        elif NAME_PATTERN.fullmatch(target) is not None:
             with self._connect() as con:
                 entry = self._select(con, target)
         if entry is not None:
