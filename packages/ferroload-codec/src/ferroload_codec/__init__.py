@@ -26,10 +26,9 @@ from ferroload_codec._image import (
     DecodedBatch,
     ImageDecoder,
     ImageInfo,
-    decode_image,
-    decode_images,
     image_info,
 )
+from ferroload_codec._image_funcs import decode_image, decode_images
 from ferroload_codec._video import VideoInfo, decode_video, video_info
 
 try:

@@ -1,11 +1,13 @@
-"""Image decoding into HWC (or CHW) arrays, one at a time or a batch on a thread pool."""
+"""`ImageDecoder` (its options, the decode path chosen per image, batches) and `image_info`.
+
+The per-format paths are in `_image_paths`, the lean PNG batch path in `_png_fast`, the
+one-call functions `decode_image` and `decode_images` in `_image_funcs`. The backends
+(`jpeg`, `webp_fallback`) are looked up in this module, where tests swap them.
+"""
 
 from __future__ import annotations
 
-import io
 import logging
-import struct
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -19,57 +21,30 @@ from ferroload_codec._augment import (
     check_crop,
     check_hflip,
     check_seeds,
-    crop_box,
     draws,
     flip_inplace,
 )
 from ferroload_codec._backends import imagecodecs, jpeg, warn_slow_path, webp_fallback
-from ferroload_codec._errors import DecodeError, ImageTooLargeError, UnsupportedFormatError
+from ferroload_codec._errors import DecodeError
+from ferroload_codec._image_paths import SPNG_CHANNELS, ImagePaths, jpeg_header, pil_open
+from ferroload_codec._pixels import CHANNELS, ImageMode, scratch
+from ferroload_codec._png_fast import same_size_png
 from ferroload_codec._pool import DecodePool
-from ferroload_codec._resize import (
-    INTERPOLATIONS,
-    RESIZE_MODES,
-    Geometry,
-    Interpolation,
-    ResizeMode,
-    dct_scale,
-    geometry,
-    resize_into,
-)
+from ferroload_codec._resize import IMAGE_RESIZE_MODES, INTERPOLATIONS, ImageResize, Interpolation
 from ferroload_codec._sniff import (
     Buffer,
     as_buffer,
-    jpeg_frame_size,
-    jpeg_orientation,
     png_header,
     png_strip_inflated,
     sniff,
     webp_size,
 )
-from ferroload_codec._turbo import (
-    COLORSPACE_CMYK,
-    COLORSPACE_YCCK,
-    PIXEL_FORMATS,
-    JpegLib,
-    TurboError,
-    is_harmless,
-)
-from ferroload_core import PNG_MAGIC
 
 logger = logging.getLogger(__name__)
 
 #: Pillow's own decompression-bomb limit: about a quarter gigabyte of RGB pixels.
 DEFAULT_MAX_PIXELS = 89_478_485
-ImageMode = Literal["RGB", "L", "RGBA"]
-#: The resize modes of images: those of `geometry`, and a seeded random resized crop.
-ImageResize = Literal["exact", "shorter", "longer", "random"]
-IMAGE_RESIZE_MODES = (*RESIZE_MODES, "random")
-CHANNELS = {"RGB": 3, "L": 1, "RGBA": 4}
 OnError = Literal["raise", "skip", "warn"]
-# A PNG's signature and the length and type of its first chunk, the header
-_PNG_HEAD = PNG_MAGIC + b"\x00\x00\x00\rIHDR"
-# PNG colour types libspng decodes without help: grey, RGB, RGBA (8-bit)
-_SPNG_CHANNELS = {0: 1, 2: 3, 6: 4}
 
 
 class ImageInfo(NamedTuple):
@@ -109,109 +84,13 @@ def image_info(data: Buffer, *, sample_id: str | None = None) -> ImageInfo:
         return ImageInfo("webp", *size)
     tj = jpeg()
     if fmt == "jpeg" and tj is not None:
-        w, h, _ = _jpeg_header(tj, bytes(buf), sample_id)
+        w, h, _ = jpeg_header(tj, bytes(buf), sample_id)
         return ImageInfo("jpeg", w, h)
-    im = _pil_open(buf, sample_id, fmt)
+    im = pil_open(buf, sample_id, fmt)
     return ImageInfo((im.format or fmt or "unknown").lower(), im.size[0], im.size[1])
 
 
-def _jpeg_header(tj: JpegLib, data: bytes, sid: str | None) -> tuple[int, int, int]:
-    """(width, height, colour space) of a JPEG, cross-checked against its frame header.
-
-    libjpeg-turbo reuses a thread's decompressor: on a header too short to parse it can
-    report the previous image's size without an error, so the size is also read here.
-    """
-    frame = jpeg_frame_size(data)
-    try:
-        w, h, _subsampling, colorspace = tj.header(data)
-    except TurboError as exc:
-        raise DecodeError(f"damaged JPEG header: {exc}", sample_id=sid, format="jpeg") from None
-    if frame is None or frame != (w, h):
-        raise DecodeError(
-            "damaged JPEG header: no complete frame header before the image data",
-            sample_id=sid,
-            format="jpeg",
-        )
-    return w, h, colorspace
-
-
-def _pil_open(buf: Buffer, sample_id: str | None, fmt: str | None = None) -> Any:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        return Image.open(io.BytesIO(buf))
-    except Image.DecompressionBombError as exc:
-        raise ImageTooLargeError(str(exc), sample_id=sample_id) from None
-    except UnidentifiedImageError:
-        raise UnsupportedFormatError(
-            f"not an image format Pillow or ferroload knows (starts with {bytes(buf[:8])!r})",
-            sample_id=sample_id,
-        ) from None
-    except Exception as exc:
-        raise DecodeError(
-            f"damaged {(fmt or 'image').upper()} header: {exc}", sample_id=sample_id, format=fmt
-        ) from None
-
-
-_scratch_local = threading.local()
-
-
-def _scratch(shape: tuple[int, int, int], slot: str = "decode") -> npt.NDArray[np.uint8]:
-    """A per-thread scratch array (reused, grown as needed) for a decode before resizing
-    (`slot="decode"`) or a uint8 image before its conversion (`slot="convert"`).
-
-    A fresh array per image would be a `mmap`/`munmap` pair above glibc's threshold (128
-    KiB: a 256x256 RGB image) plus page faults, and those serialise the decode threads.
-    """
-    need = shape[0] * shape[1] * shape[2]
-    buf: npt.NDArray[np.uint8] | None = getattr(_scratch_local, slot, None)
-    if buf is None or buf.size < need:
-        buf = np.empty(max(need, 1 << 20), dtype=np.uint8)
-        setattr(_scratch_local, slot, buf)
-    return buf[:need].reshape(shape)
-
-
-def _orient(arr: npt.NDArray[np.uint8], orientation: int) -> npt.NDArray[np.uint8]:
-    """Apply an EXIF orientation (as PIL.ImageOps.exif_transpose does) to an HWC array."""
-    if orientation == 2:
-        return arr[:, ::-1]
-    if orientation == 3:
-        return arr[::-1, ::-1]
-    if orientation == 4:
-        return arr[::-1]
-    if orientation == 5:
-        return arr.transpose(1, 0, 2)
-    if orientation == 6:
-        return np.rot90(arr, -1)
-    if orientation == 7:
-        return np.rot90(arr, -1)[::-1]
-    if orientation == 8:
-        return np.rot90(arr, 1)
-    return arr
-
-
-def _convert_channels(arr: npt.NDArray[np.uint8], channels: int) -> npt.NDArray[np.uint8]:
-    """HWC array with `channels` channels, converting like Pillow's `convert`."""
-    have = arr.shape[2]
-    if have == channels:
-        return arr
-    if channels == 1:  # ITU-R 601-2 luma with Pillow's fixed-point rounding
-        rgb = arr[..., :3].astype(np.uint32)
-        luma = (rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16
-        return luma.astype(np.uint8)[..., None]
-    if have == 1:
-        grey = np.repeat(arr, 3, axis=2)
-        return grey if channels == 3 else np.concatenate([grey, _opaque(arr)], axis=2)
-    if channels == 3:  # RGBA -> RGB drops alpha
-        return arr[..., :3]
-    return np.concatenate([arr, _opaque(arr)], axis=2)  # RGB -> RGBA
-
-
-def _opaque(arr: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-    return np.full((*arr.shape[:2], 1), 255, dtype=np.uint8)
-
-
-class ImageDecoder:
+class ImageDecoder(ImagePaths):
     """Decodes images to arrays of one shape, singly or in batches, optionally with a
     seeded random resized crop and flip and a conversion to normalised floats.
 
@@ -441,7 +320,7 @@ class ImageDecoder:
                 flip_inplace(img)
             return img
         # decoded into a per-thread uint8 array, then converted into the output
-        tmp = None if self.size is None else _scratch((*self.size, self.channels), "convert")
+        tmp = None if self.size is None else scratch((*self.size, self.channels), "convert")
         img = self._decode(buf, tmp, sid, u)
         if u is not None and u[FLIP_DRAW] < self.hflip:
             flip_inplace(img)
@@ -469,7 +348,7 @@ class ImageDecoder:
             # one) under its own limits (`PngImagePlugin.MAX_TEXT_CHUNK`, 1 MiB a chunk).
             buf = png_strip_inflated(buf)
             hdr = png_header(buf)
-            if hdr is not None and hdr[2] == 8 and hdr[3] in _SPNG_CHANNELS:
+            if hdr is not None and hdr[2] == 8 and hdr[3] in SPNG_CHANNELS:
                 ic = imagecodecs()
                 if ic is not None:
                     return self._png(ic, buf, hdr, out, sid, u)
@@ -477,223 +356,6 @@ class ImageDecoder:
         elif fmt == "webp" and (ic := webp_fallback()) is not None:
             return self._webp(ic, buf, out, sid, u)
         return self._pillow(buf, fmt, out, sid, u)
-
-    def _check_pixels(self, w: int, h: int, sid: str | None, fmt: str | None) -> None:
-        if w <= 0 or h <= 0:
-            raise DecodeError(
-                f"damaged {(fmt or 'image').upper()} header: it declares size {w}x{h}",
-                sample_id=sid,
-                format=fmt,
-            )
-        if w * h > self.max_pixels:
-            raise ImageTooLargeError(
-                f"image of {w}x{h} = {w * h:,} pixels exceeds max_pixels={self.max_pixels:,} "
-                "(a decompression bomb?); raise max_pixels if it is genuine",
-                sample_id=sid,
-                format=fmt,
-            )
-
-    def _target(self, h: int, w: int) -> tuple[int, int]:
-        return self.size if self.size is not None else (h, w)
-
-    def _geometry(self, h: int, w: int, th: int, tw: int, u: list[float] | None) -> Geometry:
-        """Where an `h` x `w` source goes in the `th` x `tw` output (a random box for
-        `resize="random"`, drawn from `u`)."""
-        if self.resize == "random":
-            assert u is not None  # decode and decode_batch insist on seeds
-            y0, y1, x0, x1 = crop_box(h, w, u, self.crop_scale, self.crop_ratio)
-            return Geometry(y0, y1, x0, x1, th, tw, 0, 0)
-        return geometry(h, w, th, tw, self.resize)
-
-    def _output(self, out: npt.NDArray[np.uint8] | None, th: int, tw: int) -> npt.NDArray[np.uint8]:
-        if out is None:
-            return np.empty((th, tw, self.channels), dtype=np.uint8)
-        return out
-
-    def _place(
-        self,
-        src: npt.NDArray[np.uint8],
-        geo: Geometry,
-        out: npt.NDArray[np.uint8],
-    ) -> npt.NDArray[np.uint8]:
-        """Crop `src` to the geometry's box and resize it into its place in `out`."""
-        box = src[geo.y0 : geo.y1, geo.x0 : geo.x1]
-        if geo.pads:
-            out[...] = self.pad_value
-        target = out[geo.top : geo.top + geo.height, geo.left : geo.left + geo.width]
-        if any(s < 0 for s in box.strides):
-            box = np.ascontiguousarray(box)
-        resize_into(box, target, self.interpolation)
-        return out
-
-    # ------------------------------------------------------------------ JPEG
-
-    def _jpeg(
-        self,
-        tj: JpegLib,
-        buf: Buffer,
-        out: npt.NDArray[np.uint8] | None,
-        sid: str | None,
-        u: list[float] | None = None,
-    ) -> npt.NDArray[np.uint8]:
-        data = buf if isinstance(buf, bytes) else bytes(buf)
-        w, h, colorspace = _jpeg_header(tj, data, sid)
-        self._check_pixels(w, h, sid, "jpeg")
-        if colorspace in (COLORSPACE_CMYK, COLORSPACE_YCCK):
-            return self._pillow(buf, "jpeg", out, sid, u)  # Pillow knows Adobe's inverted CMYK
-        orientation = jpeg_orientation(data) if self.exif else 1
-        oh, ow = (w, h) if orientation >= 5 else (h, w)
-        th, tw = self._target(oh, ow)
-        geo = self._geometry(oh, ow, th, tw, u)
-        num, den = dct_scale(*geo.box_shape, geo.height, geo.width)
-        sh, sw = -(-h * num // den), -(-w * num // den)  # libjpeg's scaled size
-        result = self._output(out, th, tw)
-        direct = (
-            orientation == 1
-            and not geo.pads
-            and geo.box_shape == (oh, ow)
-            and (geo.height, geo.width) == (sh, sw)
-            and result.strides[1:] == (self.channels, 1)
-        )
-        # Already the target size: straight into the output; else into a scratch array.
-        arr = result if direct else _scratch((sh, sw, self.channels))
-        try:
-            tj.decode_into(data, arr, PIXEL_FORMATS[self.mode])
-        except TurboError as exc:
-            if is_harmless(str(exc)):  # whole after a warning the binding cannot pass over
-                return self._pillow(buf, "jpeg", out, sid, u)
-            raise DecodeError(f"damaged JPEG: {exc}", sample_id=sid, format="jpeg") from None
-        if direct:
-            return result
-        arr = _orient(arr, orientation)
-        geo = geo.scaled(num, den, oh, ow) if den != 1 else geo
-        return self._place(arr, geo, result)
-
-    # ------------------------------------------------------------------ PNG
-
-    def _png(
-        self,
-        ic: Any,
-        buf: Buffer,
-        hdr: tuple[int, int, int, int],
-        out: npt.NDArray[np.uint8] | None,
-        sid: str | None,
-        u: list[float] | None = None,
-    ) -> npt.NDArray[np.uint8]:
-        w, h, _depth, color = hdr
-        self._check_pixels(w, h, sid, "png")
-        th, tw = self._target(h, w)
-        geo = self._geometry(h, w, th, tw, u)
-        result = self._output(out, th, tw)
-        src_channels = _SPNG_CHANNELS[color]
-        try:
-            if (
-                src_channels == self.channels
-                and not geo.pads
-                and (geo.height, geo.width) == (h, w) == geo.box_shape
-            ):
-                target = result[..., 0] if src_channels == 1 else result
-                got = ic.spng_decode(buf, out=target)
-                if got is not target and not np.shares_memory(got, result):
-                    target[...] = got
-                return result
-            arr = ic.spng_decode(buf)
-        except Exception as exc:
-            raise DecodeError(f"damaged PNG: {exc}", sample_id=sid, format="png") from None
-        if arr.ndim == 2:
-            arr = arr[..., None]
-        return self._place(_convert_channels(arr, self.channels), geo, result)
-
-    # ------------------------------------------------------------------ WebP without Pillow's
-
-    def _webp(
-        self,
-        ic: Any,
-        buf: Buffer,
-        out: npt.NDArray[np.uint8] | None,
-        sid: str | None,
-        u: list[float] | None,
-    ) -> npt.NDArray[np.uint8]:
-        """WebP through imagecodecs' libwebp, for a Pillow built without it (EXIF
-        orientation, rare in WebP, is not read on this path)."""
-        size = webp_size(buf)
-        if size is None:
-            raise DecodeError("damaged WEBP header", sample_id=sid, format="webp")
-        w, h = size
-        self._check_pixels(w, h, sid, "webp")
-        try:
-            arr = ic.webp_decode(buf)
-        except Exception as exc:
-            raise DecodeError(f"damaged WEBP: {exc}", sample_id=sid, format="webp") from None
-        if arr.shape[:2] != (h, w):
-            raise DecodeError(
-                f"damaged WEBP: its header says {w}x{h}, its image is "
-                f"{arr.shape[1]}x{arr.shape[0]}",
-                sample_id=sid,
-                format="webp",
-            )
-        th, tw = self._target(h, w)
-        geo = self._geometry(h, w, th, tw, u)
-        arr = arr[..., None] if arr.ndim == 2 else arr
-        return self._place(_convert_channels(arr, self.channels), geo, self._output(out, th, tw))
-
-    # ------------------------------------------------------------------ everything else
-
-    def _pillow(
-        self,
-        buf: Buffer,
-        fmt: str | None,
-        out: npt.NDArray[np.uint8] | None,
-        sid: str | None,
-        u: list[float] | None = None,
-    ) -> npt.NDArray[np.uint8]:
-        from PIL import ImageOps
-
-        im = _pil_open(buf, sid, fmt)
-        fmt = (im.format or fmt or "image").lower()
-        w, h = im.size
-        self._check_pixels(w, h, sid, fmt)
-        try:
-            if self.exif:
-                im = ImageOps.exif_transpose(im)
-            oh, ow = im.size[1], im.size[0]
-            th, tw = self._target(oh, ow)
-            geo = self._geometry(oh, ow, th, tw, u)
-            if (
-                fmt == "jpeg"
-                and (num_den := dct_scale(*geo.box_shape, geo.height, geo.width))[1] > 1
-            ):
-                # Pillow's DCT-domain scaling: same factors as the libjpeg-turbo path
-                im.draft(im.mode, (-(-ow // num_den[1]), -(-oh // num_den[1])))
-            im.load()
-            arr = self._pil_array(im)
-        except DecodeError:
-            raise
-        except Exception as exc:
-            raise DecodeError(
-                f"damaged {fmt.upper()} image: {exc}", sample_id=sid, format=fmt
-            ) from None
-        if arr.shape[:2] != (oh, ow):  # decoded at a reduced (draft) scale
-            sh, sw = arr.shape[:2]
-            geo = Geometry(
-                geo.y0 * sh // oh, max(1, geo.y1 * sh // oh), geo.x0 * sw // ow,
-                max(1, geo.x1 * sw // ow), geo.height, geo.width, geo.top, geo.left,
-            )  # fmt: skip
-        return self._place(arr, geo, self._output(out, th, tw))
-
-    def _pil_array(self, im: Any) -> npt.NDArray[np.uint8]:
-        """The loaded Pillow image as HWC uint8 with this decoder's channels."""
-        if im.mode.startswith("I;16") or (im.mode == "I" and im.format == "PNG"):
-            arr16 = np.asarray(im, dtype=np.uint32)  # 16-bit samples: keep the top 8 bits
-            return _convert_channels((arr16 >> 8).astype(np.uint8)[..., None], self.channels)
-        if im.mode == "P" and "transparency" in im.info:
-            im = im.convert("RGBA")
-        if im.mode not in ("RGB", "L", "RGBA"):
-            im = im.convert("RGBA" if "A" in im.mode or im.mode == "P" else "RGB")
-        arr = np.asarray(im)
-        if arr.ndim == 2:
-            arr = arr[..., None]
-        return _convert_channels(arr, self.channels)
 
     # ------------------------------------------------------------------ batches
 
@@ -751,7 +413,11 @@ class ImageDecoder:
         errors: list[DecodeError | None] = [None] * n
         plain = uniforms is None and not self.format.converts
         decode = self._decode if plain else self._decode_one
-        fast = self._same_size_png() if plain else None
+        fast = (
+            same_size_png(self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif)
+            if plain
+            else None
+        )
         grey = self.channels == 1
 
         def one(i: int) -> None:
@@ -776,124 +442,6 @@ class ImageDecoder:
                     logger.warning("skipped an image that failed to decode: %s", e)
         return DecodedBatch(out, ok, failed)
 
-    def _same_size_png(self) -> Callable[[Any, npt.NDArray[np.uint8]], bool] | None:
-        """A lean path for batches of 8-bit PNGs already at the output size and mode.
-
-        Tiny images (32x32) cost about 35 µs in libspng; the general path's checks add
-        about 7 µs more, all of it holding the GIL, which keeps two threads from scaling.
-        This path checks the header with one `struct` call, walks the chunk headers (no
-        compressed text or ICC profile for libspng to inflate) and decodes straight into the
-        batch; anything else (or any failure) takes the general path, which also reports
-        the errors. Decoders that augment or convert their output do not take it.
-        """
-        ic = imagecodecs()
-        if ic is None or self.size is None or self.exif:
-            return None
-        th, tw = self.size
-        if th * tw > self.max_pixels:
-            return None
-        color = {1: 0, 3: 2, 4: 6}[self.channels]
-        spng_decode = ic.spng_decode
-        unpack = struct.unpack_from
-        strip = png_strip_inflated
-
-        def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
-            kind = type(item)  # exact types only: this runs once per image
-            # 57 bytes: the signature, IHDR, and empty IDAT and IEND chunks
-            if (kind is not bytes and kind is not memoryview) or len(item) < 57:
-                return False
-            if item[:16] != _PNG_HEAD:
-                return False
-            if unpack(">IIBB", item, 16) != (tw, th, 8, color):
-                return False
-            # IHDR, one IDAT, IEND (what most encoders write for a small image) has no
-            # compressed text or ICC profile; anything else is walked, and one that has
-            # such chunks takes the general path, which drops them
-            length, chunk = unpack(">I4s", item, 33)
-            iend = 49 + length
-            simple = chunk == b"IDAT" and item[iend : iend + 4] == b"IEND"
-            if not simple and strip(item) is not item:
-                return False
-            try:
-                spng_decode(item, out=target)
-            except Exception:
-                return False
-            return True
-
-        return fast
-
     def close(self) -> None:
         """Stop the decode threads."""
         self.pool.close()
-
-
-def decode_image(
-    data: Buffer,
-    *,
-    size: int | tuple[int, int] | None = None,
-    mode: ImageMode = "RGB",
-    resize: ResizeMode = "exact",
-    interpolation: Interpolation = "bilinear",
-    exif: bool = False,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    pad_value: int = 0,
-    out: npt.NDArray[np.uint8] | None = None,
-    sample_id: str | None = None,
-) -> npt.NDArray[np.uint8]:
-    """Decode one image to a uint8 HWC array (see `ImageDecoder` for the options).
-
-    Examples:
-        >>> import io
-        >>> from PIL import Image
-        >>> buf = io.BytesIO()
-        >>> Image.new("RGB", (300, 200), "white").save(buf, "JPEG")
-        >>> decode_image(buf.getvalue(), size=224, resize="shorter").shape
-        (224, 224, 3)
-    """
-    dec = ImageDecoder(
-        size, mode=mode, resize=resize, interpolation=interpolation, exif=exif,
-        max_pixels=max_pixels, pad_value=pad_value, threads=1,
-    )  # fmt: skip
-    return dec.decode(data, out=out, sample_id=sample_id)
-
-
-_SHARED: dict[tuple[Any, ...], ImageDecoder] = {}
-
-
-def decode_images(
-    items: Sequence[Buffer],
-    *,
-    size: int | tuple[int, int],
-    mode: ImageMode = "RGB",
-    resize: ResizeMode = "exact",
-    interpolation: Interpolation = "bilinear",
-    exif: bool = False,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    pad_value: int = 0,
-    threads: int | None = None,
-    out: npt.NDArray[np.uint8] | None = None,
-    sample_ids: Sequence[str] | None = None,
-) -> npt.NDArray[np.uint8]:
-    """Decode a batch into one uint8 NHWC array on a thread pool (raises on the first error).
-
-    Decoders are cached per option set, so repeated calls reuse their threads.
-
-    Examples:
-        >>> import io
-        >>> from PIL import Image
-        >>> buf = io.BytesIO()
-        >>> Image.new("L", (40, 40), 128).save(buf, "PNG")
-        >>> decode_images([buf.getvalue()] * 3, size=(16, 20)).shape
-        (3, 16, 20, 3)
-    """
-    key = (size, mode, resize, interpolation, exif, max_pixels, pad_value, threads)
-    dec = _SHARED.get(key)
-    if dec is None:
-        dec = _SHARED.setdefault(
-            key,
-            ImageDecoder(
-                size, mode=mode, resize=resize, interpolation=interpolation, exif=exif,
-                max_pixels=max_pixels, pad_value=pad_value, threads=threads,
-            ),
-        )  # fmt: skip
-    return dec.decode_batch(items, out=out, sample_ids=sample_ids).images

@@ -13,6 +13,9 @@ from ferroload_codec._backends import opencv
 ResizeMode = Literal["exact", "shorter", "longer"]
 Interpolation = Literal["bilinear", "bicubic", "area", "nearest"]
 RESIZE_MODES = ("exact", "shorter", "longer")
+#: The resize modes of images: those of `geometry`, and a seeded random resized crop.
+ImageResize = Literal["exact", "shorter", "longer", "random"]
+IMAGE_RESIZE_MODES = (*RESIZE_MODES, "random")
 INTERPOLATIONS = ("bilinear", "bicubic", "area", "nearest")
 
 

@@ -31,7 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ferroload_codec._errors import DecodeError, ImageTooLargeError
-from ferroload_codec._image import CHANNELS, DEFAULT_MAX_PIXELS, ImageMode, _convert_channels
+from ferroload_codec._image import DEFAULT_MAX_PIXELS
+from ferroload_codec._pixels import CHANNELS, ImageMode, convert_channels
 from ferroload_codec._resize import (
     INTERPOLATIONS,
     RESIZE_MODES,
@@ -129,7 +130,7 @@ def _to_array(frame: Any, mode: ImageMode) -> npt.NDArray[np.uint8]:
         arr: npt.NDArray[np.uint8] = frame.to_ndarray(format="rgba")
         return arr
     rgb: npt.NDArray[np.uint8] = frame.to_ndarray(format="rgb24")
-    return _convert_channels(rgb, CHANNELS[mode])
+    return convert_channels(rgb, CHANNELS[mode])
 
 
 def _place(
