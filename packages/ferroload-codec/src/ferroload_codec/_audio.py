@@ -1,13 +1,12 @@
-"""Audio decoding into `(channels, frames)` arrays: libsndfile (soundfile) and soxr.
+"""`AudioDecoder` and `decode_audio`: audio into `(channels, frames)` arrays, one clip or a batch.
 
-Only the frames a crop needs are decoded: WAV-like containers and FLAC seek to them
-exactly; Ogg/Vorbis and MP3 are decoded forward from the start and stop at the crop's
-end (libsndfile 1.2's seeks in those land hundreds of frames off the target).
+Only the frames a crop needs are decoded (and resampled): WAV-like containers and FLAC
+seek to them exactly; Ogg/Vorbis and MP3 are decoded forward from the start and stop at
+the crop's end. The calls into libsndfile (soundfile) and soxr are in `_sndfile`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -19,6 +18,18 @@ import numpy.typing as npt
 
 from ferroload_codec._errors import CodecUnavailableError, DecodeError, UnsupportedFormatError
 from ferroload_codec._pool import DecodePool
+from ferroload_codec._sndfile import (
+    EXACT_SEEK,
+    FORMAT_NAMES,
+    SF_ERR_NO_STREAM,
+    SF_ERR_UNRECOGNISED_FORMAT,
+    Frames,
+    load_soundfile,
+    read_frames,
+    resample,
+    sniff_audio,
+    wav_missing_bytes,
+)
 from ferroload_codec._sniff import as_buffer
 
 logger = logging.getLogger(__name__)
@@ -29,19 +40,10 @@ OnError = Literal["raise", "skip", "warn"]
 AudioArray: TypeAlias = npt.NDArray[Any]  # float32 or int16, (channels, frames)
 #: What the decoders take: encoded bytes, or a 1-D uint8 array of them.
 AudioBytes: TypeAlias = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
-Frames: TypeAlias = npt.NDArray[np.float32]  # (frames, channels), as libsndfile and soxr use
 
 DTYPES = ("float32", "int16")
 CROPS = ("start", "center", "random")
-#: soxr's quality preset ("HQ": 20-bit precision, 95% bandwidth, linear phase).
-RESAMPLE_QUALITY = "HQ"
-# Containers where libsndfile's seek is sample-accurate (checked against a full decode).
-_EXACT_SEEK = frozenset({"WAV", "WAVEX", "W64", "RF64", "AIFF", "AU", "CAF", "FLAC"})
-_FORMAT_NAMES = {"WAV": "wav", "WAVEX": "wav", "RF64": "wav", "W64": "wav", "OGG": "ogg"}
-_CHUNK_SAMPLES = 1 << 20  # whole files are decoded in pieces of 4 MiB, whatever the header says
 _MAX_UPSAMPLE = 256  # a higher ratio means a damaged header, not a real recording
-_SF_ERR_UNRECOGNISED_FORMAT = 1
-_SF_ERR_NO_STREAM = 7  # libsndfile's "file does not exist" for a stream with no valid frame
 
 
 class DecodedAudioBatch(NamedTuple):
@@ -59,78 +61,6 @@ class DecodedAudioBatch(NamedTuple):
     sample_rate: int
     ok: npt.NDArray[np.bool_]
     errors: tuple[DecodeError, ...]
-
-
-@functools.cache
-def _soundfile_module() -> Any:
-    import soundfile
-
-    return soundfile
-
-
-def _soundfile() -> Any:
-    try:
-        return _soundfile_module()
-    except (ImportError, OSError) as exc:  # OSError: the libsndfile shared library is missing
-        raise CodecUnavailableError(
-            f"audio decoding needs soundfile with libsndfile >= 1.1 (pip install soundfile): {exc}"
-        ) from exc
-
-
-def _soxr() -> Any:
-    try:
-        import soxr
-    except ImportError as exc:
-        raise CodecUnavailableError(
-            f"resampling audio needs soxr (pip install soxr): {exc}"
-        ) from exc
-    return soxr
-
-
-def _sniff_audio(buf: bytes | bytearray | memoryview) -> str | None:
-    """The audio format the bytes start with (`wav`, `flac`, `ogg`, `aiff`, `mp3`), if any."""
-    head = bytes(buf[:12])
-    if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
-        return "wav"
-    if head[:4] == b"fLaC":
-        return "flac"
-    if head[:4] == b"OggS":
-        return "ogg"
-    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
-        return "aiff"
-    # ID3v2 tag, or an MPEG audio frame sync with a layer (ADTS AAC has layer bits 00)
-    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE6 > 0xE0):
-        return "mp3"
-    return None
-
-
-def _wav_missing_bytes(buf: bytes | bytearray | memoryview) -> int:
-    """How many bytes a RIFF/WAVE `data` chunk declares beyond the end of the input.
-
-    libsndfile decodes a truncated WAV quietly, as if it were shorter; this tells it apart.
-    A size of 0 or 0xFFFFFFFF (written by streaming encoders that never come back to fix
-    the header) means "unknown" and never counts as missing.
-    """
-    if bytes(buf[:4]) != b"RIFF" or bytes(buf[8:12]) != b"WAVE":
-        return 0
-    pos, n = 12, len(buf)
-    while pos + 8 <= n:
-        size = int.from_bytes(buf[pos + 4 : pos + 8], "little")
-        if bytes(buf[pos : pos + 4]) == b"data":
-            return 0 if size in (0, 0xFFFFFFFF) else max(0, size - (n - pos - 8))
-        pos += 8 + size + (size & 1)
-    return 0
-
-
-def _resample(x: Frames, in_rate: int, out_rate: int, sid: str | None, fmt: str) -> Frames:
-    soxr = _soxr()
-    try:
-        y: Frames = soxr.resample(x, in_rate, out_rate, quality=RESAMPLE_QUALITY)
-    except Exception as exc:  # soxr raises ValueError, RuntimeError, …
-        raise DecodeError(
-            f"cannot resample {in_rate} Hz to {out_rate} Hz: {exc}", sample_id=sid, format=fmt
-        ) from None
-    return y.reshape(-1, x.shape[1])
 
 
 class AudioDecoder:
@@ -247,27 +177,27 @@ class AudioDecoder:
         sid: str | None,
         out: AudioArray | None,
     ) -> tuple[AudioArray, int]:
-        sf = _soundfile()
-        hint = _sniff_audio(buf)
+        sf = load_soundfile()
+        hint = sniff_audio(buf)
         try:
             f = sf.SoundFile(BytesIO(buf))
         except MemoryError:
             raise
         except Exception as exc:  # LibsndfileError mostly; any kind on bad headers
             code = getattr(exc, "code", None)
-            if code == _SF_ERR_UNRECOGNISED_FORMAT and hint is None:
+            if code == SF_ERR_UNRECOGNISED_FORMAT and hint is None:
                 raise UnsupportedFormatError(
                     f"not an audio format libsndfile reads (starts with {bytes(buf[:8])!r})",
                     sample_id=sid,
                 ) from None
             detail = getattr(exc, "error_string", None) or str(exc)
-            if code == _SF_ERR_NO_STREAM:
+            if code == SF_ERR_NO_STREAM:
                 detail = "no valid audio frame found"
             raise DecodeError(
                 f"damaged {hint or 'audio'} data: {detail}", sample_id=sid, format=hint
             ) from None
         with f:
-            fmt = _FORMAT_NAMES.get(f.format, str(f.format).lower())
+            fmt = FORMAT_NAMES.get(f.format, str(f.format).lower())
             try:
                 x, rate = self._read(f, buf, fmt, seed, sid)
             except (DecodeError, MemoryError, CodecUnavailableError):
@@ -315,7 +245,7 @@ class AudioDecoder:
                 sample_id=sid,
                 format=fmt,
             )
-        if fmt == "wav" and (missing := _wav_missing_bytes(buf)) > 0:
+        if fmt == "wav" and (missing := wav_missing_bytes(buf)) > 0:
             raise DecodeError(
                 f"truncated WAV: the data chunk is {missing} bytes short of its declared size",
                 sample_id=sid,
@@ -339,11 +269,11 @@ class AudioDecoder:
                 start = max(0, offset * in_rate // out_rate - margin) // step * step
                 stop = min(total, -(-(offset + length) * in_rate // out_rate) + margin)
                 skip = offset - start * out_rate // in_rate
-        x = _read_frames(f, start, stop - start, total, f.format in _EXACT_SEEK, sid, fmt)
+        x = read_frames(f, start, stop - start, total, f.format in EXACT_SEEK, sid, fmt)
         if self.mono and x.shape[1] > 1:  # a matrix product: 20x faster than mean(axis=1)
             x = x @ np.full((x.shape[1], 1), 1 / x.shape[1], dtype=np.float32)
         if resampling:
-            x = _resample(x, in_rate, out_rate, sid, fmt)
+            x = resample(x, in_rate, out_rate, sid, fmt)
             if length is not None:
                 x = x[skip : skip + length]
         return x, out_rate
@@ -423,7 +353,7 @@ class AudioDecoder:
             raise ValueError(
                 f"out must be {self.dtype} of shape {shape}, got {out.dtype} {out.shape}"
             )
-        _soundfile()  # a missing library fails the batch here, not each item
+        load_soundfile()  # a missing library fails the batch here, not each item
         errors: list[DecodeError | None] = [None] * n
         rates = [0] * n
 
@@ -467,69 +397,6 @@ class AudioDecoder:
 
 def _positive_int(value: object) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool) and bool(value > 0)
-
-
-def _read_frames(
-    f: Any, start: int, n: int, total: int, exact_seek: bool, sid: str | None, fmt: str
-) -> Frames:
-    """Frames `[start, start + n)` as `(n, channels)` float32.
-
-    Reads in pieces of at most `_CHUNK_SAMPLES` samples, so a header that overstates the
-    length never allocates more than what the data actually holds.
-    """
-    chunk = max(1, _CHUNK_SAMPLES // f.channels)
-    if start > 0 and exact_seek and f.seekable():
-        f.seek(start)
-    elif start > 0:  # decode forward, dropping what comes before the crop
-        scratch = np.empty((min(chunk, start), f.channels), dtype=np.float32)
-        skipped = 0
-        while skipped < start and (k := _read_into(f, scratch[: start - skipped])):
-            skipped += k
-        if skipped < start:
-            raise _truncated(total, skipped, sid, fmt)
-    pieces: list[Frames] = []
-    got = 0
-    while got < n:
-        piece = np.empty((min(chunk, n - got), f.channels), dtype=np.float32)
-        k = _read_into(f, piece)
-        if k == 0:
-            break
-        pieces.append(piece[:k])
-        got += k
-    if got < n:
-        raise _truncated(total, start + got, sid, fmt)
-    if len(pieces) == 1:
-        return pieces[0]
-    return np.concatenate(pieces) if pieces else np.empty((0, f.channels), np.float32)
-
-
-def _read_into(f: Any, buf: Frames) -> int:
-    """Decode the next `len(buf)` frames into the C-contiguous `buf`; returns how many came.
-
-    Calls libsndfile directly: `SoundFile.read` seeks back to where it stopped after every
-    read, and libsndfile's MP3 seek is fuzzy even to the current position, which garbles
-    an MP3 read in pieces (the seek-free path is soundfile's documented C API).
-    """
-    sf = _soundfile()
-    lib, ffi, handle = (
-        getattr(sf, "_snd", None),
-        getattr(sf, "_ffi", None),
-        getattr(f, "_file", None),
-    )
-    if lib is None or ffi is None or handle is None:  # a soundfile without them: public API
-        return len(f.read(len(buf), dtype="float32", out=buf))
-    got = int(lib.sf_readf_float(handle, ffi.cast("float *", ffi.from_buffer(buf)), len(buf)))
-    if err := int(lib.sf_error(handle)):
-        raise RuntimeError(ffi.string(lib.sf_error_number(err)).decode("utf-8", "replace"))
-    return got
-
-
-def _truncated(total: int, got: int, sid: str | None, fmt: str) -> DecodeError:
-    return DecodeError(
-        f"truncated {fmt}: the header declares {total} frames, the data ends after {got}",
-        sample_id=sid,
-        format=fmt,
-    )
 
 
 def decode_audio(
