@@ -20,8 +20,10 @@ from ferroload_format import (
     PayloadRangeError,
     Writer,
 )
-from ferroload_format import _index as index_module
-from ferroload_format._index import IndexColumns, write_part
+from ferroload_format import _part_files as part_files_module
+from ferroload_format._index import write_part
+from ferroload_format._index_columns import IndexColumns
+from ferroload_format._index_groups import GroupReader
 from ferroload_format._manifest import version_path
 from ferroload_store import open_store
 
@@ -83,13 +85,13 @@ class Reads:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[str, tuple[int, ...], tuple[str, ...]]] = []
-        real = index_module.read_row_groups
+        real = part_files_module.read_row_groups
 
         def spy(opened: Any, groups: Any, names: Any) -> pa.Table:
             self.calls.append((str(opened[0].metadata.num_rows), tuple(groups), tuple(names)))
             return real(opened, groups, names)
 
-        monkeypatch.setattr(index_module, "read_row_groups", spy)
+        monkeypatch.setattr(part_files_module, "read_row_groups", spy)
 
     def groups(self) -> list[tuple[int, ...]]:
         return [g for _, g, _ in self.calls]
@@ -193,7 +195,7 @@ def test_a_row_group_contradicting_its_statistics_is_refused(
     one_shard_per_part(uri)
     ds = Dataset.open(uri)
     # statistics claiming shard 0 for every group (a forged footer)
-    monkeypatch.setattr(IndexColumns, "_one_shard", lambda self, p, g: 0)
+    monkeypatch.setattr(GroupReader, "one_shard", lambda self, p, g: 0)
     assert ds.shard_runs()[1].tolist() == [0]
     with pytest.raises(ManifestError, match="statistics say one"):
         ds.locate("image", [45])
@@ -316,16 +318,16 @@ def test_remote_reads_fetch_only_the_asked_chunks(uri: str) -> None:
 def test_large_reads_run_in_threads(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     write_parts(uri)
     small_groups(uri, 2)  # 20 row groups per part: a read of them all is 5 chunks of 4
-    monkeypatch.setattr(index_module, "_GROUPS_PER_READ", 4)
-    monkeypatch.setattr(index_module, "_READ_THREADS", 2)
+    monkeypatch.setattr(part_files_module, "_GROUPS_PER_READ", 4)
+    monkeypatch.setattr(part_files_module, "_READ_THREADS", 2)
     threads: set[str] = set()
-    real = index_module.read_row_groups
+    real = part_files_module.read_row_groups
 
     def spy(opened: Any, groups: Any, names: Any) -> pa.Table:
         threads.add(threading.current_thread().name)
         return real(opened, groups, names)
 
-    monkeypatch.setattr(index_module, "read_row_groups", spy)
+    monkeypatch.setattr(part_files_module, "read_row_groups", spy)
     ds = Dataset.open(uri)
     pos = np.random.default_rng(2).permutation(120)
     assert ds.column("sample_id", pos).to_pylist() == [f"s{i:05d}" for i in pos]

@@ -47,7 +47,8 @@ from ferroload_format._errors import (
     WriterClosedError,
 )
 from ferroload_format._gc import DEFAULT_GRACE, GcReport, gc
-from ferroload_format._index import ROW_GROUP_SIZE, ModalityArrays, arrow_array, numpy_column
+from ferroload_format._index import ROW_GROUP_SIZE
+from ferroload_format._index_arrays import ModalityArrays, arrow_array, numpy_column
 from ferroload_format._layers import LayerWriter
 from ferroload_format._manifest import (
     FORMAT_MINOR,

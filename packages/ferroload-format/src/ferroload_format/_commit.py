@@ -33,7 +33,7 @@ from ferroload_format._ids import (
     suspects,
     write_run,
 )
-from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
+from ferroload_format._index import ROW_GROUP_SIZE, index_schema, write_part
 from ferroload_format._manifest import (
     IDS_DIR,
     INDEX_DIR,
@@ -49,6 +49,7 @@ from ferroload_format._manifest import (
     utc_now,
     version_path,
 )
+from ferroload_format._part_files import read_part_table
 from ferroload_format._shard_lists import spill
 from ferroload_format._tiers import MERGE_FACTOR, newest_taken
 from ferroload_format._types import fits_in, type_name

@@ -16,9 +16,10 @@ from ferroload_format._commit import (
 )
 from ferroload_format._errors import CommitConflictError
 from ferroload_format._ids import hash_ids, run_path, write_run
-from ferroload_format._index import ROW_GROUP_SIZE, index_schema, read_part_table, write_part
+from ferroload_format._index import ROW_GROUP_SIZE, index_schema, write_part
 from ferroload_format._manifest import IndexPart, Manifest, part_path, staged_part_path, utc_now
 from ferroload_format._names import new_txn_id
+from ferroload_format._part_files import read_part_table
 from ferroload_format._shard_lists import fold
 from ferroload_format._versions import read_manifest, write_hint
 from ferroload_store import ObjectExistsError, Store

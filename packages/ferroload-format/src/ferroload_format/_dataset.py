@@ -20,7 +20,8 @@ from ferroload_format._errors import (
     ShardNotFoundError,
     ShardTruncatedError,
 )
-from ferroload_format._index import IndexColumns, ModalityArrays, arrow_array
+from ferroload_format._index_arrays import ModalityArrays, arrow_array
+from ferroload_format._index_columns import IndexColumns
 from ferroload_format._manifest import LayerInfo, Manifest, Modality
 from ferroload_format._plugins import plugin, resolve_uri
 from ferroload_format._versions import list_versions, read_manifest

@@ -22,7 +22,8 @@ from ferroload_format._errors import (
     InvalidSampleIdError,
     SchemaConflictError,
 )
-from ferroload_format._index import MODALITY_TYPE, arrow_array, numpy_column
+from ferroload_format._index import MODALITY_TYPE
+from ferroload_format._index_arrays import arrow_array, numpy_column
 from ferroload_format._manifest import Modality, ShardInfo, check_shard_paths, layer_staging_dir
 from ferroload_format._names import (
     MAX_MEMBER_NAME,

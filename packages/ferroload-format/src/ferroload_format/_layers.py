@@ -38,7 +38,9 @@ from ferroload_format._errors import (
     LayerExistsError,
     SchemaConflictError,
 )
-from ferroload_format._index import MODALITY_TYPE, IndexColumns, arrow_array, write_part
+from ferroload_format._index import MODALITY_TYPE, write_part
+from ferroload_format._index_arrays import arrow_array
+from ferroload_format._index_columns import IndexColumns
 from ferroload_format._layer_parts import (
     IDENTITY_RE,
     PARTITION_META,

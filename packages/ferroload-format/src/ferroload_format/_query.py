@@ -16,12 +16,12 @@ import pyarrow as pa
 
 from ferroload_format import _pruning, _sandbox
 from ferroload_format._errors import ManifestError, QueryError, QueryTimeoutError, UnsafeQueryError
-from ferroload_format._index import (
-    IndexColumns,
-    _no_column,
-    arrow_array,
+from ferroload_format._index_arrays import arrow_array
+from ferroload_format._index_columns import IndexColumns
+from ferroload_format._part_files import (
     check_part_rows,
     column_chunks,
+    no_column,
     open_part,
     read_row_groups,
 )
@@ -290,7 +290,7 @@ class _Scan:
             check_part_rows(index.store, part, metadata.num_rows)
             for name in self.names:
                 if opened[0].schema_arrow.get_field_index(name) < 0:
-                    raise _no_column(index.store, part, name)
+                    raise no_column(index.store, part, name)
             sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
             offsets = start + np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
             keep = pruner.may_match(self.con, metadata)

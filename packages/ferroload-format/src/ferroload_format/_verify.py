@@ -20,9 +20,11 @@ from ferroload_core import (
     progress_reporter,
 )
 from ferroload_format._errors import DatasetDamagedError, FormatError, ManifestError
-from ferroload_format._index import IndexColumns, ModalityArrays, open_part, read_part_table
+from ferroload_format._index_arrays import ModalityArrays
+from ferroload_format._index_columns import IndexColumns
 from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, ShardInfo, version_path
 from ferroload_format._names import member_name
+from ferroload_format._part_files import open_part, read_part_table
 from ferroload_format._shard_lists import read_shard_list, shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
