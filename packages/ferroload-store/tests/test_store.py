@@ -223,19 +223,19 @@ def test_mapped_reads_drop_their_pages_so_rss_stays_bounded(
     """An epoch of local reads would keep every mapped page of every shard resident (RSS
     as large as the data read); past MAPPED_TRIM_BYTES the store drops them, and views
     handed out before still read the same bytes."""
-    from ferroload_store import _store
+    from ferroload_store import _mapped
 
     data = np.random.default_rng(0).integers(0, 256, 48 << 20, dtype=np.uint8).tobytes()
     store = open_store(tmp_path)
     store.put("big", data)
-    monkeypatch.setattr(_store, "MAPPED_TRIM_BYTES", 1 << 40)  # no trim while we fill
+    monkeypatch.setattr(_mapped, "MAPPED_TRIM_BYTES", 1 << 40)  # no trim while we fill
     starts = np.arange(0, len(data) - 100, 4096)
     kept = store.get_ranges("big", starts[:5], [100] * 5)
     views = store.get_ranges("big", starts, [100] * len(starts))
     assert sum(v[0] for v in views) == sum(data[int(s)] for s in starts)  # touch every page
     before = _rss_file_kib()
     assert store.stats.mapped_trims == 0
-    monkeypatch.setattr(_store, "MAPPED_TRIM_BYTES", 1 << 20)
+    monkeypatch.setattr(_mapped, "MAPPED_TRIM_BYTES", 1 << 20)
     store.get_ranges("big", starts[:20], [100] * 20)
     assert store.stats.mapped_trims == 1
     after = _rss_file_kib()

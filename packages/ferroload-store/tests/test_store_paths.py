@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ferroload_core import UnsafePathError
+from ferroload_store import _local as _local_module
 from ferroload_store import _nofollow as _nofollow_module
-from ferroload_store import _store as _store_module
 from ferroload_store import open_store
 from ferroload_store._nofollow import RACE_FREE
 
@@ -133,7 +133,7 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_followed(
     root = tmp_path / "root"
     store = open_store(root)
     store.put("shards/secret.txt", b"the dataset's own bytes")
-    real_open_below = _store_module.open_below
+    real_open_below = _local_module.open_below
 
     def swap_then_open(root_dir: str, real: str, flags: int = os.O_RDONLY) -> int:
         if (root / "shards").is_dir() and not (root / "shards").is_symlink():
@@ -141,7 +141,7 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_followed(
             (root / "shards").symlink_to(outside, target_is_directory=True)
         return real_open_below(root_dir, real, flags)
 
-    monkeypatch.setattr(_store_module, "open_below", swap_then_open)
+    monkeypatch.setattr(_local_module, "open_below", swap_then_open)
     monkeypatch.setattr(_nofollow_module, "open_below", swap_then_open)
     call = {
         "get": lambda: store.get("shards/secret.txt"),

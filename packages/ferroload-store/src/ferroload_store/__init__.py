@@ -14,7 +14,8 @@ re-exported here).
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core import FerroloadError
-from ferroload_store._cache import BlockCache, CacheStats, parse_size
+from ferroload_store._cache import BlockCache, parse_size
+from ferroload_store._counters import CacheStats, StoreStats
 from ferroload_store._errors import (
     CacheConfigError,
     CacheError,
@@ -28,6 +29,7 @@ from ferroload_store._errors import (
     UnsupportedOperationError,
 )
 from ferroload_store._file import RangeFile
+from ferroload_store._info import ObjectInfo
 from ferroload_store._options import DEFAULT_PART_SIZE, IOOptions
 from ferroload_store._ranges import (
     DEFAULT_MAX_GAP,
@@ -43,7 +45,7 @@ from ferroload_store._storage_options import (
     is_secret_option,
     normalize_storage_options,
 )
-from ferroload_store._store import ObjectInfo, Store, StoreStats, open_store
+from ferroload_store._store import Store, open_store
 from ferroload_store._uri import ParsedURI, parse_uri
 from ferroload_store._writers import ObjectWriter
 

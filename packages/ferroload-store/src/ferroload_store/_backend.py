@@ -25,8 +25,10 @@ from urllib.parse import urlsplit
 
 import obstore
 
+from ferroload_store._counters import StoreStats
 from ferroload_store._errors import StoreError
 from ferroload_store._options import IOOptions, parse_duration
+from ferroload_store._remote import RemoteEngine
 from ferroload_store._uri import ParsedURI
 
 #: obstore's HTTP client options (`obstore.store.ClientConfig`).
@@ -173,3 +175,35 @@ def open_obstore(parsed: ParsedURI, kwargs: Mapping[str, Any]) -> Any:
             "access_key_id)",
             uri=parsed.uri,
         ) from exc
+
+
+def remote_engine(
+    parsed: ParsedURI, storage_options: Mapping[str, Any], io: IOOptions, stats: StoreStats
+) -> RemoteEngine:
+    """The request engine of an object-store URI (its obstore store built now, so that a
+    bad configuration fails at open), obstore's own retries off.
+
+    Raises:
+        StoreError: if obstore rejects the URI or the configuration.
+    """
+    kwargs = obstore_kwargs(parsed.location, storage_options, io)
+    client = kwargs["client_options"]
+    timeouts = (
+        f"timeout={duration_text(client.get('timeout'))}, "
+        f"connect_timeout={duration_text(client.get('connect_timeout'))}"
+    )
+    return RemoteEngine(
+        lambda: open_obstore(parsed, kwargs), uri=parsed.uri, io=io, stats=stats, timeouts=timeouts
+    )
+
+
+def open_writer_obstore(
+    parsed: ParsedURI, storage_options: Mapping[str, Any], io: IOOptions
+) -> Any:
+    """An obstore store of an object-store URI that retries on its own (with `io`'s
+    retries and backoff, unless `storage_options` configure them), for multipart
+    uploads: a stream cannot be replayed from here."""
+    kwargs = obstore_kwargs(parsed.location, storage_options, io)
+    if not user_sets_retry_config(storage_options):
+        kwargs["retry_config"] = obstore_retry_config(io)
+    return open_obstore(parsed, kwargs)

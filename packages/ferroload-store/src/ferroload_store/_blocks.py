@@ -6,13 +6,13 @@ another process may truncate or replace)."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ferroload_core import LRU
 from ferroload_store._cache import BlockCache
 
 #: Bytes of verified blocks a `BlockReader` keeps in memory, so that a block read by
@@ -47,29 +47,25 @@ class BlockReader:
         self.cache = cache
         self.uri = uri
         self.block_size = cache.block_size
-        self.view_cache_bytes = view_cache_bytes
-        self._views: OrderedDict[str, memoryview] = OrderedDict()
-        self._view_bytes = 0
+        # Thread safety: the views are an `LRU`, which takes its own lock in every call;
+        # `_lock` guards only the claims of blocks being fetched (`_inflight`).
+        self._views: LRU[str, memoryview] = LRU(view_cache_bytes, weigh=_nbytes)
         self._inflight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+
+    @property
+    def view_cache_bytes(self) -> int:
+        """The bound of the in-memory LRU of verified blocks, in bytes (settable)."""
+        return self._views.max_weight
+
+    @view_cache_bytes.setter
+    def view_cache_bytes(self, value: int) -> None:
+        self._views.max_weight = value
 
     def keys(self, path: str, version: str, blocks: Sequence[int]) -> list[str]:
         """The cache keys of `blocks` of object `path` at `version`."""
         bs = self.block_size
         return [BlockCache.key(self.uri, path, version, b, bs) for b in blocks]
-
-    def _remember(self, key: str, view: memoryview) -> None:
-        with self._lock:
-            old = self._views.pop(key, None)
-            if old is not None:
-                self._view_bytes -= old.nbytes
-            if view.nbytes > self.view_cache_bytes:
-                return
-            self._views[key] = view
-            self._view_bytes += view.nbytes
-            while self._view_bytes > self.view_cache_bytes:
-                _, dropped = self._views.popitem(last=False)
-                self._view_bytes -= dropped.nbytes
 
     def blocks(
         self,
@@ -94,13 +90,12 @@ class BlockReader:
         waits: list[tuple[int, str, threading.Event]] = []
         mine: list[tuple[int, str]] = []
         for b, key in zip(blocks, keys, strict=True):
-            view = self._views.get(key)
-            if view is not None:
-                if keep:
+            if keep:
+                view = self._views.get(key)
+                if view is not None:
                     out[b] = view
-                    with self._lock:
-                        if key in self._views:
-                            self._views.move_to_end(key)
+                    continue
+            elif key in self._views:  # not `get`: a prefetch is no use of the view
                 continue
             if not keep and self.cache.contains(key):
                 continue
@@ -109,7 +104,7 @@ class BlockReader:
             got = self.cache.get(key) if keep else None
             if got is not None:
                 out[b] = got
-                self._remember(key, got)
+                self._views.put(key, got)
                 continue
             with self._lock:
                 ev = self._inflight.get(key)
@@ -119,13 +114,17 @@ class BlockReader:
                     waits.append((b, key, ev))
                     continue
             # A fetch that ended between the lookup above and the claim has stored it.
-            again = self._views.get(key) or (self.cache.get(key) if keep else None)
-            if again is None and (keep or not self.cache.contains(key)):
+            if keep:
+                again = self._views.get(key) or self.cache.get(key)
+                stored = again is not None
+            else:
+                again, stored = None, key in self._views or self.cache.contains(key)
+            if not stored:
                 mine.append((b, key))
                 continue
             with self._lock:
                 self._inflight.pop(key).set()
-            if keep and again is not None:
+            if again is not None:
                 out[b] = again
         if mine:
             try:
@@ -178,7 +177,7 @@ class BlockReader:
                     view = data if data.nbytes == mv.nbytes else memoryview(bytes(data))
                     view = view.toreadonly()
                     out[int(idx[j])] = view
-                    self._remember(keys[j], view)
+                    self._views.put(keys[j], view)
 
     def ranges(
         self,
@@ -220,8 +219,9 @@ class BlockReader:
         """Blocks read for the last time (this epoch): evict them first."""
         keys = self.keys(path, version, blocks)
         self.cache.mark_cold(keys)
-        with self._lock:
-            for key in keys:
-                view = self._views.pop(key, None)
-                if view is not None:
-                    self._view_bytes -= view.nbytes
+        for key in keys:
+            self._views.pop(key)
+
+
+def _nbytes(view: memoryview) -> int:
+    return view.nbytes

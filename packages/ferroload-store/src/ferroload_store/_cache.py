@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ import platformdirs
 import xxhash
 from filelock import FileLock
 
-from ferroload_store._counters import Counters
+from ferroload_store._counters import CacheStats
 from ferroload_store._errors import CacheConfigError, CacheError, InvalidCacheKeyError
 
 logger = logging.getLogger(__name__)
@@ -122,23 +121,6 @@ def parse_size(text: str, *, name: str = "size") -> int:
     if value <= 0:
         raise CacheConfigError(f"{name}={text!r} must be at least one byte")
     return value
-
-
-@dataclass
-class CacheStats(Counters):
-    """Counters of one `BlockCache` in this process (thread-safe).
-
-    A damaged entry found by `get` counts as a miss and as `corrupt`.
-    """
-
-    hits: int = 0
-    misses: int = 0
-    hit_bytes: int = 0
-    puts: int = 0
-    put_bytes: int = 0
-    corrupt: int = 0
-    evictions: int = 0
-    evicted_bytes: int = 0
 
 
 class BlockCache:

@@ -52,6 +52,18 @@ class ObjectTruncatedError(StoreError, EOFError):
         self.end = end
 
 
+def truncated_error(uri: str, path: str, *, end: int, size: int) -> ObjectTruncatedError:
+    """The error of a read of `path` that needed bytes up to `end` of an object that ends
+    at `size`."""
+    return ObjectTruncatedError(
+        f"{uri}/{path} is truncated: a read needed bytes up to {end} but the object ends at {size}",
+        uri=uri,
+        path=path,
+        size=size,
+        end=end,
+    )
+
+
 class UnsupportedOperationError(StoreError, NotImplementedError):
     """The backend cannot do what was asked (for example a conditional put)."""
 

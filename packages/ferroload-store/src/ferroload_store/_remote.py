@@ -23,8 +23,9 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -212,6 +213,19 @@ def translate(
             path=path,
         )
     return StoreError(f"{action} {where} failed: {cause}", uri=uri, path=path)
+
+
+@contextmanager
+def translating(uri: str, path: str, action: str) -> Iterator[None]:
+    """Raise the ferroload error (`translate`) for a backend or OS error raised inside,
+    from the original."""
+    try:
+        yield
+    except (obx.BaseError, OSError, NotImplementedError) as exc:
+        translated = translate(exc, uri=uri, path=path, action=action)
+        if translated is exc:
+            raise
+        raise translated from exc
 
 
 class RemoteEngine:

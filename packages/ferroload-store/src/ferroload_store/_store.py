@@ -2,156 +2,50 @@
 
 from __future__ import annotations
 
-import json
-import logging
-import mmap
 import os
-import re
 import threading
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import numpy as np
 import numpy.typing as npt
 import obstore
 import obstore.exceptions as obx
-from obstore.store import HTTPStore as _ObHTTPStore
 from obstore.store import LocalStore as _ObLocalStore
 from obstore.store import MemoryStore as _ObMemoryStore
 
-from ferroload_core import UnsafePathError, check_relative_path
-from ferroload_store._backend import (
-    duration_text,
-    obstore_kwargs,
-    obstore_retry_config,
-    open_obstore,
-    user_sets_retry_config,
-)
-from ferroload_store._blocks import BlockReader, Fetch
+from ferroload_store._backend import open_writer_obstore, remote_engine
+from ferroload_store._blocks import BlockReader
 from ferroload_store._cache import BlockCache
-from ferroload_store._counters import Counters
-from ferroload_store._errors import (
-    ObjectExistsError,
-    ObjectNotFoundError,
-    ObjectTruncatedError,
-    StoreError,
-    UnsupportedOperationError,
-)
+from ferroload_store._cached_reads import CachedReads
+from ferroload_store._commit import remote_put_if_absent
+from ferroload_store._counters import StoreStats
+from ferroload_store._direct import direct_ranges
+from ferroload_store._errors import ObjectNotFoundError, StoreError, truncated_error
 from ferroload_store._file import RangeFile
-from ferroload_store._nofollow import SymlinkSwappedError, open_below, unlink_below
+from ferroload_store._info import ObjectInfo, info_from_meta
+from ferroload_store._local import LocalRoot
+from ferroload_store._mapped import MappedFiles
 from ferroload_store._options import IOOptions
-from ferroload_store._ranges import DEFAULT_MAX_READ, coalesce_ranges
-from ferroload_store._remote import RemoteEngine, check_not_forked, mark_runtime_used, translate
+from ferroload_store._ranges import DEFAULT_MAX_READ
+from ferroload_store._remote import (
+    RemoteEngine,
+    check_not_forked,
+    mark_runtime_used,
+    translate,
+    translating,
+)
 from ferroload_store._storage_options import normalize_storage_options
 from ferroload_store._uri import ParsedURI, parse_uri
+from ferroload_store._versions import cache_identity
 from ferroload_store._writers import LocalFileWriter, ObjectWriter, ObstoreWriter
 
-logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _MEMORY_STORES: dict[str, _ObMemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
-_FD_CACHE_SIZE = 256
-#: Mapped bytes made resident (an estimate) after which the local mappings' pages are
-#: dropped from the process (see `Store._touched`).
-MAPPED_TRIM_BYTES = 256 << 20
-#: What a read fault of a mapped file makes resident at least: the kernel maps the
-#: pages around it that are in the page cache (`fault_around_bytes`, 64 KiB by default).
-_FAULT_AROUND = 64 << 10
-# Storage options that say where an object store is (part of its cache identity), and
-# those that are secrets (never part of it, even when their name matches).
-_CACHE_IDENTITY_RE = re.compile(r"endpoint|region|account|url|host|project|virtual_hosted", re.I)
-_SECRET_RE = re.compile(r"secret|key|token|password|sas|credential", re.I)
-_CACHE_IDENTITY_ENV = (
-    "AWS_ENDPOINT",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "GOOGLE_STORAGE_EMULATOR_HOST",
-    "AZURE_STORAGE_ACCOUNT_NAME",
-    "AZURE_STORAGE_ENDPOINT",
-)
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """What a listing or `head` says about one object.
-
-    Attributes:
-        path: key relative to the store root, `/`-separated.
-        size: size in bytes.
-        last_modified: modification time (UTC).
-        etag: the backend's entity tag, when it has one.
-    """
-
-    path: str
-    size: int
-    last_modified: datetime
-    etag: str | None = None
-
-
-@dataclass
-class StoreStats(Counters):
-    """Request and byte counters of one `Store` (reads, writes, listings).
-
-    Useful to check that reads are coalesced: `get_requests` counts every request that
-    fetched bytes, whatever its size (a read split into parts counts each part).
-    `retries` counts the requests to an object store that failed transiently and were
-    made again (see [`IOOptions`][ferroload_store.IOOptions]). `mapped_trims` counts
-    the times the pages of local files' memory maps were dropped from the process (every
-    `MAPPED_TRIM_BYTES` or so of mapped reads), which keeps its RSS bounded.
-    """
-
-    get_requests: int = 0
-    bytes_read: int = 0
-    put_requests: int = 0
-    bytes_written: int = 0
-    list_requests: int = 0
-    head_requests: int = 0
-    delete_requests: int = 0
-    retries: int = 0
-    mapped_trims: int = 0
-
-    def add_read(self, requests: int, nbytes: int) -> None:
-        """Count read requests and the bytes they returned (the hot path of `add`)."""
-        with self._lock:
-            self.get_requests += requests
-            self.bytes_read += nbytes
-
-
-class _OpenFile:
-    """A cached file descriptor, its memory map, and how many reads use it right now."""
-
-    __slots__ = ("evicted", "fd", "mapped", "users")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.users = 0
-        self.evicted = False
-        self.mapped: mmap.mmap | None = None
-
-    def mapping(self) -> mmap.mmap | None:
-        """The whole file mapped read-only (None for an empty file), advised random
-        access (no read-ahead around each page a read touches).
-
-        Made on first use, and made again when the file's size changed: touching a page
-        past the end of a file truncated after it was mapped would kill the process
-        (SIGBUS), so every use checks the size first (one `fstat`).
-        """
-        size = os.fstat(self.fd).st_size
-        if self.mapped is not None and len(self.mapped) != size:
-            self.mapped = None  # views handed out earlier keep the old map alive
-        if self.mapped is None and size:
-            self.mapped = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
-            if hasattr(mmap, "MADV_RANDOM"):
-                self.mapped.madvise(mmap.MADV_RANDOM)
-        return self.mapped
 
 
 class Store:
@@ -182,9 +76,7 @@ class Store:
         if not (cache is None or cache == "default" or isinstance(cache, BlockCache)):
             raise TypeError(f"cache must be a BlockCache, 'default' or None, got {cache!r}")
         self._cache_spec = cache
-        self._blocks: BlockReader | None = None
-        self._versions: dict[str, tuple[int, str]] = {}
-        self._dir_misses: dict[str, int] = {}
+        self._cached: CachedReads | None = None
         self._parsed = parsed
         self._storage_options = (
             normalize_storage_options(parsed.location, storage_options)
@@ -198,28 +90,17 @@ class Store:
         self._ob_lock = threading.Lock()
         self._remote: RemoteEngine | None = None
         self._writer_ob: Any = None
-        self._fds: OrderedDict[str, _OpenFile] = OrderedDict()
-        self._mapped_touched = 0  # an estimate of the mapped bytes made resident since a trim
-        self._fd_lock = threading.Lock()
         self.stats = StoreStats()
-        self._root = Path(parsed.location) if parsed.kind == "local" else None
-        if parsed.kind == "memory":
+        self._disk: LocalRoot | None = None
+        self._files: MappedFiles | None = None
+        if parsed.kind == "local":
+            self._disk = LocalRoot(Path(parsed.location), parsed.uri)
+            self._files = MappedFiles(self._disk, self.stats)
+        elif parsed.kind == "memory":
             with _MEMORY_LOCK:
                 self._ob = _MEMORY_STORES.setdefault(parsed.location, _ObMemoryStore())
         elif parsed.kind == "object":
-            kwargs = obstore_kwargs(parsed.location, self._storage_options, self._io)
-            client = kwargs["client_options"]
-            timeouts = (
-                f"timeout={duration_text(client.get('timeout'))}, "
-                f"connect_timeout={duration_text(client.get('connect_timeout'))}"
-            )
-            self._remote = RemoteEngine(
-                lambda: open_obstore(parsed, kwargs),
-                uri=parsed.uri,
-                io=self._io,
-                stats=self.stats,
-                timeouts=timeouts,
-            )
+            self._remote = remote_engine(parsed, self._storage_options, self._io, self.stats)
 
     # ------------------------------------------------------------------ identity
 
@@ -231,7 +112,7 @@ class Store:
     @property
     def is_local(self) -> bool:
         """True when the root is a local directory."""
-        return self._root is not None
+        return self._disk is not None
 
     def local_path(self, path: str = "") -> Path | None:
         """The filesystem path of `path` (resolved), or None when the store is not local.
@@ -240,9 +121,9 @@ class Store:
             UnsafePathError: if `path` is unsafe or resolves (through a symlink) outside
                 the root.
         """
-        if self._root is None:
+        if self._disk is None:
             return None
-        return self._local(path, resolve=True) if path else self._root
+        return self._disk.file(path, resolve=True) if path else self._disk.path
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -270,35 +151,28 @@ class Store:
 
     # ------------------------------------------------------------------ block cache
 
-    def _block_reader(self) -> BlockReader | None:
-        """The block cache reader of an object store (made on first use: the default
+    def _cached_reads(self) -> CachedReads | None:
+        """The block cache reads of an object store (made on first use: the default
         cache directory is created only when a read needs it)."""
         if self._remote is None or self._cache_spec is None:
             return None
-        if self._blocks is None:
+        if self._cached is None:
             with self._ob_lock:
-                if self._blocks is None:
+                if self._cached is None:
                     spec = self._cache_spec
                     cache = BlockCache.default() if isinstance(spec, str) else spec
-                    self._blocks = BlockReader(cache, self._cache_identity())
-        return self._blocks
+                    reader = BlockReader(cache, self._cache_identity())
+                    self._cached = CachedReads(reader, self._remote, self._parsed.prefix)
+        return self._cached
+
+    def _block_reader(self) -> BlockReader | None:
+        """The block cache reader of an object store (None without a cache)."""
+        cached = self._cached_reads()
+        return cached.reader if cached is not None else None
 
     def _cache_identity(self) -> str:
-        """What names this store in cache keys: its URI and where it points (endpoint,
-        region, account: from the storage options and the environment, never a secret),
-        so that one URI on two endpoints never shares cache entries."""
-        assert self._parsed.kind == "object"
-        config = obstore_kwargs(self._parsed.location, self._storage_options, self._io)["config"]
-        where = {
-            str(k).lower(): str(v)
-            for k, v in config.items()
-            if _CACHE_IDENTITY_RE.search(str(k)) and not _SECRET_RE.search(str(k))
-        }
-        for name in _CACHE_IDENTITY_ENV:
-            value = os.environ.get(name)
-            if value:
-                where.setdefault("env:" + name.lower(), value)
-        return self.uri + "\n" + json.dumps(where, sort_keys=True)
+        """What names this store in cache keys (`cache_identity`: URI and endpoint)."""
+        return cache_identity(self._parsed, self._storage_options, self._io)
 
     @property
     def cache(self) -> BlockCache | None:
@@ -313,38 +187,6 @@ class Store:
         reader = self._block_reader()
         return reader.block_size if reader is not None else None
 
-    def _object_version(self, path: str, size: int | None, version: str | None) -> tuple[int, str]:
-        """(size, version) of an object for the cache keys: the object's identity as the
-        backend gives it (ETag and size, else last-modified and size), joined with the
-        caller's `version` (the format layer's tag) when given. A dataset deleted and
-        re-created at the same URI has new ETags, so its blocks get new keys even where
-        its manifest tags repeat.
-
-        The identity is looked up once per object and store: the first object of a
-        directory with one `HEAD`, and at the second, the whole directory with one `LIST`
-        (a stream over many shards then pays one round trip, not one per shard)."""
-        known = self._versions.get(path)
-        if known is None:
-            known = self._identify(path)
-        return (size if size is not None else known[0]), (
-            known[1] if version is None else f"{version}|{known[1]}"
-        )
-
-    def _identify(self, path: str) -> tuple[int, str]:
-        parent = path.rpartition("/")[0]
-        with self._ob_lock:
-            misses = self._dir_misses[parent] = self._dir_misses.get(parent, 0) + 1
-            listing = bool(parent) and misses == 2
-        if listing:
-            for info in self.list(parent + "/"):
-                self._versions.setdefault(info.path, (info.size, _identity(info)))
-            known = self._versions.get(path)
-            if known is not None:
-                return known
-        info = self.head(path)
-        known = self._versions[path] = (info.size, _identity(info))
-        return known
-
     def cache_keys(
         self,
         path: str,
@@ -356,29 +198,16 @@ class Store:
         """The block cache keys of `blocks` of object `path` as this store makes them
         (store identity, object identity, caller's version); empty without a cache.
 
+        The object's identity is its ETag and size (else last-modified and size) as the
+        backend gives them, looked up once per object: a dataset deleted and re-created
+        at the same URI has new ETags, so its blocks get new keys even where its
+        manifest tags repeat.
+
         Raises:
             ObjectNotFoundError: if the object does not exist (its identity is read).
         """
-        reader = self._block_reader()
-        if reader is None:
-            return []
-        _, version = self._object_version(path, size, version)
-        return reader.keys(path, version, list(blocks))
-
-    def _exact_fetch(self, path: str, size: int) -> Fetch:
-        """Fetch reads of `path` in full (split, parallel, retried), or raise
-        `ObjectTruncatedError` when the object is shorter than `size` says."""
-        assert self._remote is not None
-        remote, key = self._remote, self._key(path)
-
-        def fetch(starts: Sequence[int], lengths: Sequence[int]) -> list[Any]:
-            bufs, actual = remote.read(key, path, starts, lengths)
-            for s, n, b in zip(starts, lengths, bufs, strict=True):
-                if len(b) != n:
-                    self._truncated(path, s + n, actual if actual is not None else s + len(b))
-            return bufs
-
-        return fetch
+        cached = self._cached_reads()
+        return [] if cached is None else cached.keys(self, path, blocks, size, version)
 
     def prefetch_blocks(
         self,
@@ -398,15 +227,9 @@ class Store:
             version: its version (ETag, generation, or a tag the caller guarantees
                 changes with the content), when known.
         """
-        reader = self._block_reader()
-        if reader is None:
-            return
-        size, version = self._object_version(path, size, version)
-        wanted = np.unique(np.asarray(blocks, dtype=np.int64)).tolist()
-        reader.blocks(
-            path, wanted, size=size, version=version, fetch=self._exact_fetch(path, size),
-            keep=False,
-        )  # fmt: skip
+        cached = self._cached_reads()
+        if cached is not None:
+            cached.prefetch(self, path, blocks, size, version)
 
     def mark_cold_blocks(
         self,
@@ -418,104 +241,14 @@ class Store:
     ) -> None:
         """Tell the block cache that these blocks will not be read again soon (this
         epoch): they are evicted before any other. A no-op without a cache."""
-        reader = self._block_reader()
-        if reader is None:
-            return
-        _, version = self._object_version(path, size, version)
-        reader.mark_cold(path, np.asarray(blocks, dtype=np.int64).tolist(), version=version)
+        cached = self._cached_reads()
+        if cached is not None:
+            cached.mark_cold(self, path, blocks, size, version)
 
     # ------------------------------------------------------------------ internals
 
     def _key(self, path: str) -> str:
         return self._parsed.prefix + path
-
-    def _real_root(self) -> str:
-        assert self._root is not None
-        return os.path.realpath(self._root)
-
-    def _local(self, path: str, *, resolve: bool = False) -> Path:
-        """The file of key `path` under the local root, refusing a key that leaves it.
-
-        The key must pass `check_relative_path`, and the file (with `resolve`) or its
-        folder must resolve inside the root: a symlink never leads a read, write or
-        delete out of it. With `resolve` the resolved path is returned (what is opened
-        is what was checked); without it, the unresolved one (a delete removes the link,
-        never its target).
-
-        Raises:
-            UnsafePathError: if the key is unsafe or resolves outside the root.
-        """
-        assert self._root is not None
-        what = f"key of store {self.uri}"
-        check_relative_path(path, what=what)
-        target = self._root / path
-        real = os.path.realpath(target if resolve else target.parent)
-        root = self._real_root()
-        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
-            raise UnsafePathError(
-                path, what=what, reason="it resolves through a symlink to outside the root"
-            )
-        return Path(real) if resolve else target
-
-    def _open_local(self, path: str) -> int:
-        """A read-only descriptor of key `path`, checked by `_local` and opened from the
-        root one component at a time without following a symlink (`open_below`), so a
-        folder swapped for a link after the check cannot lead the open outside the root.
-
-        Raises:
-            UnsafePathError: if the key is unsafe, resolves outside the root, or became a
-                symlink between the check and the open.
-        """
-        real = self._local(path, resolve=True)
-        try:
-            return open_below(self._real_root(), str(real))
-        except SymlinkSwappedError as exc:
-            raise UnsafePathError(
-                path,
-                what=f"key of store {self.uri}",
-                reason="a folder on its way became a symlink while it was opened",
-            ) from exc
-
-    def _local_list(
-        self, directory: str, prefix: str = "", offset: str | None = None
-    ) -> list[ObjectInfo]:
-        """The regular files under folder `directory` of the local root whose keys start
-        with `prefix` and (with `offset`) sort after it, reached through no symlink: a
-        listing never follows a link (so it never leaves the root, nor loops). Files of
-        uploads in progress (`name#N`) are left out, as obstore does. Only the files kept
-        are `stat`ed (a listing of the versions after the latest stats one or two files,
-        not every version)."""
-        assert self._root is not None
-        folder = directory.rstrip("/")
-        parts = folder.split("/") if folder else []
-        start = os.path.join(self._root, *parts)
-        if os.path.realpath(start) != os.path.join(self._real_root(), *parts):
-            return []  # the folder is, or lies in, a symlink
-        out: list[ObjectInfo] = []
-        stack = [(start, folder)]
-        while stack:
-            path, key = stack.pop()
-            try:
-                it = os.scandir(path)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            with it:
-                for entry in it:
-                    name = f"{key}/{entry.name}" if key else entry.name
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append((entry.path, name))
-                            continue
-                        if not name.startswith(prefix) or (offset is not None and name <= offset):
-                            continue
-                        if not entry.is_file(follow_symlinks=False) or _uploading(entry.name):
-                            continue
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:  # deleted while listed
-                        continue
-                    when = datetime.fromtimestamp(st.st_mtime, UTC)
-                    out.append(ObjectInfo(name, st.st_size, when, None))
-        return out
 
     def _obstore(self) -> Any:
         """The obstore store (for local roots created on first write, with the directory)."""
@@ -525,70 +258,35 @@ class Store:
         if self._ob is None:
             with self._ob_lock:
                 if self._ob is None:
-                    assert self._root is not None
-                    self._ob = _ObLocalStore(prefix=self._root, mkdir=True)
+                    assert self._disk is not None
+                    self._ob = _ObLocalStore(prefix=self._disk.path, mkdir=True)
         return self._ob
+
+    def _call(self, fn: Callable[[Any], T], path: str, action: str) -> T:
+        """`fn(obstore store)`: on an object store through its request engine (bounded,
+        retried), else at once; errors become ferroload errors naming `path`."""
+        if self._remote is not None:
+            return self._remote.call(fn, path, action)
+        with self._errors(path, action):
+            return fn(self._obstore())
 
     def _translate(self, exc: BaseException, path: str, action: str) -> StoreError:
         """The ferroload error for a backend or OS error raised while doing `action`."""
         return translate(exc, uri=self.uri, path=path, action=action)
 
-    @contextmanager
-    def _errors(self, path: str, action: str) -> Iterator[None]:
-        try:
-            yield
-        except (obx.BaseError, OSError, NotImplementedError) as exc:
-            translated = self._translate(exc, path, action)
-            if translated is exc:
-                raise
-            raise translated from exc
+    def _errors(self, path: str, action: str) -> AbstractContextManager[None]:
+        """Translate the backend and OS errors raised inside into ferroload errors."""
+        return translating(self.uri, path, action)
 
-    def _acquire(self, path: str) -> _OpenFile:
-        """An open descriptor of local file `path`, pinned until `_release`.
-
-        Descriptors are cached (LRU); one evicted while another thread still reads it is
-        closed only when that read is done, so a read never hits a reused descriptor.
-        """
-        assert self._root is not None
-        with self._fd_lock:
-            f = self._fds.get(path)
-            if f is None:
-                f = _OpenFile(self._open_local(path))
-                self._fds[path] = f
-                while len(self._fds) > _FD_CACHE_SIZE:
-                    _, old = self._fds.popitem(last=False)
-                    old.evicted = True
-                    old.mapped = None  # unmapped once no view of it is left
-                    if old.users == 0:
-                        os.close(old.fd)
-            else:
-                self._fds.move_to_end(path)
-            f.users += 1
-            return f
-
-    def _release(self, f: _OpenFile) -> None:
-        with self._fd_lock:
-            f.users -= 1
-            if f.evicted and f.users == 0:
-                os.close(f.fd)
-
-    def _drop_fd(self, path: str) -> None:
-        with self._fd_lock:
-            f = self._fds.pop(path, None)
-            if f is not None:
-                f.evicted = True
-                f.mapped = None
-                if f.users == 0:
-                    os.close(f.fd)
+    def _truncated(self, path: str, end: int, size: int) -> None:
+        raise truncated_error(self.uri, path, end=end, size=size)
 
     def close(self) -> None:
         """Close cached file descriptors and stop I/O threads (the store stays usable)."""
         if self._remote is not None:
             self._remote.close()
-        with self._fd_lock:
-            paths = list(self._fds)
-        for path in paths:
-            self._drop_fd(path)
+        if self._files is not None:
+            self._files.close()
 
     def __del__(self) -> None:
         with suppress(Exception):  # interpreter shutdown may have torn down os already
@@ -602,17 +300,12 @@ class Store:
         Raises:
             ObjectNotFoundError: if it does not exist.
         """
-        if self._remote is not None:
-            key = self._key(path)
-            data = self._remote.call(
-                lambda ob: obstore.get(ob, key).bytes().to_bytes(), path, "get"
-            )
-        else:
+        if self._disk is not None:
             with self._errors(path, "get"):
-                if self._root is not None:
-                    data = _read_fd(self._open_local(path))
-                else:
-                    data = obstore.get(self._obstore(), self._key(path)).bytes().to_bytes()
+                data = self._disk.read(path)
+        else:
+            key = self._key(path)
+            data = self._call(lambda ob: obstore.get(ob, key).bytes().to_bytes(), path, "get")
         self.stats.add_read(1, len(data))
         return data
 
@@ -629,12 +322,8 @@ class Store:
                 self._truncated(path, start + length, size)
             return buf if isinstance(buf, bytes) else bytes(buf)
         try:
-            if self._root is not None:
-                f = self._acquire(path)
-                try:
-                    data = os.pread(f.fd, length, start)
-                finally:
-                    self._release(f)
+            if self._files is not None:
+                data = self._files.pread(path, start, length)
             else:
                 data = obstore.get_range(
                     self._obstore(), self._key(path), start=start, length=length
@@ -645,16 +334,6 @@ class Store:
         if len(data) != length:
             self._truncated(path, start + length, start + len(data))
         return data
-
-    def _truncated(self, path: str, end: int, size: int) -> None:
-        raise ObjectTruncatedError(
-            f"{self.uri}/{path} is truncated: a read needed bytes up to {end} "
-            f"but the object ends at {size}",
-            uri=self.uri,
-            path=path,
-            size=size,
-            end=end,
-        )
 
     def get_ranges(
         self,
@@ -696,122 +375,23 @@ class Store:
             ObjectTruncatedError: if the object ends before one of the ranges does;
                 `end` is the first offset past the data that could not be read.
         """
-        if self._root is not None:
-            return self._mapped_ranges(path, starts, lengths)
-        reader = self._block_reader()
-        if reader is not None:
-            return self._cached_ranges(reader, path, starts, lengths, size, version)
+        if self._files is not None:
+            return self._files.ranges(path, starts, lengths)
+        cached = self._cached_reads()
+        if cached is not None:
+            return cached.ranges(self, path, starts, lengths, size, version)
         gap = self._io.max_gap if max_gap is None else max_gap
-        plan = coalesce_ranges(starts, lengths, max_gap=gap, max_read=max_read)
-        if plan.num_reads == 0:
-            return []
-        rs, rl = plan.starts.tolist(), plan.lengths.tolist()
-        size = None
-        # Empty reads (empty payloads) need no request, and object stores refuse them.
-        fetch = [k for k, n in enumerate(rl) if n]
-        fs, fl = [rs[k] for k in fetch], [rl[k] for k in fetch]
-        got_bufs: list[bytes] = []
-        if not fetch:
-            pass
-        elif self._remote is not None:
-            got_bufs, size = self._remote.read(self._key(path), path, fs, fl)
-        else:
+
+        def read(rs: Sequence[int], rl: Sequence[int]) -> tuple[list[Any], int | None]:
+            if self._remote is not None:
+                return self._remote.read(self._key(path), path, rs, rl)
             with self._errors(path, "range read of"):
-                got = obstore.get_ranges(self._obstore(), self._key(path), starts=fs, lengths=fl)
-                got_bufs = [b.to_bytes() for b in got]
-            self.stats.add_read(len(got_bufs), sum(len(b) for b in got_bufs))
-        bufs: list[bytes] = [b""] * len(rl)
-        for k, b in zip(fetch, got_bufs, strict=True):
-            bufs[k] = b
-        views = [memoryview(b) for b in bufs]
-        ends = np.asarray(plan.offset_in_read) + np.asarray(lengths, dtype=np.int64).reshape(-1)
-        got_len = np.asarray([len(b) for b in bufs], dtype=np.int64)[plan.read_of]
-        short = ends > got_len
-        if short.any():
-            i = int(np.flatnonzero(short)[0])
-            read = int(plan.read_of[i])
-            end = int(rs[read] + ends[i])
-            self._truncated(path, end, size if size is not None else int(rs[read] + got_len[i]))
-        return [
-            views[r][o : o + n]
-            for r, o, n in zip(
-                plan.read_of.tolist(),
-                plan.offset_in_read.tolist(),
-                np.asarray(lengths, dtype=np.int64).reshape(-1).tolist(),
-                strict=True,
-            )
-        ]
+                got = obstore.get_ranges(self._obstore(), self._key(path), starts=rs, lengths=rl)
+                bufs = [b.to_bytes() for b in got]
+            self.stats.add_read(len(bufs), sum(len(b) for b in bufs))
+            return bufs, None
 
-    def _cached_ranges(
-        self,
-        reader: BlockReader,
-        path: str,
-        starts: npt.ArrayLike,
-        lengths: npt.ArrayLike,
-        size: int | None,
-        version: str | None,
-    ) -> list[memoryview]:
-        s = np.asarray(starts, dtype=np.int64).reshape(-1)
-        e = s + np.asarray(lengths, dtype=np.int64).reshape(-1)
-        if not len(s):
-            return []
-        size, version = self._object_version(path, size, version)
-        beyond = np.flatnonzero(e > size)
-        if len(beyond):
-            self._truncated(path, int(e[beyond[0]]), size)
-        fetch = self._exact_fetch(path, size)
-        return reader.ranges(path, s, e, size=size, version=version, fetch=fetch)
-
-    def _mapped_ranges(
-        self, path: str, starts: npt.ArrayLike, lengths: npt.ArrayLike
-    ) -> list[memoryview]:
-        """Ranges of a local file as zero-copy views of its memory map: one `fstat` per
-        call, no system call and no copy per range (the page cache serves them). A file
-        truncated since it was mapped is mapped again at its new size, so the ranges past
-        its end are reported as truncated instead of faulting."""
-        with self._errors(path, "range read of"):
-            f = self._acquire(path)
-            try:
-                with self._fd_lock:
-                    mapped = f.mapping()
-            finally:
-                self._release(f)
-        size = len(mapped) if mapped is not None else 0
-        s = np.asarray(starts, dtype=np.int64).reshape(-1)
-        e = s + np.asarray(lengths, dtype=np.int64).reshape(-1)
-        beyond = np.flatnonzero(e > size)
-        if len(beyond):
-            self._truncated(path, int(e[beyond[0]]), size)
-        if not len(s):
-            return []
-        # one request: the whole call is served from one mapping
-        nbytes = int((e - s).sum())
-        self.stats.add_read(1, nbytes)
-        self._touched(nbytes + len(s) * _FAULT_AROUND)
-        if mapped is None:
-            return [memoryview(b"") for _ in range(len(s))]
-        view = memoryview(mapped)
-        return [view[a:b] for a, b in zip(s.tolist(), e.tolist(), strict=True)]
-
-    def _touched(self, nbytes: int) -> None:
-        """Count mapped bytes made resident; past `MAPPED_TRIM_BYTES`, drop every cached
-        mapping's pages from this process (`MADV_DONTNEED`).
-
-        Pages of a memory-mapped file count in the process's RSS until it unmaps them,
-        so an epoch of random reads over local shards would grow the RSS to the size of
-        every shard read. Dropped pages stay in the page cache: a view handed out earlier
-        that is read again faults them back in, with the same bytes.
-        """
-        self._mapped_touched += nbytes
-        if self._mapped_touched < MAPPED_TRIM_BYTES or not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        with self._fd_lock:
-            self._mapped_touched = 0
-            for f in self._fds.values():
-                if f.mapped is not None:
-                    with suppress(OSError, ValueError):
-                        f.mapped.madvise(mmap.MADV_DONTNEED)
-            self.stats.add(mapped_trims=1)
+        return direct_ranges(read, self.uri, path, starts, lengths, max_gap=gap, max_read=max_read)
 
     def open_input(self, path: str) -> RangeFile:
         """A seekable read-only file over `path` that fetches byte ranges on demand.
@@ -828,19 +408,12 @@ class Store:
             ObjectNotFoundError: if it does not exist.
         """
         self.stats.add(head_requests=1)
-        if self._remote is not None:
-            key = self._key(path)
-            return self._info(self._remote.call(lambda ob: obstore.head(ob, key), path, "head"))
-        with self._errors(path, "head"):
-            if self._root is not None:
-                fd = self._open_local(path)
-                try:
-                    st = os.fstat(fd)
-                finally:
-                    os.close(fd)
-                return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC), None)
-            meta = obstore.head(self._obstore(), self._key(path))
-        return self._info(meta)
+        if self._disk is not None:
+            with self._errors(path, "head"):
+                return self._disk.head(path)
+        key = self._key(path)
+        meta = self._call(lambda ob: obstore.head(ob, key), path, "head")
+        return info_from_meta(meta, self._parsed.prefix)
 
     def exists(self, path: str) -> bool:
         """True when the object exists."""
@@ -850,16 +423,6 @@ class Store:
             return False
         return True
 
-    def _info(self, meta: Mapping[str, Any]) -> ObjectInfo:
-        key = str(meta["path"])
-        prefix = self._parsed.prefix
-        return ObjectInfo(
-            key[len(prefix) :] if prefix and key.startswith(prefix) else key,
-            int(meta["size"]),
-            meta["last_modified"],
-            meta.get("e_tag"),
-        )
-
     def list(self, prefix: str = "", *, offset: str | None = None) -> list[ObjectInfo]:
         """Every object whose key starts with `prefix`, sorted by key.
 
@@ -868,29 +431,25 @@ class Store:
             offset: only keys lexically greater than this one (cheap on object stores).
         """
         self.stats.add(list_requests=1)
-        if self._root is not None and not self._root.is_dir():
-            return []
+        if self._disk is not None:
+            if not self._disk.path.is_dir():
+                return []
+            directory = prefix[: prefix.rfind("/") + 1]
+            with self._errors(prefix, "list"):
+                local = self._disk.list(directory, prefix, offset)
+            return sorted(local, key=lambda o: o.path)
         kwargs: dict[str, Any] = {}
         if offset is not None:
             kwargs["offset"] = self._key(offset)
         # obstore lists whole path segments: ask for the "directory", filter the rest here.
         directory = prefix[: prefix.rfind("/") + 1]
         list_prefix = self._key(directory) or None
-        if self._remote is not None:
-            metas = self._remote.call(
-                lambda ob: [m for chunk in obstore.list(ob, list_prefix, **kwargs) for m in chunk],
-                prefix,
-                "list",
-            )
-        elif self._root is not None:
-            with self._errors(prefix, "list"):
-                local = self._local_list(directory, prefix, offset)
-            return sorted(local, key=lambda o: o.path)
-        else:
-            with self._errors(prefix, "list"):
-                chunks = obstore.list(self._obstore(), list_prefix, **kwargs)
-                metas = [m for chunk in chunks for m in chunk]
-        out = [self._info(m) for m in metas]
+        metas = self._call(
+            lambda ob: [m for chunk in obstore.list(ob, list_prefix, **kwargs) for m in chunk],
+            prefix,
+            "list",
+        )
+        out = [info_from_meta(m, self._parsed.prefix) for m in metas]
         return sorted((o for o in out if o.path.startswith(prefix)), key=lambda o: o.path)
 
     # ------------------------------------------------------------------ writes
@@ -898,14 +457,10 @@ class Store:
     def put(self, path: str, data: bytes | bytearray | memoryview) -> None:
         """Write an object atomically, replacing any object at `path`."""
         payload = bytes(data)
-        if self._remote is not None:
-            key = self._key(path)
-            self._remote.call(lambda ob: obstore.put(ob, key, payload), path, "put")
-        else:
-            if self._root is not None:
-                self._local(path)
-            with self._errors(path, "put"):
-                obstore.put(self._obstore(), self._key(path), payload)
+        if self._disk is not None:
+            self._disk.file(path)
+        key = self._key(path)
+        self._call(lambda ob: obstore.put(ob, key, payload), path, "put")
         self.stats.add(put_requests=1, bytes_written=len(data))
 
     def put_if_absent(self, path: str, data: bytes | bytearray | memoryview) -> None:
@@ -923,39 +478,18 @@ class Store:
                 HTTP(S) servers).
         """
         payload = bytes(data)
-        if self._remote is None:
-            if self._root is not None:
-                self._local(path)
-            with self._errors(path, "put-if-absent"):
-                obstore.put(self._obstore(), self._key(path), payload, mode="create")
-            self.stats.add(put_requests=1, bytes_written=len(payload))
-            return
-        if isinstance(self._remote.store, _ObHTTPStore):
-            raise UnsupportedOperationError(
-                f"put_if_absent is not supported by {self.uri}: plain HTTP(S) servers have no "
-                "conditional put (the commit primitive); write datasets to a local path or "
-                "an object store (s3://, gs://, az://) and serve them over HTTP read-only",
-                uri=self.uri,
-                path=path,
+        if self._remote is not None:
+            remote_put_if_absent(self._remote, self._key(path), path, payload, self._get_or_none)
+        else:
+            if self._disk is not None:
+                self._disk.file(path)
+            key = self._key(path)
+            self._call(
+                lambda ob: obstore.put(ob, key, payload, mode="create"), path, "put-if-absent"
             )
-        key = self._key(path)
-        attempts = 0
-
-        def attempt(ob: Any) -> None:
-            nonlocal attempts
-            attempts += 1
-            obstore.put(ob, key, payload, mode="create")
-
-        try:
-            self._remote.call(attempt, path, "put-if-absent")
-        except ObjectExistsError:
-            # Retried (only transient failures are): did the attempt that failed land?
-            if attempts < 2 or self._remote_get_or_none(path) != payload:
-                raise
-            logger.info("put-if-absent of %s/%s landed on an attempt that failed", self.uri, path)
         self.stats.add(put_requests=1, bytes_written=len(payload))
 
-    def _remote_get_or_none(self, path: str) -> bytes | None:
+    def _get_or_none(self, path: str) -> bytes | None:
         try:
             return self.get(path)
         except ObjectNotFoundError:
@@ -968,8 +502,8 @@ class Store:
         obstore itself (`IOOptions.retries` times, with the same backoff), and are not
         counted in `stats.retries`.
         """
-        if self._root is not None:
-            return LocalFileWriter(self._local(path), self.stats)
+        if self._disk is not None:
+            return LocalFileWriter(self._disk.file(path), self.stats)
         if self._remote is None:
             return ObstoreWriter(self._obstore(), self._key(path), self.stats)
         check_not_forked(self.uri)
@@ -978,14 +512,12 @@ class Store:
 
     def _writer_store(self) -> Any:
         """An obstore store that retries on its own, for multipart uploads (a stream
-        cannot be replayed from here)."""
+        cannot be replayed from here); one per process."""
         pid = os.getpid()
         with self._ob_lock:
             if self._writer_ob is None or self._writer_ob[0] != pid:
-                kwargs = obstore_kwargs(self._parsed.location, self._storage_options, self._io)
-                if not user_sets_retry_config(self._storage_options):
-                    kwargs["retry_config"] = obstore_retry_config(self._io)
-                self._writer_ob = (pid, open_obstore(self._parsed, kwargs))
+                store = open_writer_obstore(self._parsed, self._storage_options, self._io)
+                self._writer_ob = (pid, store)
             return self._writer_ob[1]
 
     def delete(self, paths: str | Sequence[str]) -> None:
@@ -993,45 +525,13 @@ class Store:
         keys = [paths] if isinstance(paths, str) else list(paths)
         for key in keys:
             self.stats.add(delete_requests=1)
-            if self._root is not None:
-                self._drop_fd(key)
-                target = self._local(key)
+            if self._disk is not None and self._files is not None:
+                self._files.drop(key)
                 with self._errors(key, "delete"):
-                    try:
-                        unlink_below(
-                            self._real_root(), os.path.realpath(target.parent), target.name
-                        )
-                    except SymlinkSwappedError as exc:
-                        raise UnsafePathError(
-                            key,
-                            what=f"key of store {self.uri}",
-                            reason="its folder became a symlink while it was deleted",
-                        ) from exc
-                # Object stores have no directories; do not leave empty ones behind either.
-                with suppress(OSError):
-                    if target.parent != self._root:
-                        target.parent.rmdir()
+                    self._disk.delete(key)
                 continue
-            try:
-                if self._remote is not None:
-                    self._remote.call(partial(_delete, key=self._key(key)), key, "delete")
-                else:
-                    with self._errors(key, "delete"):
-                        obstore.delete(self._obstore(), self._key(key))
-            except ObjectNotFoundError:
-                pass
-
-
-def _uploading(name: str) -> bool:
-    """True for obstore's in-progress upload files, `name#N` (its own listing skips them)."""
-    _, sep, tail = name.partition("#")
-    return bool(sep and tail and tail.isascii() and tail.isdigit())
-
-
-def _read_fd(fd: int) -> bytes:
-    """All of the file open at `fd`, which is closed."""
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
+            with suppress(ObjectNotFoundError):
+                self._call(partial(_delete, key=self._key(key)), key, "delete")
 
 
 def _delete(ob: Any, key: str) -> None:
@@ -1085,13 +585,3 @@ def open_store(
         4
     """
     return Store(parse_uri(uri), storage_options=storage_options, io=io, cache=cache)
-
-
-def _identity(info: ObjectInfo) -> str:
-    """An object's identity for cache keys: its ETag (content-derived on S3, GCS, Azure)
-    and size, else its last-modified time (to the second: `LIST` and `HEAD` report it at
-    different precisions) and size."""
-    etag = (info.etag or "").strip('"')
-    if etag:
-        return f"etag:{etag}|{info.size}"
-    return f"mtime:{info.last_modified.replace(microsecond=0).isoformat()}|{info.size}"
