@@ -193,12 +193,12 @@ def test_parentheses_inside_strings_identifiers_and_comments_do_not_count(
 
 
 def test_positions_are_checked_before_use(local_uri: str, write: WriteFn) -> None:
-    from ferroload_format._query import _check_positions
+    from ferroload_format._query_text import check_positions
 
     for bad in ([-1, 1], [1, 999999], [2, 1], [1, 1]):
         with pytest.raises(UnsafeQueryError, match="not rows of the dataset"):
-            _check_positions(np.array(bad, dtype=np.int64), 6, "x", "u")
-    _check_positions(np.array([0, 5], dtype=np.int64), 6, "x", "u")
+            check_positions(np.array(bad, dtype=np.int64), 6, "x", "u")
+    check_positions(np.array([0, 5], dtype=np.int64), 6, "x", "u")
 
 
 def test_a_long_query_is_interrupted_at_its_timeout(local_uri: str, write: WriteFn) -> None:
@@ -247,11 +247,11 @@ def test_the_connection_has_no_temp_directory_and_a_memory_limit() -> None:
 def test_a_dataset_with_columns_differing_by_case_is_refused_not_misread(
     local_uri: str, write: WriteFn
 ) -> None:
-    from ferroload_format._query import _check_case
+    from ferroload_format._query_text import check_case
 
     with pytest.raises(QueryError, match="'label' and 'Label' differ only by case"):
-        _check_case(["label", "Label"], local_uri)
-    _check_case(["label", "caption"], local_uri)
+        check_case(["label", "Label"], local_uri)
+    check_case(["label", "caption"], local_uri)
 
 
 def test_a_view_runs_in_the_sandbox_too(local_uri: str, write: WriteFn) -> None:

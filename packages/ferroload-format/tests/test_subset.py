@@ -240,10 +240,10 @@ def test_a_column_named_like_the_internal_positions_cannot_shadow_them(
     assert ds.subset("label >= 2", return_indices=True).tolist() == [2, 3]
     assert ds.subset("__ferroload_position = 7 AND label = 1", return_indices=True).tolist() == [1]
     # writers refuse `_ferroload…` names; an index written elsewhere may still hold one
-    from ferroload_format._query import _position_column
+    from ferroload_format._query_text import position_column
 
-    assert _position_column(["label", "__ferroload_position"]) == "_ferroload_position"
-    assert _position_column(["label", "_FERROLOAD_Position"]) == "__ferroload_position"
+    assert position_column(["label", "__ferroload_position"]) == "_ferroload_position"
+    assert position_column(["label", "_FERROLOAD_Position"]) == "__ferroload_position"
 
 
 def test_a_clause_with_non_ascii_text_finds_its_columns(uri: str) -> None:
