@@ -35,7 +35,7 @@ from ferroload_store import (
 )
 
 if TYPE_CHECKING:
-    from ferroload_format._verify import VerifyReport
+    from ferroload_format._verify_report import VerifyReport
     from ferroload_format._writer import WriteMode
 
 IndexLike = int | np.integer[Any]
