@@ -21,7 +21,7 @@ from ferroload_convert import (
 from ferroload_convert._braces import MAX_EXPANSION, expand_braces
 from ferroload_format import Dataset
 from ferroload_store import open_store
-from ferroload_store.testing import MotoServer
+from ferroload_testing import MotoServer
 
 
 def tar_bytes(members: list[tuple[str, bytes]], mode: str = "w") -> bytes:
@@ -201,7 +201,7 @@ def _members(data: bytes) -> list[tuple[str, bytes]]:
 
 def test_a_remote_tar_that_shrinks_while_read_is_a_bad_input(tmp_path: Path) -> None:
     from ferroload_convert._sources import InputFile
-    from ferroload_convert._webdataset import _read_tar
+    from ferroload_convert._wds_tar import read_tar as _read_tar
 
     root = f"memory://wds-shrink-{uuid.uuid4().hex}"
     store = open_store(root)

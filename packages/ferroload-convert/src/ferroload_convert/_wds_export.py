@@ -1,4 +1,4 @@
-"""A dataset to WebDataset tars."""
+"""`export_webdataset`: a dataset to WebDataset tars."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from ferroload_convert._export import (
     safe_relative,
 )
 from ferroload_convert._report import ExportReport, Progress
+from ferroload_convert._wds_lift import LIFTED
 from ferroload_convert._wds_meta import MARKER, dumps, marker, to_json
-from ferroload_convert._webdataset import LIFTED, WDS_COLUMNS
+from ferroload_convert._webdataset import WDS_COLUMNS
 from ferroload_format import Dataset
 
 #: Samples per tar when re-sharding (`samples_per_shard` not given, dataset not imported

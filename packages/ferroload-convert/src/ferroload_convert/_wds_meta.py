@@ -1,5 +1,7 @@
-"""Metadata in WebDataset tars: the `<key>.json` member of ferroload's exports and the
-`__ferroload__` member that tells the importer its columns and their types.
+"""Metadata in WebDataset tars: the `<key>.json` and `__ferroload__` members of exports.
+
+The `<key>.json` member of ferroload's exports holds a sample's metadata columns; the
+`__ferroload__` member tells the importer those columns and their types.
 
 `export_webdataset` writes each sample's metadata columns (but an int `label`, which
 becomes `<key>.cls`) as one JSON object per sample, and, once per tar, a member named
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +28,15 @@ from ferroload_format import type_to_json as format_type_to_json
 MARKER = "__ferroload__"
 #: The largest marker read (a bigger one is ignored).
 MAX_MARKER_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class MarkerInfo:
+    """What a tar's `__ferroload__` member says: its metadata member's extension and the
+    types of the columns that member holds."""
+
+    json_ext: str
+    columns: dict[str, pa.DataType]
 
 
 def type_to_json(t: pa.DataType) -> Any:

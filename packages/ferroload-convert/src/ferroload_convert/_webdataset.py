@@ -1,47 +1,26 @@
-"""WebDataset tars to a dataset, losslessly.
-
-Members are grouped into samples the way WebDataset groups them: the key is the member
-path up to the first dot of its file name, the rest is the extension (`a/b/x.seg.png` is
-key `a/b/x`, extension `seg.png`). Unlike WebDataset's stream, members of one key need
-not be adjacent: a tar's headers are read first (no data), so any member order works.
+"""`import_webdataset`: WebDataset tars to a dataset, losslessly.
 
 What the import records so that `export_webdataset` writes the same members back
 (names and bytes): see `WDS_COLUMNS`. `.cls`, `.txt` and `.json` members are stored once,
-as metadata columns, whenever their bytes come back exactly from the value (see
-`import_webdataset`); a ferroload export's `.json` turns back into its columns
-(`_wds_meta`).
+as metadata columns, whenever their bytes come back exactly from the value (`_wds_lift`);
+a ferroload export's `.json` turns back into its columns (`_wds_meta`). Reading one tar,
+grouping its members into samples, is `_wds_tar`'s; this module names the modalities and
+writes the samples.
 """
 
 from __future__ import annotations
 
-import bz2
-import contextlib
 import functools
-import gzip
-import io
-import json
 import logging
-import lzma
 import os
 import re
-import sys
-import tarfile
-import tempfile
-import zlib
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from ferroload_convert._errors import BadInputError, ConvertOptionError
-from ferroload_convert._files import (
-    DEFAULT_MAX_FILE_BYTES,
-    check_max_bytes,
-    check_utf8_name,
-    open_regular,
-    shown_path,
-)
+from ferroload_convert._files import DEFAULT_MAX_FILE_BYTES, check_max_bytes
 from ferroload_convert._ids import column_name
 from ferroload_convert._pipeline import Failed, ordered_streams
 from ferroload_convert._report import (
@@ -52,12 +31,13 @@ from ferroload_convert._report import (
     check_common,
 )
 from ferroload_convert._session import ImportSession
-from ferroload_convert._sniff import check_image, is_image_ext, kind_of
-from ferroload_convert._sources import InputFile, Source, source_files
-from ferroload_convert._wds_meta import MARKER, MAX_MARKER_BYTES, from_json, read_marker
+from ferroload_convert._sniff import kind_of
+from ferroload_convert._sources import Source, source_files
+from ferroload_convert._wds_lift import LIFTED, lift
+from ferroload_convert._wds_meta import MarkerInfo
+from ferroload_convert._wds_tar import Ignored, read_tar
 from ferroload_core import FerroloadError
 from ferroload_format import DEFAULT_SHARD_SIZE, WriteMode
-from ferroload_store import StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -68,50 +48,9 @@ logger = logging.getLogger(__name__)
 #: metadata member (the other columns). Their presence marks a dataset as imported from
 #: WebDataset; `export_webdataset` then writes `<wds_key>.<ext>` per member.
 WDS_COLUMNS = ("wds_key", "wds_shard", "wds_members")
-#: Small text members also lifted into queryable metadata: extension -> (column, type).
-LIFTED: dict[str, tuple[str, type]] = {
-    "cls": ("label", int),
-    "txt": ("text", str),
-    "json": ("json_text", str),
-}
-_LIFTED_TYPES = {int: pa.int64(), str: pa.string()}
-#: Lifted text larger than this stays a payload only.
-MAX_LIFTED_BYTES = 1 << 16
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 #: A compressed tar may inflate to this many times its size (plus 1 MiB) by default.
 DEFAULT_MAX_INFLATE_RATIO = 100.0
-
-# WebDataset's own rules (webdataset.tariterators): key and extension, and the names of
-# meta members it skips (`__…__`).
-_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
-_SKIP_META = re.compile(r"__[^/]*__($|/)")
-_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
-_BLOCK = 512
-# Bytes read at once when a tar is copied from an object store (fetched as parallel
-# parts of `IOOptions.part_size`, 8 MiB by default)
-_SPOOL_CHUNK = 32 << 20
-# What reading a damaged (or damaged compressed) tar raises
-_READ_ERRORS = (OSError, EOFError, tarfile.TarError, lzma.LZMAError, zlib.error)
-
-
-@dataclass(frozen=True)
-class _Sample:
-    key: str
-    members: list[tuple[str, bytes]]  # (extension, data) in tar order
-
-
-@dataclass(frozen=True)
-class _Ignored:
-    name: str
-
-
-@dataclass(frozen=True)
-class _Marker:
-    """What a tar's `__ferroload__` member says: its metadata member's extension and the
-    types of the columns that member holds."""
-
-    json_ext: str
-    columns: dict[str, pa.DataType]
 
 
 def import_webdataset(
@@ -221,7 +160,7 @@ def import_webdataset(
             f"max_inflate_ratio must be a number >= 1, got {max_inflate_ratio!r}",
             column="max_inflate_ratio",
         )
-    read = functools.partial(_read_tar, max_bytes=max_file_bytes, ratio=max_inflate_ratio)
+    read = functools.partial(read_tar, max_bytes=max_file_bytes, ratio=max_inflate_ratio)
     tars = source_files(
         src, suffixes=TAR_SUFFIXES, what="WebDataset tars", storage_options=storage_options
     )
@@ -237,14 +176,14 @@ def import_webdataset(
         unit="sample",
     ) as session:
         names = _Modalities(session)
-        markers: dict[str, _Marker] = {}
+        markers: dict[str, MarkerInfo] = {}
         declared: dict[str, pa.DataType] = {}  # column -> type, from markers
         for tar, item in ordered_streams(tars, read, workers=workers, buffer=32):
-            if isinstance(item, _Marker):
+            if isinstance(item, MarkerInfo):
                 if _accept_marker(item, tar.path, session, declared, names):
                     markers[tar.path] = item
                 continue
-            if isinstance(item, _Ignored):
+            if isinstance(item, Ignored):
                 session.ignore(item.name)
                 continue
             if isinstance(item, Failed):
@@ -257,7 +196,7 @@ def import_webdataset(
                 meta: dict[str, Any] = {"wds_key": item.key, "wds_shard": tar.name}
                 for ext, payload in item.members:
                     marker = markers.get(tar.path)
-                    kept, lifted = _lift(ext, payload, meta, marker, declared)
+                    kept, lifted = lift(ext, payload, meta, marker, declared)
                     if kept:
                         members.append({"ext": ext, "modality": lifted})
                         if lifted is not None:
@@ -273,7 +212,7 @@ def import_webdataset(
 
 
 def _accept_marker(
-    marker: _Marker,
+    marker: MarkerInfo,
     path: str,
     session: ImportSession,
     declared: dict[str, pa.DataType],
@@ -340,286 +279,3 @@ class _Modalities:
         self._session.declare(modality, fmt_ext, kind, hint)
         self.assigned[ext] = modality
         return modality
-
-
-def _lift(
-    ext: str,
-    payload: bytes,
-    meta: dict[str, Any],
-    marker: _Marker | None,
-    declared: Mapping[str, pa.DataType],
-) -> tuple[bool, str | None]:
-    """Lift a small `.cls` / `.txt` / `.json` member into `meta`: (whether it is kept
-    there only, what `wds_members` records as its modality: the column, or None for the
-    metadata member of a ferroload export, whose columns the marker names).
-
-    A member is kept as metadata only when its bytes come back exactly from the value
-    (`.cls` the decimal of an int64 as `str(int)` writes it; UTF-8 text); a `.cls` that
-    reads as an int but is spelled otherwise (`" 4\\n"`) gives `label` and keeps its
-    payload as well; anything else stays a payload only.
-    """
-    if marker is not None and ext == marker.json_ext and _expand(payload, meta, marker):
-        return True, None
-    lifted = LIFTED.get(ext.lower())
-    if lifted is None or len(payload) > MAX_LIFTED_BYTES or lifted[0] in meta:
-        return False, None
-    if declared.get(lifted[0], _LIFTED_TYPES[lifted[1]]) != _LIFTED_TYPES[lifted[1]]:
-        return False, None  # a ferroload export made the column another type
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:
-        return False, None
-    if lifted[1] is not int:
-        meta[lifted[0]] = text
-        return True, lifted[0]
-    try:
-        label = int(text.strip())
-    except ValueError:  # a class that is not an integer: the payload only
-        return False, None
-    if not -(2**63) <= label < 2**63:
-        return False, None
-    meta[lifted[0]] = label
-    return str(label) == text, lifted[0]
-
-
-def _expand(payload: bytes, meta: dict[str, Any], marker: _Marker) -> bool:
-    """Put the columns of a ferroload export's metadata member into `meta`; False (and
-    `meta` unchanged) when it is not a JSON object of the marker's columns."""
-    try:
-        doc = json.loads(payload)
-        if not isinstance(doc, dict) or not set(doc) <= set(marker.columns) - set(meta):
-            return False
-        values = {k: from_json(v, marker.columns[k]) for k, v in doc.items()}
-        for k, v in values.items():  # each value fits its declared type
-            pa.array([v], type=marker.columns[k])
-    except (ValueError, TypeError, AttributeError, OverflowError, pa.ArrowException):
-        return False
-    meta.update(values)
-    return True
-
-
-class _Inflated:
-    """A decompressed stream that refuses to go past `limit` bytes (a decompression
-    bomb): tarfile reads and seeks through it, and nothing beyond the limit is inflated."""
-
-    def __init__(self, stream: io.BufferedIOBase, limit: int, path: str, ratio: float) -> None:
-        self.stream, self.limit, self.path, self.ratio = stream, limit, path, ratio
-
-    def _refuse(self, end: int) -> BadInputError:
-        return BadInputError(
-            f"{self.path} inflates to more than {self.limit:,} bytes (needs {end:,}): over "
-            f"max_inflate_ratio={self.ratio:g} times its size, a decompression bomb? Raise "
-            "max_inflate_ratio if it is genuine, or pass on_error='skip'",
-            path=self.path,
-        )
-
-    def tell(self) -> int:
-        return self.stream.tell()
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        end = pos if whence == 0 else self.stream.tell() + pos if whence == 1 else sys.maxsize
-        if end > self.limit:
-            raise self._refuse(end)
-        return self.stream.seek(pos, whence)
-
-    def read(self, n: int | None = -1) -> bytes:
-        at = self.stream.tell()
-        if n is None or n < 0 or at + n > self.limit:
-            n = self.limit + 1 - at
-        data = self.stream.read(n)
-        if at + len(data) > self.limit:
-            raise self._refuse(at + len(data))
-        return data
-
-
-def _spool(item: InputFile, stack: contextlib.ExitStack) -> str:
-    """A local copy of a tar in an object store: streamed in `_SPOOL_CHUNK` ranges into a
-    temporary file (removed with `stack`), so memory stays bounded however large it is."""
-    assert item.store is not None
-    tmp = stack.enter_context(
-        tempfile.NamedTemporaryFile(prefix="ferroload-wds-", suffix=".tar")  # noqa: SIM115
-    )
-    try:
-        for start in range(0, item.size, _SPOOL_CHUNK):
-            length = min(_SPOOL_CHUNK, item.size - start)
-            (part,) = item.store.get_ranges(item.key, [start], [length], size=item.size)
-            if len(part) != length:  # the object changed since it was listed
-                raise BadInputError(
-                    f"{item.path} changed while it was read (it ends before {start + length:,} "
-                    f"bytes, {item.size:,} when listed)",
-                    path=item.path,
-                )
-            tmp.write(part)
-        tmp.flush()
-    except StoreError as exc:
-        raise BadInputError(f"cannot read {item.path}: {exc}", path=item.path) from exc
-    return tmp.name
-
-
-def _open_tar(
-    path: str, local: str, root: str | None, ratio: float, stack: contextlib.ExitStack
-) -> tuple[Any, bool]:
-    """(the tar `path`, read from the file `local`, whether it is compressed), opened
-    bounded; closed with `stack`."""
-    f = stack.enter_context(open_regular(local, max_bytes=sys.maxsize, root=root))
-    head = f.read(6)
-    f.seek(0)
-    if not head.startswith(_COMPRESSED):
-        return stack.enter_context(tarfile.open(fileobj=f, mode="r:")), False
-    stream: io.BufferedIOBase
-    if head.startswith(b"\x1f\x8b"):
-        stream = stack.enter_context(gzip.GzipFile(fileobj=f, mode="rb"))
-    elif head.startswith(b"BZh"):
-        stream = stack.enter_context(bz2.BZ2File(f))
-    else:
-        stream = stack.enter_context(lzma.LZMAFile(f))  # noqa: SIM115 (it is one)
-    limit = int(ratio * os.fstat(f.fileno()).st_size) + (1 << 20)
-    inflated: Any = _Inflated(stream, limit, path, ratio)
-    return stack.enter_context(tarfile.open(fileobj=inflated, mode="r:")), True
-
-
-def _read_tar(
-    item: InputFile, *, max_bytes: int, ratio: float
-) -> Iterator[_Sample | _Ignored | _Marker | Failed]:
-    """The samples of one tar, grouped by key in first-seen order (runs on the pool)."""
-    path = item.path
-    check_utf8_name(path, item.name)  # the tar's own name is recorded as wds_shard
-    with contextlib.ExitStack() as stack:
-        local = path if item.store is None else _spool(item, stack)
-        try:
-            tar, compressed = _open_tar(path, local, item.root, ratio, stack)
-        except _READ_ERRORS as exc:
-            raise BadInputError(f"cannot open {path} as a tar: {exc}", path=path) from exc
-        groups = _scan(tar, path, local, compressed)
-        marker = _read_marker(tar, path, max_bytes)
-        if marker is not None:
-            yield marker
-        for key, group in groups.items():
-            if isinstance(group, _Ignored):
-                yield group
-                continue
-            try:
-                for _, info in group:
-                    _check_member_name(info.name, path)
-                members = [(ext, _read_member(tar, info, path, max_bytes)) for ext, info in group]
-            except BadInputError as exc:
-                if exc.member is None:  # the tar as a whole (it inflates too far)
-                    raise
-                yield Failed(exc)
-            else:
-                yield _Sample(key, members)
-
-
-def _read_marker(tar: tarfile.TarFile, path: str, max_bytes: int) -> _Marker | None:
-    """The tar's `__ferroload__` member, if it has one of ours (the last one counts)."""
-    info = next((i for i in reversed(tar.getmembers()) if i.name == MARKER and i.isreg()), None)
-    if info is None or info.size > MAX_MARKER_BYTES:
-        return None
-    parsed = read_marker(_read_member(tar, info, path, max_bytes))
-    return None if parsed is None else _Marker(parsed[0], parsed[2])
-
-
-def _check_member_name(name: str, path: str) -> None:
-    """Refuse a member whose name is not UTF-8 (tarfile keeps such bytes as surrogate
-    escapes; the key is recorded as metadata, which must be UTF-8)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadInputError(
-            f"member {os.fsencode(name)!r} of {path} has a name that is not valid UTF-8 "
-            "and cannot be recorded; rename it, or pass on_error='skip' to leave its "
-            "sample out",
-            path=path,
-            member=shown_path(name),
-        ) from None
-
-
-def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, max_bytes: int) -> bytes:
-    if info.size > max_bytes:
-        raise BadInputError(
-            f"member {info.name} of {path} holds {info.size:,} bytes, more than "
-            f"max_file_bytes={max_bytes:,}; raise max_file_bytes if it is genuine, or pass "
-            "on_error='skip' to leave its sample out",
-            path=path,
-            member=info.name,
-        )
-    try:
-        f = tar.extractfile(info)
-        assert f is not None  # regular members only
-        data = f.read()
-    except _READ_ERRORS as exc:
-        raise BadInputError(
-            f"{path} is damaged at member {info.name}: {exc}", path=path, member=info.name
-        ) from exc
-    if is_image_ext(info.name):
-        problem = check_image(data)
-        if problem is not None:
-            raise BadInputError(
-                f"member {info.name} of {path} is not a usable image: {problem}; pass "
-                "on_error='skip' to leave its sample out",
-                path=path,
-                member=info.name,
-            )
-    return data
-
-
-def _scan(
-    tar: tarfile.TarFile, path: str, local: str, compressed: bool
-) -> dict[str, list[tuple[str, tarfile.TarInfo]] | _Ignored]:
-    """(extension, member) grouped by key, in first-seen order, from the headers only.
-
-    Raises:
-        BadInputError: for a damaged or truncated tar, or a member name seen twice.
-    """
-    try:
-        infos = tar.getmembers()
-    except _READ_ERRORS as exc:
-        raise BadInputError(f"{path} is not a readable tar: {exc}", path=path) from exc
-    if not compressed:
-        _check_complete(tar, infos, path, local)
-    groups: dict[str, list[tuple[str, tarfile.TarInfo]] | _Ignored] = {}
-    seen: set[str] = set()
-    for info in infos:
-        if info.name == MARKER and info.isreg():
-            continue  # a ferroload export's description: `_read_marker` reads it
-        match = _KEY_EXT.match(info.name)
-        if not info.isreg() or _SKIP_META.match(info.name) or match is None:
-            groups[f"\0{len(groups)}"] = _Ignored(f"{info.name} in {path}")
-            continue
-        if info.name in seen:
-            raise BadInputError(
-                f"{path} holds member {info.name} twice; WebDataset cannot tell them apart "
-                "either: rewrite the tar without the duplicate",
-                path=path,
-                member=info.name,
-            )
-        seen.add(info.name)
-        group = groups.setdefault(match[1], [])
-        assert isinstance(group, list)
-        group.append((match[2], info))
-    return groups
-
-
-def _check_complete(
-    tar: tarfile.TarFile, infos: list[tarfile.TarInfo], path: str, local: str
-) -> None:
-    """Every member's data is in the file and the archive ends with its zero block."""
-    size = os.path.getsize(local)
-    for info in infos:
-        if info.isreg() and info.offset_data + info.size > size:
-            raise BadInputError(
-                f"{path} is truncated: member {info.name} needs bytes up to "
-                f"{info.offset_data + info.size}, the file has {size}",
-                path=path,
-                member=info.name,
-            )
-    fileobj = tar.fileobj
-    assert fileobj is not None
-    fileobj.seek(tar.offset)
-    tail = fileobj.read(_BLOCK)
-    if len(tail) < _BLOCK or tail.count(0) != _BLOCK:
-        raise BadInputError(
-            f"{path} is damaged or truncated after {tar.offset} bytes (no end-of-archive "
-            "block where the next header should be)",
-            path=path,
-        )
