@@ -1,5 +1,6 @@
-"""Seeded per-image augmentation (random resized crop, horizontal flip) and the output
-conversion (dtype, layout, normalisation) that `ImageDecoder` does in its decode threads.
+"""Seeded crop boxes and flips, and the dtype/layout/normalisation conversion of images.
+
+`ImageDecoder` does both in its decode threads.
 
 Every random choice comes from a counter-based hash of the image's seed: draw `k` of seed
 `s` is splitmix64's `k+1`-th output from state `s`, turned into a float in [0, 1) from its

@@ -1,5 +1,7 @@
-"""Brace patterns, as WebDataset's shard lists write them (the `braceexpand` package):
-`train-{0000..0003}.tar`, `{train,val}.tar`, nested and combined, `\\{` for a literal brace."""
+"""Brace patterns, as WebDataset's shard lists write them (the `braceexpand` package).
+
+`train-{0000..0003}.tar`, `{train,val}.tar`, nested and combined, `\\{` for a literal brace.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""What the exporters share: the source dataset, the destination folder, reading in
-chunks, safe relative paths, and deterministic tar files written atomically."""
+"""What the exporters share: source, destination, chunked reads, safe paths, atomic tars.
+
+The source dataset, the destination folder, reading in chunks, safe relative paths, and
+deterministic tar files written atomically.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Image folders (`root/<class>/<…>/file.ext`, as torchvision's `ImageFolder` reads them)
-to a dataset, and back."""
+"""Image folders to a dataset, and back.
+
+The folders are laid out as torchvision's `ImageFolder` reads them:
+`root/<class>/<…>/file.ext`.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The parallel part of an import: threads read and check inputs, the calling thread gets
-the results in input order.
+"""The parallel part of an import: threads read and check inputs, results come in order.
+
+The calling thread gets the results in input order.
 
 Two shapes:
 

@@ -1,5 +1,8 @@
-"""The calling thread's side of an import: the `Writer`, sample ids, `on_error`, progress
-and the report."""
+"""The calling thread's side of an import: writer, ids, `on_error`, progress and report.
+
+It holds the `Writer`, makes the sample ids unique, applies `on_error`, draws the progress
+and builds the report.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A cheap check that an image is whole, and what the importers call each kind of file
-(what bytes are comes from `ferroload_core.sniff_ext`).
+"""A cheap check that an image is whole, and what the importers call each kind of file.
+
+What bytes are comes from `ferroload_core.sniff_ext`.
 
 `check_image` reads structure only (markers, chunk lengths, size fields), never pixels:
 it catches a file that is not an image, a header that does not parse and an image cut

@@ -1,5 +1,7 @@
-"""The input files of an importer: a file, a folder, a glob, or a list of them; for the
-WebDataset importer also brace patterns and object-store URLs."""
+"""The input files of an importer: a file, a folder, a glob, or a list of them.
+
+For the WebDataset importer also brace patterns and object-store URLs.
+"""
 
 from __future__ import annotations
 
