@@ -45,7 +45,8 @@ from ferroload_store._storage_options import (
     is_secret_option,
     normalize_storage_options,
 )
-from ferroload_store._store import Store, open_store
+from ferroload_store._open import open_store
+from ferroload_store._store import Store
 from ferroload_store._uri import ParsedURI, parse_uri
 from ferroload_store._writers import ObjectWriter
 

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy.typing as npt
 import obstore
 import obstore.exceptions as obx
-from obstore.store import LocalStore as _ObLocalStore
-from obstore.store import MemoryStore as _ObMemoryStore
 
-from ferroload_store._backend import open_writer_obstore, remote_engine
 from ferroload_store._blocks import BlockReader
 from ferroload_store._cache import BlockCache
 from ferroload_store._cached_reads import CachedReads
@@ -25,27 +21,17 @@ from ferroload_store._counters import StoreStats
 from ferroload_store._direct import direct_ranges
 from ferroload_store._errors import ObjectNotFoundError, StoreError, truncated_error
 from ferroload_store._file import RangeFile
-from ferroload_store._info import ObjectInfo, info_from_meta
+from ferroload_store._info import ObjectInfo
 from ferroload_store._local import LocalRoot
 from ferroload_store._mapped import MappedFiles
+from ferroload_store._objects import ObjectBackend
 from ferroload_store._options import IOOptions
 from ferroload_store._ranges import DEFAULT_MAX_READ
-from ferroload_store._remote import (
-    RemoteEngine,
-    check_not_forked,
-    mark_runtime_used,
-    translate,
-    translating,
-)
+from ferroload_store._remote import translate, translating
 from ferroload_store._storage_options import normalize_storage_options
-from ferroload_store._uri import ParsedURI, parse_uri
+from ferroload_store._uri import ParsedURI
 from ferroload_store._versions import cache_identity
-from ferroload_store._writers import LocalFileWriter, ObjectWriter, ObstoreWriter
-
-T = TypeVar("T")
-
-_MEMORY_STORES: dict[str, _ObMemoryStore] = {}
-_MEMORY_LOCK = threading.Lock()
+from ferroload_store._writers import LocalFileWriter, ObjectWriter
 
 
 class Store:
@@ -86,21 +72,18 @@ class Store:
         self._io = io if io is not None else IOOptions()
         if not isinstance(self._io, IOOptions):
             raise TypeError(f"io must be an IOOptions, got {type(io).__name__}")
-        self._ob: Any = None
-        self._ob_lock = threading.Lock()
-        self._remote: RemoteEngine | None = None
-        self._writer_ob: Any = None
+        self._lock = threading.Lock()
         self.stats = StoreStats()
         self._disk: LocalRoot | None = None
         self._files: MappedFiles | None = None
         if parsed.kind == "local":
             self._disk = LocalRoot(Path(parsed.location), parsed.uri)
             self._files = MappedFiles(self._disk, self.stats)
-        elif parsed.kind == "memory":
-            with _MEMORY_LOCK:
-                self._ob = _MEMORY_STORES.setdefault(parsed.location, _ObMemoryStore())
-        elif parsed.kind == "object":
-            self._remote = remote_engine(parsed, self._storage_options, self._io, self.stats)
+        local_root = self._disk.path if self._disk is not None else None
+        self._objects = ObjectBackend(
+            parsed, self._storage_options, self._io, self.stats, local_root
+        )
+        self._remote = self._objects.remote
 
     # ------------------------------------------------------------------ identity
 
@@ -157,7 +140,7 @@ class Store:
         if self._remote is None or self._cache_spec is None:
             return None
         if self._cached is None:
-            with self._ob_lock:
+            with self._lock:
                 if self._cached is None:
                     spec = self._cache_spec
                     cache = BlockCache.default() if isinstance(spec, str) else spec
@@ -247,29 +230,6 @@ class Store:
 
     # ------------------------------------------------------------------ internals
 
-    def _key(self, path: str) -> str:
-        return self._parsed.prefix + path
-
-    def _obstore(self) -> Any:
-        """The obstore store (for local roots created on first write, with the directory)."""
-        if self._remote is not None:
-            return self._remote.store
-        mark_runtime_used()
-        if self._ob is None:
-            with self._ob_lock:
-                if self._ob is None:
-                    assert self._disk is not None
-                    self._ob = _ObLocalStore(prefix=self._disk.path, mkdir=True)
-        return self._ob
-
-    def _call(self, fn: Callable[[Any], T], path: str, action: str) -> T:
-        """`fn(obstore store)`: on an object store through its request engine (bounded,
-        retried), else at once; errors become ferroload errors naming `path`."""
-        if self._remote is not None:
-            return self._remote.call(fn, path, action)
-        with self._errors(path, action):
-            return fn(self._obstore())
-
     def _translate(self, exc: BaseException, path: str, action: str) -> StoreError:
         """The ferroload error for a backend or OS error raised while doing `action`."""
         return translate(exc, uri=self.uri, path=path, action=action)
@@ -283,8 +243,7 @@ class Store:
 
     def close(self) -> None:
         """Close cached file descriptors and stop I/O threads (the store stays usable)."""
-        if self._remote is not None:
-            self._remote.close()
+        self._objects.close()
         if self._files is not None:
             self._files.close()
 
@@ -304,8 +263,10 @@ class Store:
             with self._errors(path, "get"):
                 data = self._disk.read(path)
         else:
-            key = self._key(path)
-            data = self._call(lambda ob: obstore.get(ob, key).bytes().to_bytes(), path, "get")
+            key = self._objects.key(path)
+            data = self._objects.call(
+                lambda ob: obstore.get(ob, key).bytes().to_bytes(), path, "get"
+            )
         self.stats.add_read(1, len(data))
         return data
 
@@ -317,7 +278,7 @@ class Store:
             ObjectTruncatedError: if the object ends before `start + length`.
         """
         if self._remote is not None:
-            (buf,), size = self._remote.read(self._key(path), path, [start], [length])
+            (buf,), size = self._remote.read(self._objects.key(path), path, [start], [length])
             if size is not None:
                 self._truncated(path, start + length, size)
             return buf if isinstance(buf, bytes) else bytes(buf)
@@ -326,7 +287,7 @@ class Store:
                 data = self._files.pread(path, start, length)
             else:
                 data = obstore.get_range(
-                    self._obstore(), self._key(path), start=start, length=length
+                    self._objects.store(), self._objects.key(path), start=start, length=length
                 ).to_bytes()
         except (obx.BaseError, OSError) as exc:
             raise self._translate(exc, path, "range read of") from exc
@@ -381,16 +342,7 @@ class Store:
         if cached is not None:
             return cached.ranges(self, path, starts, lengths, size, version)
         gap = self._io.max_gap if max_gap is None else max_gap
-
-        def read(rs: Sequence[int], rl: Sequence[int]) -> tuple[list[Any], int | None]:
-            if self._remote is not None:
-                return self._remote.read(self._key(path), path, rs, rl)
-            with self._errors(path, "range read of"):
-                got = obstore.get_ranges(self._obstore(), self._key(path), starts=rs, lengths=rl)
-                bufs = [b.to_bytes() for b in got]
-            self.stats.add_read(len(bufs), sum(len(b) for b in bufs))
-            return bufs, None
-
+        read = partial(self._objects.read, path)
         return direct_ranges(read, self.uri, path, starts, lengths, max_gap=gap, max_read=max_read)
 
     def open_input(self, path: str) -> RangeFile:
@@ -411,9 +363,7 @@ class Store:
         if self._disk is not None:
             with self._errors(path, "head"):
                 return self._disk.head(path)
-        key = self._key(path)
-        meta = self._call(lambda ob: obstore.head(ob, key), path, "head")
-        return info_from_meta(meta, self._parsed.prefix)
+        return self._objects.head(path)
 
     def exists(self, path: str) -> bool:
         """True when the object exists."""
@@ -438,19 +388,7 @@ class Store:
             with self._errors(prefix, "list"):
                 local = self._disk.list(directory, prefix, offset)
             return sorted(local, key=lambda o: o.path)
-        kwargs: dict[str, Any] = {}
-        if offset is not None:
-            kwargs["offset"] = self._key(offset)
-        # obstore lists whole path segments: ask for the "directory", filter the rest here.
-        directory = prefix[: prefix.rfind("/") + 1]
-        list_prefix = self._key(directory) or None
-        metas = self._call(
-            lambda ob: [m for chunk in obstore.list(ob, list_prefix, **kwargs) for m in chunk],
-            prefix,
-            "list",
-        )
-        out = [info_from_meta(m, self._parsed.prefix) for m in metas]
-        return sorted((o for o in out if o.path.startswith(prefix)), key=lambda o: o.path)
+        return self._objects.list_objects(prefix, offset)
 
     # ------------------------------------------------------------------ writes
 
@@ -459,8 +397,8 @@ class Store:
         payload = bytes(data)
         if self._disk is not None:
             self._disk.file(path)
-        key = self._key(path)
-        self._call(lambda ob: obstore.put(ob, key, payload), path, "put")
+        key = self._objects.key(path)
+        self._objects.call(lambda ob: obstore.put(ob, key, payload), path, "put")
         self.stats.add(put_requests=1, bytes_written=len(data))
 
     def put_if_absent(self, path: str, data: bytes | bytearray | memoryview) -> None:
@@ -479,12 +417,14 @@ class Store:
         """
         payload = bytes(data)
         if self._remote is not None:
-            remote_put_if_absent(self._remote, self._key(path), path, payload, self._get_or_none)
+            remote_put_if_absent(
+                self._remote, self._objects.key(path), path, payload, self._get_or_none
+            )
         else:
             if self._disk is not None:
                 self._disk.file(path)
-            key = self._key(path)
-            self._call(
+            key = self._objects.key(path)
+            self._objects.call(
                 lambda ob: obstore.put(ob, key, payload, mode="create"), path, "put-if-absent"
             )
         self.stats.add(put_requests=1, bytes_written=len(payload))
@@ -504,21 +444,7 @@ class Store:
         """
         if self._disk is not None:
             return LocalFileWriter(self._disk.file(path), self.stats)
-        if self._remote is None:
-            return ObstoreWriter(self._obstore(), self._key(path), self.stats)
-        check_not_forked(self.uri)
-        mark_runtime_used()
-        return ObstoreWriter(self._writer_store(), self._key(path), self.stats)
-
-    def _writer_store(self) -> Any:
-        """An obstore store that retries on its own, for multipart uploads (a stream
-        cannot be replayed from here); one per process."""
-        pid = os.getpid()
-        with self._ob_lock:
-            if self._writer_ob is None or self._writer_ob[0] != pid:
-                store = open_writer_obstore(self._parsed, self._storage_options, self._io)
-                self._writer_ob = (pid, store)
-            return self._writer_ob[1]
+        return self._objects.writer(path)
 
     def delete(self, paths: str | Sequence[str]) -> None:
         """Delete objects; missing ones are ignored."""
@@ -531,57 +457,4 @@ class Store:
                     self._disk.delete(key)
                 continue
             with suppress(ObjectNotFoundError):
-                self._call(partial(_delete, key=self._key(key)), key, "delete")
-
-
-def _delete(ob: Any, key: str) -> None:
-    obstore.delete(ob, key)
-
-
-def open_store(
-    uri: str | os.PathLike[str],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    io: IOOptions | None = None,
-    cache: BlockCache | Literal["default"] | None = "default",
-) -> Store:
-    """Open the storage root that `uri` names.
-
-    Args:
-        uri: a local path, `file://…`, `memory://name/prefix`, `s3://bucket/prefix`,
-            `gs://…`, `az://…` (or another Azure form obstore accepts), or `https://…`
-            (read-only).
-        storage_options: obstore configuration for object stores: credentials,
-            `endpoint`, `region`, `skip_signature`, …, as obstore's `from_url` takes them;
-            fsspec's spellings (s3fs `key`, `secret`, `anon`, `client_kwargs`, gcsfs
-            `token`, adlfs `connection_string`, …) are translated to them (see
-            [`normalize_storage_options`][ferroload_store.normalize_storage_options]).
-            HTTP client keys (`allow_http`, `timeout`, `proxy_url`, …) may sit among them
-            or under `client_options`; `retry_config` passes through to obstore (which
-            then retries on its own as well). Unset keys come from the environment
-            (`AWS_*`, `GOOGLE_*`, `AZURE_*`), as obstore reads them.
-        io: concurrency, part size, retries and timeouts of object-store requests
-            (defaults: [`IOOptions()`][ferroload_store.IOOptions]).
-        cache: the block cache of an object store's range reads: `"default"`
-            ([`BlockCache.default()`][ferroload_store.BlockCache.default], configured by
-            `FERROLOAD_CACHE_DIR` / `FERROLOAD_CACHE_SIZE`, made on first use), a
-            `BlockCache`, or None to read ranges straight from the store. Local and
-            memory stores never cache.
-
-    Returns:
-        A `Store` rooted at `uri`.
-
-    Raises:
-        InvalidURIError: if the URI has an unknown scheme or is empty.
-        StorageOptionsError: (a `ValueError`) for a storage option no store knows.
-        StoreError: if obstore rejects the URI or the storage options.
-
-    Examples:
-        >>> store = open_store("memory://docs/example")
-        >>> store.put("a.txt", b"hello")
-        >>> store.get("a.txt")
-        b'hello'
-        >>> open_store("memory://docs/example", io=IOOptions(max_concurrency=4)).io.max_concurrency
-        4
-    """
-    return Store(parse_uri(uri), storage_options=storage_options, io=io, cache=cache)
+                self._objects.delete(key)
