@@ -30,6 +30,7 @@ from ferroload_store._errors import (
 )
 from ferroload_store._file import RangeFile
 from ferroload_store._info import ObjectInfo
+from ferroload_store._open import open_store
 from ferroload_store._options import DEFAULT_PART_SIZE, IOOptions
 from ferroload_store._ranges import (
     DEFAULT_MAX_GAP,
@@ -45,7 +46,6 @@ from ferroload_store._storage_options import (
     is_secret_option,
     normalize_storage_options,
 )
-from ferroload_store._open import open_store
 from ferroload_store._store import Store
 from ferroload_store._uri import ParsedURI, parse_uri
 from ferroload_store._writers import ObjectWriter
