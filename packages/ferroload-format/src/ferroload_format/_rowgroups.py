@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,11 +12,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ferroload_core import LRU
+
 #: Default bound of the row-group cache of one opened version (`IndexColumns`), in bytes
 #: of decoded Arrow/numpy values; `FERROLOAD_INDEX_CACHE_BYTES` overrides it.
 INDEX_CACHE_BYTES = 256 << 20
 #: A read of more row groups than the cache holds keeps at most 1 / SCAN_SHARE of it
-#: (see `IndexColumns._each_group`).
+#: (see `GroupReader.each_group`).
 SCAN_SHARE = 4
 
 
@@ -29,23 +30,30 @@ def default_cache_bytes() -> int:
 
 
 class GroupCache:
-    """Loaded row groups, least recently used first out once over `max_bytes`.
+    """Loaded row groups, least recently used first out once over `max_bytes`: the one
+    `ferroload_core.LRU`, weighed by the bytes each put says its value holds.
 
-    The newest entry always stays, even alone over the bound (a row group larger than the
-    whole budget is still usable by the read that loaded it). Thread-safe.
+    A row group larger than the whole budget is not kept (the read that loaded it still
+    uses it). Thread-safe.
 
     Attributes:
-        max_bytes: the bound.
-        nbytes: bytes held now.
         loads: entries put so far (row groups read), for tests and benchmarks.
     """
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.nbytes = 0
         self.loads = 0
-        self._entries: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: LRU[tuple[Any, ...], tuple[Any, int]] = LRU(max_bytes, weigh=_nbytes)
+        self._lock = threading.Lock()  # for `loads`
+
+    @property
+    def max_bytes(self) -> int:
+        """The bound."""
+        return self._entries.max_weight
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now."""
+        return self._entries.weight
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -55,34 +63,24 @@ class GroupCache:
 
     def get(self, key: tuple[Any, ...]) -> Any:
         """The value under `key` (now the most recently used), or None."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            self._entries.move_to_end(key)
-            return entry[0]
+        entry = self._entries.get(key)
+        return None if entry is None else entry[0]
 
     def put(self, key: tuple[Any, ...], value: Any, nbytes: int, *, keep: bool = True) -> None:
         """Keep `value` (`nbytes` large) under `key`, evicting the least recently used
         (`keep=False`: only count the load)."""
         with self._lock:
-            if not keep:
-                self.loads += 1
-                return
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.nbytes -= old[1]
-            self._entries[key] = (value, nbytes)
-            self.nbytes += nbytes
             self.loads += 1
-            while self.nbytes > self.max_bytes and len(self._entries) > 1:
-                _, (_, n) = self._entries.popitem(last=False)
-                self.nbytes -= n
+        if keep:
+            self._entries.put(key, (value, nbytes))
 
     def held(self) -> list[tuple[Any, ...]]:
         """The keys held, least recently used first."""
-        with self._lock:
-            return list(self._entries)
+        return self._entries.held()
+
+
+def _nbytes(entry: tuple[Any, int]) -> int:
+    return entry[1]
 
 
 @dataclass(frozen=True)
