@@ -27,7 +27,7 @@ from ferroload_store import (
     InvalidCacheKeyError,
     StoreError,
 )
-from ferroload_store._cache import _HEADER
+from ferroload_store._cache_entry import HEADER as _HEADER
 
 BIG = (256 << 10) + 12345  # a large entry (once mapped, now read like the rest)
 SMALL = 1000  # read with read()

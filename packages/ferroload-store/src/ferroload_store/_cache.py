@@ -3,11 +3,11 @@
 The layout of a cache directory::
 
     <dir>/.lock                      the eviction lock (filelock)
-    <dir>/.usage                     the shared size estimate (see `BlockCache._account`)
+    <dir>/.usage                     the shared size estimate (see `CacheDirectory.account`)
     <dir>/ab/cd/<key>                one entry: header + key + data, immutable once renamed
     <dir>/ab/cd/.tmp-<key>.<pid>.<r> an entry being written (or left by a killed writer)
 
-An entry is `_HEADER` (magic, format version, key length, data length, xxh3-64 of the
+An entry is `HEADER` (magic, format version, key length, data length, xxh3-64 of the
 data), then the key in ASCII, then the data. It is written to a temporary file in its
 own directory and renamed into place, so a reader sees a whole entry or none; it is
 never modified afterwards. Entries are not fsync'ed: a power loss can leave a renamed
@@ -26,20 +26,26 @@ import logging
 import os
 import re
 import secrets
-import stat
 import struct
-import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable
+from contextlib import suppress
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 import platformdirs
-import xxhash
-from filelock import FileLock
 
+from ferroload_store._cache_dir import CacheDirectory, cache_error
+from ferroload_store._cache_entry import (
+    KEY_RE,
+    O_CLOEXEC,
+    TMP_PREFIX,
+    entry_header,
+    read_entry,
+    verify_entry,
+    write_entry,
+)
 from ferroload_store._counters import CacheStats
 from ferroload_store._errors import CacheConfigError, CacheError, InvalidCacheKeyError
 
@@ -50,35 +56,11 @@ DEFAULT_BLOCK_SIZE = 4 << 20
 #: The default limit of `BlockCache.default()` when `FERROLOAD_CACHE_SIZE` is not set.
 DEFAULT_CACHE_SIZE = 50 << 30
 
-_MAGIC = b"FLBC"
-_FORMAT_VERSION = 1
-# magic, format version, key length, data length, xxh3-64 of the data (little endian)
-_HEADER = struct.Struct("<4sHHQQ")
-_KEY_RE = re.compile(r"[0-9a-f]{16,128}")
-_FAN_RE = re.compile(r"[0-9a-f]{2}")
-_TMP_PREFIX = ".tmp-"
 _KEY_PERSON = b"ferroload-blk1"
 
-# Entries are read into a private buffer (`os.read` into fresh bytes), never mapped:
-# another process may truncate, replace or corrupt a file under a running reader (a
-# killed writer, a user's `truncate`, a full disk), and a mapping of a file that shrinks
-# raises SIGBUS on the next touch, killing the process; a copy is verified once and can
-# no longer change. Measured on the development VM (ext4, warm page cache, xxh3
-# verification included): a 4 MiB entry reads in about 0.7 ms against 0.34 ms mapped
-# (docs/store.md has the before/after figures).
-# The shared size estimate `.usage` grows by one byte per this many bytes written.
-_USAGE_UNIT = 4096
-_ZEROS = bytes(1 << 16)
 # A hit refreshes an entry's mtime only when it is older than this, so a hot entry is
 # not touched on every read (the age comes free from the fstat a read needs anyway).
 _TOUCH_INTERVAL_NS = 10 * 10**9
-# Temporary files older than this are left by a killed writer; eviction removes them.
-_STALE_TMP_NS = 60 * 10**9
-# Eviction without a target frees down to this fraction of max_bytes.
-_EVICT_TO = 0.9
-
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
 _UTIME_FD = os.utime in os.supports_fd
 
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
@@ -190,9 +172,6 @@ class BlockCache:
         self.max_bytes = max_bytes
         self.block_size = block_size
         self.stats = CacheStats()
-        self._usage_lock = threading.Lock()
-        self._evict_lock = threading.Lock()
-        self._usage: int | None = None  # fd of <dir>/.usage, opened by the first put
         try:
             os.makedirs(self._root, exist_ok=True)
         except OSError as exc:
@@ -203,7 +182,7 @@ class BlockCache:
                 "FERROLOAD_CACHE_DIR (or BlockCache(directory)) at a writable local directory",
                 path=self._root,
             )
-        self._filelock = FileLock(os.path.join(self._root, ".lock"))
+        self._dir = CacheDirectory(self._root, self.stats)
 
     @classmethod
     def default(cls, directory: str | os.PathLike[str] | None = None) -> BlockCache:
@@ -268,7 +247,7 @@ class BlockCache:
         """
         path = self._entry_path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):  # absent, or evicted meanwhile
             self.stats.add(misses=1)
             return None
@@ -276,7 +255,7 @@ class BlockCache:
             raise self._error(f"entry {path} cannot be read", exc) from exc
         try:
             st = os.fstat(fd)
-            data = _verify(key, _read(fd, st.st_size))
+            data = verify_entry(key, read_entry(fd, st.st_size))
             if data is not None and time.time_ns() - st.st_mtime_ns > _TOUCH_INTERVAL_NS:
                 with suppress(OSError):  # advisory: an entry owned by another user
                     os.utime(fd if _UTIME_FD else path)
@@ -309,9 +288,7 @@ class BlockCache:
             view = memoryview(view.tobytes())
         if view.ndim != 1 or view.format != "B":
             view = view.cast("B")
-        raw_key = key.encode("ascii")
-        digest = xxhash.xxh3_64_intdigest(view)
-        header = _HEADER.pack(_MAGIC, _FORMAT_VERSION, len(raw_key), view.nbytes, digest) + raw_key
+        header = entry_header(key, view)
         nbytes = len(header) + view.nbytes
         if nbytes > self.max_bytes:
             logger.debug(
@@ -319,10 +296,10 @@ class BlockCache:
             )
             return
         leaf = os.path.dirname(path)
-        tmp = f"{leaf}/{_TMP_PREFIX}{key}.{os.getpid()}.{secrets.token_hex(4)}"
+        tmp = f"{leaf}/{TMP_PREFIX}{key}.{os.getpid()}.{secrets.token_hex(4)}"
         for attempt in range(2):
             try:
-                _write_file(leaf, tmp, header, view)
+                write_entry(leaf, tmp, header, view)
                 os.replace(tmp, path)
                 break
             except OSError as exc:
@@ -338,8 +315,8 @@ class BlockCache:
                     continue
                 raise self._error(f"entry {path} cannot be written", exc) from exc
         self.stats.add(puts=1, put_bytes=view.nbytes)
-        if self._account(nbytes):
-            self._evict(None, only_if_over=True)
+        if self._dir.account(nbytes, self.max_bytes):
+            self._dir.evict(None, self.max_bytes, only_if_over=True)
 
     def contains(self, key: str) -> bool:
         """Whether an entry exists (not verified: `get` may still find it damaged)."""
@@ -366,11 +343,11 @@ class BlockCache:
 
     def size(self) -> int:
         """The bytes the entries take now (one directory scan; temporary files excluded)."""
-        return self._scan()[2]
+        return self._dir.scan()[2]
 
     def count(self) -> int:
         """The entries in the cache now (one directory scan; temporary files excluded)."""
-        return len(self._scan()[0])
+        return len(self._dir.scan()[0])
 
     def evict(self, target_bytes: int | None = None) -> int:
         """Delete the oldest entries until the cache holds at most `target_bytes`.
@@ -390,7 +367,7 @@ class BlockCache:
             CacheConfigError: `target_bytes` is negative.
             CacheError: the lock or an entry cannot be removed.
         """
-        return self._evict(target_bytes)
+        return self._dir.evict(target_bytes, self.max_bytes)
 
     def clear(self) -> None:
         """Delete every entry and temporary file, and the fan-out directories.
@@ -398,24 +375,11 @@ class BlockCache:
         Raises:
             CacheError: an entry cannot be removed.
         """
-        with self._evict_lock, self._locked():
-            for top in _subdirs(self._root):
-                for leaf in _subdirs(top):
-                    for name, entry_path, _st in _files(leaf):
-                        if name.startswith(_TMP_PREFIX) or _KEY_RE.fullmatch(name):
-                            self._unlink(entry_path)
-                    with suppress(OSError):
-                        os.rmdir(leaf)
-                with suppress(OSError):
-                    os.rmdir(top)
-            self._set_usage(0)
+        self._dir.clear()
 
     def close(self) -> None:
         """Release the file this cache keeps open (the cache stays usable: it reopens)."""
-        with self._usage_lock:
-            fd, self._usage = self._usage, None
-        if fd is not None:
-            os.close(fd)
+        self._dir.close()
 
     def __del__(self) -> None:
         with suppress(Exception):
@@ -434,145 +398,12 @@ class BlockCache:
     # ------------------------------------------------------------------ internals
 
     def _entry_path(self, key: str) -> str:
-        if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+        if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             raise InvalidCacheKeyError(str(key))
         return f"{self._root}/{key[:2]}/{key[2:4]}/{key}"
 
     def _error(self, what: str, exc: OSError) -> CacheError:
-        reason = exc.strerror or str(exc)
-        return CacheError(
-            f"block cache directory {self._root}: {what} ({reason}); point FERROLOAD_CACHE_DIR (or "
-            "BlockCache(directory)) at a writable local directory",
-            path=self._root,
-        )
-
-    def _account(self, nbytes: int) -> bool:
-        """Add a written entry to the shared size estimate; whether it is over the limit.
-
-        `<dir>/.usage` is a (sparse) file whose length, in units of `_USAGE_UNIT`, is the
-        estimate: every process appends one byte per unit it writes (O_APPEND makes each
-        append atomic), and an eviction sets the length to the true size it counted. So
-        the processes that share a directory see one another's writes at the cost of one
-        small write and one fstat per put.
-        """
-        fd, created = self._open_usage()
-        if created:  # the first use of this directory: count what is there once
-            self._evict(self.max_bytes)
-            return False
-        try:
-            units = -(-nbytes // _USAGE_UNIT)
-            os.write(fd, _ZEROS[:units] if units <= len(_ZEROS) else bytes(units))
-            estimate = os.fstat(fd).st_size * _USAGE_UNIT
-        except OSError:  # pragma: no cover  (the directory itself is writable)
-            return True
-        return estimate > self.max_bytes
-
-    def _open_usage(self) -> tuple[int, bool]:
-        """The open `.usage` file, and whether this call created it."""
-        fd = self._usage
-        if fd is not None:
-            return fd, False
-        path = os.path.join(self._root, ".usage")
-        flags = os.O_WRONLY | os.O_APPEND | _O_CLOEXEC
-        with self._usage_lock:
-            if self._usage is None:
-                try:
-                    try:
-                        self._usage = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-                        return self._usage, True
-                    except FileExistsError:
-                        self._usage = os.open(path, flags)
-                except OSError as exc:
-                    raise self._error(f"{path} cannot be opened", exc) from exc
-            return self._usage, False
-
-    def _usage_units(self) -> int:
-        """The shared estimate, in units of `_USAGE_UNIT`."""
-        fd, _ = self._open_usage()
-        return os.fstat(fd).st_size
-
-    def _set_usage(self, total: int, *, also_units: int = 0) -> None:
-        """Record the true size, as counted under the eviction lock."""
-        fd, _ = self._open_usage()
-        with suppress(OSError):  # an estimate: the next eviction sets it again
-            os.ftruncate(fd, -(-total // _USAGE_UNIT) + max(also_units, 0))
-
-    def _evict(self, target_bytes: int | None, *, only_if_over: bool = False) -> int:
-        """Evict down to the target (default 90% of max_bytes); with `only_if_over`, do
-        nothing when, once the lock is ours, the estimate is back under max_bytes (another
-        thread or process evicted while we waited)."""
-        target = int(self.max_bytes * _EVICT_TO) if target_bytes is None else target_bytes
-        if target < 0:
-            raise CacheConfigError(f"evict target_bytes must be >= 0, got {target_bytes}")
-        with self._evict_lock, self._locked():
-            before = self._usage_units()
-            if only_if_over and before * _USAGE_UNIT <= self.max_bytes:
-                return 0
-            entries, temps, total = self._scan()
-            freed = 0
-            now = time.time_ns()
-            for tmp_path, mtime, nbytes in temps:
-                if now - mtime > _STALE_TMP_NS and self._unlink(tmp_path):
-                    freed += nbytes
-            entries.sort()
-            evicted = evicted_bytes = 0
-            for _mtime, _name, nbytes, entry_path in entries:
-                if total <= target:
-                    break
-                total -= nbytes
-                if self._unlink(entry_path):
-                    evicted += 1
-                    evicted_bytes += nbytes
-            # what others appended while we scanned may be missing from `total`;
-            # keep it (counting an entry twice only makes the next eviction earlier)
-            self._set_usage(total, also_units=self._usage_units() - before)
-        self.stats.add(evictions=evicted, evicted_bytes=evicted_bytes)
-        if evicted:
-            logger.debug(
-                "block cache %s: evicted %d entries, %d bytes", self._root, evicted, evicted_bytes
-            )
-        return freed + evicted_bytes
-
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold the directory's eviction lock (one evicting process at a time)."""
-        try:
-            self._filelock.acquire(poll_interval=0.005)
-        except OSError as exc:
-            raise self._error("the eviction lock cannot be taken", exc) from exc
-        try:
-            yield
-        finally:
-            self._filelock.release()
-
-    def _scan(self) -> tuple[list[tuple[int, str, int, str]], list[tuple[str, int, int]], int]:
-        """Entries as (mtime_ns, key, bytes, path), temporary files as (path, mtime_ns,
-        bytes), and the entries' total bytes."""
-        entries: list[tuple[int, str, int, str]] = []
-        temps: list[tuple[str, int, int]] = []
-        total = 0
-        try:
-            for top in _subdirs(self._root):
-                for leaf in _subdirs(top):
-                    for name, entry_path, st in _files(leaf):
-                        if name.startswith(_TMP_PREFIX):
-                            temps.append((entry_path, st.st_mtime_ns, st.st_size))
-                        elif _KEY_RE.fullmatch(name):
-                            entries.append((st.st_mtime_ns, name, st.st_size, entry_path))
-                            total += st.st_size
-        except OSError as exc:
-            raise self._error("cannot be listed", exc) from exc
-        return entries, temps, total
-
-    def _unlink(self, path: str) -> bool:
-        """Delete a file; False when another process deleted it first."""
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise self._error(f"{path} cannot be removed", exc) from exc
-        return True
+        return cache_error(self._root, what, exc)
 
     def _discard(self, path: str, seen: os.stat_result) -> None:
         """Delete a damaged entry, unless another process has replaced it meanwhile."""
@@ -584,86 +415,3 @@ class BlockCache:
 
 def _restore(cls: type[BlockCache], directory: str, max_bytes: int, block_size: int) -> BlockCache:
     return cls(directory, max_bytes=max_bytes, block_size=block_size)
-
-
-def _read(fd: int, size: int) -> memoryview:
-    """The file behind `fd` (`size` from its fstat) read into a private buffer (never
-    mapped: see the comment on entries above). A file truncated meanwhile reads short,
-    and `_verify` rejects it."""
-    data = os.pread(fd, size, 0)
-    while len(data) < size:  # a short read: rare on a regular file, or truncated
-        more = os.pread(fd, size - len(data), len(data))
-        if not more:
-            break
-        data += more
-    return memoryview(data)
-
-
-def _verify(key: str, buf: memoryview) -> memoryview | None:
-    """The data part of an entry, or None when anything about it is wrong."""
-    if len(buf) < _HEADER.size:
-        return None
-    magic, version, key_len, data_len, digest = _HEADER.unpack_from(buf)
-    start = _HEADER.size + key_len
-    if (
-        magic != _MAGIC
-        or version != _FORMAT_VERSION
-        or key_len != len(key)
-        or start + data_len != len(buf)
-        or buf[_HEADER.size : start] != key.encode("ascii")
-    ):
-        return None
-    data = buf[start:]
-    if xxhash.xxh3_64_intdigest(data) != digest:
-        return None
-    return data
-
-
-def _write_file(leaf: str, path: str, header: bytes, data: memoryview) -> None:
-    """Create `path` (and its directory when missing) holding header + data."""
-    try:
-        fd = os.open(path, _O_CREATE, 0o644)
-    except FileNotFoundError:
-        os.makedirs(leaf, exist_ok=True)
-        fd = os.open(path, _O_CREATE, 0o644)
-    try:
-        pending = [memoryview(header), data]
-        while pending:
-            written = os.writev(fd, pending)
-            if written <= 0:  # pragma: no cover  (a regular file never writes nothing)
-                raise OSError(errno.EIO, "write made no progress")
-            while pending and written >= len(pending[0]):
-                written -= len(pending[0])
-                pending.pop(0)
-            if pending and written:
-                pending[0] = pending[0][written:]
-    finally:
-        os.close(fd)
-
-
-def _subdirs(path: str) -> Iterator[str]:
-    """The fan-out directories (two hex digits) in `path`; none if it has gone."""
-    try:
-        it = os.scandir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    with it:
-        for entry in it:
-            if _FAN_RE.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
-                yield entry.path
-
-
-def _files(path: str) -> Iterator[tuple[str, str, os.stat_result]]:
-    """(name, path, stat) of the regular files in `path`, skipping any that vanish."""
-    try:
-        it = os.scandir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    with it:
-        for entry in it:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                yield entry.name, entry.path, st
