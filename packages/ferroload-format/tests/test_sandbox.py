@@ -38,6 +38,17 @@ def _no_host_paths(message: str) -> None:
         assert path not in message
 
 
+def _sql_refused(uri: str, write: WriteFn, query: str) -> str:
+    """The message of the `UnsafeQueryError` that `sql(query)` over a fresh dataset must
+    raise, checked to name no host path."""
+    ds = write(uri, 3)
+    with pytest.raises(UnsafeQueryError) as info:
+        ds.sql(query)
+    message = str(info.value)
+    _no_host_paths(message)
+    return message
+
+
 TEMP_DIR_READS = [
     "SELECT * FROM read_csv('.tmp/secret.csv')",
     "SELECT * FROM read_csv_auto('.tmp/secret.csv')",
@@ -52,11 +63,8 @@ TEMP_DIR_READS = [
 def test_sql_cannot_read_the_temp_directory(
     local_uri: str, write: WriteFn, secret_cwd: Path, query: str
 ) -> None:
-    ds = write(local_uri, 3)
-    with pytest.raises(UnsafeQueryError) as info:
-        ds.sql(query)
-    assert "secret" not in str(info.value).replace("secret.csv", "")
-    _no_host_paths(str(info.value))
+    message = _sql_refused(local_uri, write, query)
+    assert "secret" not in message.replace("secret.csv", "")
 
 
 @pytest.mark.parametrize(
@@ -116,11 +124,7 @@ HOST_FUNCTIONS = [
 def test_sql_sees_no_settings_secrets_extensions_or_environment(
     local_uri: str, write: WriteFn, secret_cwd: Path, query: str
 ) -> None:
-    ds = write(local_uri, 3)
-    with pytest.raises(UnsafeQueryError) as info:
-        ds.sql(query)
-    _no_host_paths(str(info.value))
-    assert "/.duckdb" not in str(info.value)
+    assert "/.duckdb" not in _sql_refused(local_uri, write, query)
 
 
 @pytest.mark.parametrize(
