@@ -180,6 +180,16 @@ def _crop_resize(
     return Image.fromarray(np.clip(arr + noise, 0, 255).astype(np.uint8))
 
 
+def _encode(img: Image.Image, fmt: str, quality: int) -> bytes:
+    """`img` as PNG (`fmt` png) or JPEG at `quality` (`fmt` jpg)."""
+    buf = io.BytesIO()
+    if fmt == "png":
+        img.save(buf, format="PNG")
+    else:
+        img.save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
 def encode_samples(
     name: str,
     n: int,
@@ -213,12 +223,7 @@ def encode_samples(
     payloads = []
     for _ in range(n):
         img = _crop_resize(rng, sources, grain, size)
-        buf = io.BytesIO()
-        if fmt == "png":
-            img.save(buf, format="PNG")
-        else:
-            img.save(buf, format="JPEG", quality=quality)
-        payloads.append(buf.getvalue())
+        payloads.append(_encode(img, fmt, quality))
     return Samples(name, fmt, payloads, labels)
 
 
@@ -327,10 +332,5 @@ def encode_natural(
             long = round(short * float(rng.uniform(1.0, max_aspect)))
             oh, ow = (short, long) if rng.random() < landscape else (long, short)
         img = _natural_crop(rng, photos, oh, ow)
-        buf = io.BytesIO()
-        if fmt == "png":
-            img.save(buf, format="PNG")
-        else:
-            img.save(buf, format="JPEG", quality=quality)
-        payloads.append(buf.getvalue())
+        payloads.append(_encode(img, fmt, quality))
     return Samples(name, fmt, payloads, labels)

@@ -33,31 +33,23 @@ happen in the worker processes only.
 from __future__ import annotations
 
 import argparse
-import gc
-import json
 import math
-import os
 import pickle
-import platform
-import resource
 import shutil
-import subprocess
-import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from _meta import git_commit, loadavg, pkg_version, write_json
+from _harness import finish_run, interleaved_epochs, log, run_meta, run_parser, start_run, summary
+from _loader_worker import loader_epoch
+from _meta import pkg_version
+from _peers import shutdown, write_ferroload
+from _procs import Child, counting_faults, serve, unknown
+from _report import goal, goals_table, ratio, run_header, table
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_JSON = HERE / "results" / "bench_augment.json"
-DEFAULT_QUICK_JSON = HERE / "results" / "bench_augment_quick.json"
-DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-bench"
 SEED = 20261202
 SRC, OUT, BATCH, WORKERS = 256, 224, 64, 2
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -154,14 +146,7 @@ def _build_ferroload(spec: dict[str, Any]) -> _Epoch:
     )  # fmt: skip
 
     def run(epoch: int, check: bool) -> dict[str, Any]:
-        dl.set_epoch(epoch)
-        st = dl.stats
-        b0, w0, n0 = st.build_seconds, st.wait_seconds, st.batches
-        res = _consume(dl, check)
-        res["build_s"] = st.build_seconds - b0  # on the prefetch thread
-        res["wait_s"] = st.wait_seconds - w0  # the consumer waiting for a batch
-        res["batches"] = st.batches - n0
-        return res
+        return loader_epoch(dl, epoch, lambda: _consume(dl, check))
 
     return _Epoch(run, dl.close)
 
@@ -212,13 +197,7 @@ def _build_torchvision(spec: dict[str, Any]) -> _Epoch:
     def run(epoch: int, check: bool) -> dict[str, Any]:
         return _consume(dl, check)
 
-    def close() -> None:
-        it = getattr(dl, "_iterator", None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-        dl._iterator = None
-
-    return _Epoch(run, close)
+    return _Epoch(run, lambda: shutdown(dl))
 
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], _Epoch]] = {
@@ -227,102 +206,28 @@ BUILDERS: dict[str, Callable[[dict[str, Any]], _Epoch]] = {
 }
 
 
+def _handler(spec: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    ep = BUILDERS[spec["system"]](spec)
+
+    def handle(cmd: dict[str, Any]) -> dict[str, Any]:
+        if cmd["op"] == "ready":
+            return {}
+        if cmd["op"] == "epoch":
+            return counting_faults(lambda: ep.run(cmd["epoch"], cmd.get("check", False)))
+        if cmd["op"] == "quit":
+            ep.close()
+            return {"bye": True}
+        return unknown(cmd)
+
+    return handle
+
+
 def worker(spec_json: str) -> None:
     """A per-system process: JSON commands on stdin, one JSON answer per line on stdout."""
-    spec = json.loads(spec_json)
-    out = sys.stdout
-    sys.stdout = sys.stderr  # anything a library prints goes to the log, not the protocol
-    t0 = time.perf_counter()
-    ep = BUILDERS[spec["system"]](spec)
-    print(json.dumps({"ready": True, "setup_s": time.perf_counter() - t0}), file=out, flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        try:
-            if cmd["op"] == "epoch":
-                gc.collect()
-                faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-                answer = ep.run(cmd["epoch"], cmd.get("check", False))
-                answer["minflt"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-            elif cmd["op"] == "quit":
-                ep.close()
-                print(json.dumps({"bye": True}), file=out, flush=True)
-                return
-            else:
-                answer = {"error": f"unknown op {cmd['op']!r}"}
-        except Exception as exc:  # reported to the driver, which marks the system failed
-            import traceback
-
-            traceback.print_exc()
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        print(json.dumps(answer), file=out, flush=True)
+    serve(spec_json, _handler)
 
 
 # =========================================================================== driver side
-
-_T0 = time.perf_counter()
-
-
-def _log(msg: str) -> None:
-    print(f"[{time.perf_counter() - _T0:6.1f} s] {msg}", file=sys.stderr, flush=True)
-
-
-class Child:
-    """One system's process, driven over a pipe; its stderr goes to a log file."""
-
-    def __init__(self, system: System, run_dir: Path) -> None:
-        self.system = system
-        self.log = run_dir / f"{system.key}.log"
-        self.error: str | None = None
-        with open(self.log, "w") as log:
-            self.proc: subprocess.Popen[str] | None = subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), "--worker",
-                 json.dumps(system.spec)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-            )  # fmt: skip
-        self.ready = self._ask(None)
-
-    def _ask(self, cmd: dict[str, Any] | None) -> dict[str, Any] | None:
-        if self.proc is None:
-            return None
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            if cmd is not None:
-                self.proc.stdin.write(json.dumps(cmd) + "\n")
-                self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"exited with {self.proc.wait()}")
-            answer: dict[str, Any] = json.loads(line)
-            if "error" in answer:
-                raise RuntimeError(answer["error"])
-        except (OSError, RuntimeError, ValueError) as exc:
-            tail = " | ".join(self.log.read_text().strip().splitlines()[-5:])
-            self.fail(f"{exc}: {tail}")
-            return None
-        return answer
-
-    def epoch(self, epoch: int, check: bool = False) -> dict[str, Any] | None:
-        return self._ask({"op": "epoch", "epoch": epoch, "check": check})
-
-    def fail(self, why: str) -> None:
-        self.error = why
-        print(f"  ! {self.system.key}: {why}", file=sys.stderr, flush=True)
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def close(self) -> None:
-        self._ask({"op": "quit"})
-        if self.proc is not None:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
 
 
 def _systems(path: str, payloads: str) -> list[System]:
@@ -384,66 +289,34 @@ def _check(n: int, label_sum: int, checks: dict[str, dict[str, Any]]) -> dict[st
     return {"channel_means": means, "mean_gap": gap, "problems": problems, "ok": not problems}
 
 
-def _summary(times: list[float], n: int) -> dict[str, Any]:
-    best, med = min(times), float(np.median(times))
-    return {
-        "times_s": times,
-        "best_s": best,
-        "median_s": med,
-        "samples_per_s": n / best,
-        "median_samples_per_s": n / med,
-    }
-
-
 def bench(
     systems: list[System], n: int, label_sum: int, rounds: int, run_dir: Path
 ) -> dict[str, Any]:
     """Start every system's process, warm them up (checked), then `rounds` interleaved
     timed epochs."""
-    from bench_codec import reference_pass
-
-    children = {s.key: Child(s, run_dir) for s in systems}
-    checks: dict[str, dict[str, Any]] = {}
-    for key, ch in children.items():
-        _log(f"  warm-up {key}")
-        got = ch.epoch(0, check=True)
-        if got is not None:
-            checks[key] = got
-    times: dict[str, list[float]] = {k: [] for k in children}
-    epochs: dict[str, list[dict[str, Any]]] = {k: [] for k in children}
-    pairs: list[float] = []  # (b) over (a), neighbours in a round
-    ref: dict[int, list[float]] = {1: [], 2: []}
-    for r in range(rounds):
-        _log(f"  round {r + 1}/{rounds}")
-        for t in (1, 2):
-            ref[t].append(reference_pass(t))
-        order = list(children) if r % 2 == 0 else list(children)[::-1]
-        this: dict[str, float] = {}
-        for key in order:
-            got = children[key].epoch(r + 1)
-            if got is None:
-                continue
-            if got["n"] != n:
-                children[key].fail(f"epoch {r + 1} delivered {got['n']} samples, not {n}")
-                continue
-            times[key].append(got["s"])
-            epochs[key].append(got)
-            this[key] = got["s"]
-        if "ferroload_plain" in this and "ferroload_augment" in this:
-            pairs.append(this["ferroload_plain"] / this["ferroload_augment"])
+    children: dict[str, Child] = {}
+    for s in systems:  # one at a time: their setup times are reported
+        children[s.key] = Child(s.key, s.spec, run_dir, __file__)
+        children[s.key].wait_ready()
+    keys = list(children)
+    # (a) over (b)'s epoch seconds, neighbours in a round
+    pair = ("ferroload_plain", "ferroload_augment")
+    plan = lambda r: keys if r % 2 == 0 else keys[::-1]  # noqa: E731
+    got = interleaved_epochs(children, n, rounds, plan, pair, sample_warmup=False)
+    times, checks, pairs, ref = got.times, got.checks, got.pairs, got.ref
     results: dict[str, Any] = {}
     for s in systems:
         ch = children[s.key]
-        ch.close()
+        ch.close(sample=False)
         res: dict[str, Any] = {
             "label": s.label,
             "ok": ch.error is None and bool(times[s.key]),
             "error": ch.error,
-            "setup_s": (ch.ready or {}).get("setup_s"),
+            "setup_s": ch.ready.get("setup_s"),
         }
         if times[s.key]:
-            res.update(_summary(times[s.key], n))
-            best = epochs[s.key][times[s.key].index(res["best_s"])]
+            res.update(summary(times[s.key], n))
+            best = got.best_epoch(s.key)
             nb = math.ceil(n / BATCH)
             for k in ("build_s", "wait_s", "minflt"):
                 if k in best:
@@ -487,27 +360,23 @@ def bench(
 # --------------------------------------------------------------------------- report
 
 
-def _goal(goal: str, value: str, ok: bool) -> dict[str, Any]:
-    return {"goal": goal, "value": value, "pass": bool(ok)}
-
-
 def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
     r = res["ratios"]
     b_c, b_a = r["augment_over_torchvision"], r["augment_over_plain"]
     chk = res["check"]
     return [
-        _goal(
+        goal(
             f"(b) ferroload augmented samples/s >= {GOAL_PEER}x (c) torchvision "
             f"DataLoader(num_workers={WORKERS})",
             "-" if b_c is None else f"{b_c:.2f}x",
             b_c is not None and b_c >= GOAL_PEER,
         ),
-        _goal(
+        goal(
             f"(b) ferroload augmented samples/s >= {GOAL_PLAIN}x (a) its plain uint8 resize",
             "-" if b_a is None else f"{b_a:.2f}x",
             b_a is not None and b_a >= GOAL_PLAIN,
         ),
-        _goal(
+        goal(
             "every system delivers every sample in its shape and dtype; (b) and (c) agree on "
             f"the normalised channel means (within {MEAN_TOLERANCE})",
             "ok" if chk["ok"] else "; ".join(chk["problems"])[:80],
@@ -516,26 +385,11 @@ def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
-
-
 def render(res: dict[str, Any]) -> str:
     """The human-readable report of a result dict."""
     m = res["meta"]
     out = [
-        f"ferroload augmentation benchmark ({m['mode']}) — {m['started_at']}, "
-        f"commit {m['git_commit']}",
-        f"{m['cpu_count']} CPUs ({m['available_cpus']} available), Python {m['python']}, "
-        f"{m['platform']}; load average {m['loadavg_start']} at start, {m['loadavg_end']} at end",
+        *run_header("ferroload augmentation benchmark", m),
         "versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
         f"images: {m['image_source']}; {res['samples']:,} x 256x256 JPEG q90 "
         f"(avg {m['avg_bytes']:,.0f} B) -> 224x224, batches of {BATCH} + int64 labels",
@@ -559,21 +413,18 @@ def render(res: dict[str, Any]) -> str:
         )
     headers = ["system", "best s", "samples/s", "median", "/ (a)", "build ms/batch",
                "wait ms/batch"]  # fmt: skip
-    out += ["", _table(headers, rows)]
+    out += ["", table(headers, rows)]
     r = res["ratios"]
 
-    def fmt(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}x"
-
     out.append(
-        f"(b) / (c) = {fmt(r['augment_over_torchvision'])} (medians "
-        f"{fmt(r['augment_over_torchvision_medians'])}); (b) / (a) = "
-        f"{fmt(r['augment_over_plain'])} (medians {fmt(r['augment_over_plain_medians'])}, "
-        f"neighbouring epochs {fmt(r['augment_over_plain_paired_median'])}); "
-        f"(d) bfloat16 / (a) = {fmt(r.get('bf16_over_plain'))} (medians "
-        f"{fmt(r.get('bf16_over_plain_medians'))}), / (c) = {fmt(r.get('bf16_over_torchvision'))}; "
-        f"(e) uint8 NCHW / (a) = {fmt(r.get('uint8_augment_over_plain'))} (medians "
-        f"{fmt(r.get('uint8_augment_over_plain_medians'))})"
+        f"(b) / (c) = {ratio(r['augment_over_torchvision'])} (medians "
+        f"{ratio(r['augment_over_torchvision_medians'])}); (b) / (a) = "
+        f"{ratio(r['augment_over_plain'])} (medians {ratio(r['augment_over_plain_medians'])}, "
+        f"neighbouring epochs {ratio(r['augment_over_plain_paired_median'])}); "
+        f"(d) bfloat16 / (a) = {ratio(r.get('bf16_over_plain'))} (medians "
+        f"{ratio(r.get('bf16_over_plain_medians'))}), / (c) = {ratio(r.get('bf16_over_torchvision'))}; "
+        f"(e) uint8 NCHW / (a) = {ratio(r.get('uint8_augment_over_plain'))} (medians "
+        f"{ratio(r.get('uint8_augment_over_plain_medians'))})"
     )
     chk = res["check"]
     means = "; ".join(
@@ -588,13 +439,7 @@ def render(res: dict[str, Any]) -> str:
     ref = res.get("reference_scaling_1_to_2")
     if ref is not None:
         out.append(f"machine reference (sha256, 1 vs 2 threads, same rounds): {ref:.2f} of linear")
-    out += ["", "GOALS"]
-    out.append(
-        _table(
-            ["goal", "value", "result"],
-            [[g["goal"], g["value"], "PASS" if g["pass"] else "FAIL"] for g in res["goals"]],
-        )
-    )
+    out += goals_table(res["goals"])
     if ref is not None and ref < 0.9:
         out.append(
             f"note: the machine reference scaled only {ref:.2f} of linear from 1 to 2 threads "
@@ -607,17 +452,7 @@ def render(res: dict[str, Any]) -> str:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--quick", action="store_true", help="256 JPEGs, one timed epoch")
-    p.add_argument(
-        "--workdir", type=Path, default=DEFAULT_WORKDIR,
-        help=f"scratch folder (default {DEFAULT_WORKDIR})",
-    )  # fmt: skip
-    p.add_argument(
-        "--json", type=Path, default=None,
-        help=f"where to write the results (default {DEFAULT_JSON.relative_to(HERE.parent)}"
-        f", or {DEFAULT_QUICK_JSON.name} with --quick)",
-    )  # fmt: skip
+    p = run_parser(__doc__, "bench_augment", quick="256 JPEGs, one timed epoch")
     p.add_argument("--rounds", type=int, default=None, help="timed epochs per system")
     p.add_argument("--keep", action="store_true", help="keep the written dataset")
     p.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
@@ -630,55 +465,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.worker:
         worker(args.worker)
         return {}
-    sys.path.insert(0, str(HERE))
     from _data import encode_natural, natural_photos, natural_source
 
     import ferroload
     from ferroload_core import available_cpus
 
+    run = start_run(args, "bench_augment", "augment-run-{mode}")
+    run_dir = run.run_dir
     sizes = QUICK if args.quick else FULL
     if args.rounds:
         sizes = sizes._replace(rounds=args.rounds)
-    mode = "quick" if args.quick else "full"
-    json_path = args.json or (DEFAULT_QUICK_JSON if args.quick else DEFAULT_JSON)
-    run_dir = args.workdir / f"augment-run-{mode}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    t_start = time.perf_counter()
-    load_start = loadavg()
 
-    _log(f"[{mode}] encoding {sizes.jpeg} JPEGs (not timed) ...")
+    log(f"[{run.mode}] encoding {sizes.jpeg} JPEGs (not timed) ...")
     # the loader benchmark's JPEG set: same photos, seed and size
     samples = encode_natural(
         "jpeg", sizes.jpeg, fmt="jpg", seed=SEED + 2, size=SRC, photos=natural_photos(SEED)
     )
     path = run_dir / "ferroload"
-    w = ferroload.Writer(path, "augment")
-    w.declare("image", "jpg", "tensor", "image")
-    for key, payload, label in zip(samples.keys, samples.payloads, samples.labels, strict=True):
-        w.add(key, {"image": payload}, {"label": label})
-    w.close()
+    write_ferroload(samples, path, "augment")
     payloads = run_dir / "payloads.pkl"
     with open(payloads, "wb") as f:
         pickle.dump((samples.payloads, samples.labels), f, protocol=pickle.HIGHEST_PROTOCOL)
     systems = _systems(str(path), str(payloads))
     try:
-        _log(f"[{mode}] {len(systems)} processes ...")
+        log(f"[{run.mode}] {len(systems)} processes ...")
         res = bench(systems, len(samples), sum(samples.labels), sizes.rounds, run_dir)
     finally:
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
     res["meta"] = {
-        "mode": mode,
-        "started_at": started,
-        "git_commit": git_commit(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "available_cpus": available_cpus(),
-        "loadavg_start": load_start,
-        "loadavg_end": loadavg(),
+        **run_meta(run, available_cpus()),
         "versions": {
             n: pkg_version(n)
             for n in ("ferroload-loader", "ferroload-codec", "torch", "torchvision", "numpy")
@@ -701,10 +517,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         },
     }
     res["goals"] = _goals(res)
-    res["meta"]["total_s"] = time.perf_counter() - t_start
-    print(render(res))
-    print(f"\ntotal {res['meta']['total_s']:.0f} s; results written to {json_path}")
-    write_json(json_path, res)
+    finish_run(res, run, render)
     return res
 
 

@@ -30,36 +30,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import hashlib
 import io
 import json
-import os
 import pickle
 import platform
 import shutil
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from _meta import git_commit, loadavg, pkg_version, write_json
+from _data import Samples, encode_natural, natural_photos, natural_source
+from _harness import finish_run, reference_pass, run_meta, run_parser, start_run
+from _meta import pkg_version
+from _peers import StockPillow
+from _report import goal, goals_table, ratio, run_header, table
 from PIL import Image, ImageOps
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _data import Samples, encode_natural, natural_photos, natural_source
-
-HERE = Path(__file__).resolve().parent
-DEFAULT_JSON = HERE / "results" / "bench_codec.json"
-DEFAULT_QUICK_JSON = HERE / "results" / "bench_codec_quick.json"
-DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-bench"
 SEED = 20261201
 OUT = 224  # output side of the JPEG cases
 TINY = 32  # side of the PNG case
@@ -173,128 +164,6 @@ def stock_worker(data_path: str) -> None:
         print(json.dumps(answer), flush=True)
 
 
-# --------------------------------------------------------------------------- stock Pillow
-
-
-class StockPillow:
-    """Stock Pillow (from PyPI) in a side virtualenv, cached under the workdir.
-
-    `available` is False (with `reason`) when the venv cannot be made (offline, no uv).
-    """
-
-    def __init__(self, workdir: Path, data: dict[str, list[bytes]], run_dir: Path) -> None:
-        self.proc: subprocess.Popen[str] | None = None
-        self.info: dict[str, Any] = {}
-        self.reason: str | None = None
-        self.setup_s: float | None = None
-        self.venv = workdir / "stock-pillow-venv"
-        try:
-            python = self._ensure_venv()
-        except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-            self.reason = f"side venv not available: {exc}"
-            return
-        path = run_dir / "stock-data.pkl"
-        with open(path, "wb") as f:
-            pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
-        self.proc = subprocess.Popen(
-            [str(python), str(Path(__file__).resolve()), "--stock-worker", str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        ready = self._read()
-        if not ready.get("ready"):
-            self.close()
-            self.reason = f"stock worker did not start: {ready}"
-            return
-        ready.pop("ready")
-        self.info = ready
-
-    @property
-    def available(self) -> bool:
-        return self.proc is not None
-
-    def _python(self) -> Path:
-        sub = "Scripts/python.exe" if os.name == "nt" else "bin/python"
-        return self.venv / sub
-
-    def _works(self, python: Path) -> bool:
-        if not python.exists():
-            return False
-        probe = "import PIL.Image, PIL.ImageOps, PIL.features, numpy"
-        try:
-            subprocess.run([str(python), "-c", probe], check=True, capture_output=True, timeout=60)
-        except (OSError, subprocess.SubprocessError):
-            return False
-        return True
-
-    def _ensure_venv(self) -> Path:
-        python = self._python()
-        if self._works(python):
-            return python
-        uv = os.environ.get("UV") or shutil.which("uv")
-        if not uv:
-            raise RuntimeError("uv not found")
-        t0 = time.perf_counter()
-        shutil.rmtree(self.venv, ignore_errors=True)
-        self.venv.parent.mkdir(parents=True, exist_ok=True)
-        # Outside the workspace and with --no-config: the workspace's uv settings drop every
-        # requirement on pillow (pillow-simd replaces it there).
-        run: dict[str, Any] = {
-            "check": True,
-            "capture_output": True,
-            "text": True,
-            "timeout": 180,
-            "cwd": self.venv.parent,
-            # Offline, fail fast rather than wait out uv's default 30 s per request.
-            "env": {**os.environ, "UV_HTTP_TIMEOUT": "15"},
-        }
-        try:
-            subprocess.run(
-                [uv, "venv", "-q", "--no-config", "--python", sys.executable, str(self.venv)],
-                **run,
-            )
-            pip = [uv, "pip", "install", "-q", "--no-config", "--python", str(python)]
-            subprocess.run([*pip, "pillow", "numpy"], **run)
-        except subprocess.CalledProcessError as exc:
-            shutil.rmtree(self.venv, ignore_errors=True)
-            tail = (exc.stderr or "").strip().splitlines()[-1:] or [str(exc)]
-            raise RuntimeError(tail[0]) from None
-        if not self._works(python):
-            raise RuntimeError("the venv's Pillow does not import")
-        self.setup_s = time.perf_counter() - t0
-        return python
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"stock worker exited with {self.proc.wait()}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def ask(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        answer = self._read()
-        if "error" in answer:
-            raise RuntimeError(answer["error"])
-        return answer
-
-    def close(self) -> None:
-        if self.proc is not None:
-            try:
-                self.ask(op="quit")
-            except (OSError, RuntimeError, ValueError):
-                pass
-            finally:
-                if self.proc.stdin:
-                    self.proc.stdin.close()
-                self.proc.wait(timeout=30)
-                self.proc = None
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -316,29 +185,6 @@ class Case(NamedTuple):
     batch: int
     baseline: str  # BASELINES key of the user's line
     info_baseline: str | None  # BASELINES key of the same-filter variant (info, pixel check)
-
-
-_REF_BUF = bytes(4 << 20)
-_REF_UNITS = 6  # sha256 of 4 MiB buffers per thread and pass (~10-20 ms on one core)
-
-
-def _ref_work() -> None:
-    for _ in range(_REF_UNITS):
-        hashlib.sha256(_REF_BUF).digest()  # C code that releases the GIL
-
-
-def reference_pass(threads: int) -> float:
-    """Seconds for `threads` threads to each hash `_REF_UNITS` buffers: a GIL-free workload
-    that shows how parallel the machine is right now (its 1 -> 2 scaling is the ceiling)."""
-    gc.collect()
-    t0 = time.perf_counter()
-    others = [threading.Thread(target=_ref_work) for _ in range(threads - 1)]
-    for t in others:
-        t.start()
-    _ref_work()
-    for t in others:
-        t.join()
-    return time.perf_counter() - t0
 
 
 def _ferroload_pass(
@@ -532,10 +378,6 @@ def check_pixels(
 # --------------------------------------------------------------------------- report
 
 
-def _goal(goal: str, value: str, ok: bool) -> dict[str, Any]:
-    return {"goal": goal, "value": value, "pass": bool(ok)}
-
-
 def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
     goals = []
     stock = res["meta"]["stock_pillow"]["available"]
@@ -546,13 +388,13 @@ def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
         c = res["cases"][key]
         v = c[f"per_core_over_{who}"]
         name = f"{key}: ferroload {c['threads_all']}-thread img/s / {cores} cores >= {GOAL_PER_CORE}x {against} 1-core"
-        goals.append(_goal(name, f"{v:.2f}x", v >= GOAL_PER_CORE))
+        goals.append(goal(name, f"{v:.2f}x", v >= GOAL_PER_CORE))
     for key in ("jpeg256_exact", "var_shorter", "var_exact"):
         c = res["cases"][key]
         if "scaling_1_to_2" in c:
             v = c["scaling_1_to_2"]
             name = f"{key}: 2 threads >= {GOAL_SCALING}x linear scaling from 1 thread"
-            goals.append(_goal(name, f"{v:.2f}", v >= GOAL_SCALING))
+            goals.append(goal(name, f"{v:.2f}", v >= GOAL_SCALING))
     c = res["cases"]["jpeg256_exact"]
     v = c["bundled_over_default"]
     name = (
@@ -560,32 +402,20 @@ def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
         + ("the system libturbojpeg (PyTurboJPEG)" if c["default_jpeg"] == "system"
            else "the default path (no system libturbojpeg here: both are bundled)")
     )  # fmt: skip
-    goals.append(_goal(name, f"{v:.2f}x", v >= GOAL_BUNDLED))
+    goals.append(goal(name, f"{v:.2f}x", v >= GOAL_BUNDLED))
     v = c[f"bundled_per_core_over_{who}"]
     name = f"jpeg256_exact: bundled libjpeg-turbo per core >= {GOAL_PER_CORE}x {against} 1-core"
-    goals.append(_goal(name, f"{v:.2f}x", v >= GOAL_PER_CORE))
+    goals.append(goal(name, f"{v:.2f}x", v >= GOAL_PER_CORE))
     c = res["cases"]["png32"]
     v = c["methods"][f"ferroload_t{c['threads_all']}"]["images_per_s"]
     name = f"png32: >= {GOAL_PNG_IPS:,.0f} images/s on {c['threads_all']} threads"
-    goals.append(_goal(name, f"{v:,.0f}/s", v >= GOAL_PNG_IPS))
+    goals.append(goal(name, f"{v:,.0f}/s", v >= GOAL_PNG_IPS))
     for key in ("jpeg256_exact", "var_exact"):
         chk = res["cases"][key]["correctness"]["simd_exact_bilinear"]
         v = chk["mean_abs_diff"]
         name = f"{key}: mean |ferroload - Pillow bilinear| < {GOAL_MAD} levels"
-        goals.append(_goal(name, f"{v:.2f}", v < GOAL_MAD))
+        goals.append(goal(name, f"{v:.2f}", v < GOAL_MAD))
     return goals
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 _LABELS = {
@@ -613,10 +443,6 @@ def _method_label(name: str, res: dict[str, Any]) -> str:
     return f"{lib} {pil} {_LABELS[method]}"
 
 
-def _fmt_ratio(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
 def render(res: dict[str, Any]) -> str:
     """The human-readable report of a result dict."""
     m = res["meta"]
@@ -629,9 +455,7 @@ def render(res: dict[str, Any]) -> str:
     )
     ps = m["pillow_simd"]
     out = [
-        f"ferroload codec benchmark ({m['mode']}) — {m['started_at']}, commit {m['git_commit']}",
-        f"{m['cpu_count']} CPUs ({m['available_cpus']} available), Python {m['python']}, "
-        f"{m['platform']}; load average {m['loadavg_start']} at start, {m['loadavg_end']} at end",
+        *run_header("ferroload codec benchmark", m),
         "backends(): " + ", ".join(f"{k}={v}" for k, v in m["backends"].items()),
         f"in-process PIL: {ps['distribution']} {ps['pillow']} (libjpeg-turbo "
         f"{ps['libjpeg_turbo']}, zlib {ps['zlib']}); {stock_line}",
@@ -661,14 +485,12 @@ def render(res: dict[str, Any]) -> str:
                     f"{r['images_per_s']:,.0f}",
                     f"{r['us_per_image'] * r['threads']:.1f}",
                     f"{r['per_core_images_per_s']:,.0f}",
-                    _fmt_ratio(
-                        r["per_core_images_per_s"] / stock["images_per_s"] if stock else None
-                    ),
-                    _fmt_ratio(r["per_core_images_per_s"] / simd["images_per_s"] if simd else None),
+                    ratio(r["per_core_images_per_s"] / stock["images_per_s"] if stock else None),
+                    ratio(r["per_core_images_per_s"] / simd["images_per_s"] if simd else None),
                 ]
             )
         out.append(
-            _table(
+            table(
                 ["method", "best s", "img/s", "core-µs/img", "per core", "/ stock", "/ simd"],
                 rows,
             )
@@ -688,13 +510,7 @@ def render(res: dict[str, Any]) -> str:
         ]
         notes.append(f"mean |ferroload - Pillow| over {chk['images']} images: " + ", ".join(diffs))
         out += notes
-    out += ["", "GOALS"]
-    out.append(
-        _table(
-            ["goal", "value", "result"],
-            [[g["goal"], g["value"], "PASS" if g["pass"] else "FAIL"] for g in res["goals"]],
-        )
-    )
+    out += goals_table(res["goals"])
     refs = [c["reference_scaling_1_to_2"] for c in res["cases"].values()]
     if min(refs) < GOAL_SCALING:
         out.append(
@@ -709,24 +525,11 @@ def render(res: dict[str, Any]) -> str:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="small sizes for a smoke run (128 + 64 JPEGs, 2,048 PNGs, best of 2)",
-    )
-    p.add_argument(
-        "--workdir",
-        type=Path,
-        default=DEFAULT_WORKDIR,
-        help=f"scratch folder; the stock-Pillow venv is cached here (default {DEFAULT_WORKDIR})",
-    )
-    p.add_argument(
-        "--json",
-        type=Path,
-        default=None,
-        help=f"where to write the results (default {DEFAULT_JSON.relative_to(HERE.parent)}"
-        f", or {DEFAULT_QUICK_JSON.name} with --quick)",
+    p = run_parser(
+        __doc__,
+        "bench_codec",
+        quick="small sizes for a smoke run (128 + 64 JPEGs, 2,048 PNGs, best of 2)",
+        workdir="scratch folder; the stock-Pillow venv is cached here",
     )
     p.add_argument(
         "--no-stock",
@@ -782,15 +585,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from ferroload_core import available_cpus
 
     sizes = QUICK if args.quick else FULL
-    mode = "quick" if args.quick else "full"
-    json_path = args.json or (DEFAULT_QUICK_JSON if args.quick else DEFAULT_JSON)
-    workdir: Path = args.workdir
-    run_dir = workdir / f"codec-run-{mode}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    t_start = time.perf_counter()
-    load_start = loadavg()
+    run = start_run(args, "bench_codec", "codec-run-{mode}")
+    mode, run_dir = run.mode, run.run_dir
 
     print(f"[{mode}] encoding images (not timed) ...", file=sys.stderr, flush=True)
     photos = natural_photos(SEED)
@@ -811,7 +607,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     stock: StockPillow | None = None
     if not args.no_stock:
         print(f"[{mode}] stock Pillow side venv ...", file=sys.stderr, flush=True)
-        stock = StockPillow(workdir, {k: s.payloads for k, s in sets.items()}, run_dir)
+        payloads = {k: s.payloads for k, s in sets.items()}
+        stock = StockPillow(args.workdir, payloads, run_dir, __file__)
         if not stock.available:
             print(f"[{mode}] {stock.reason}", file=sys.stderr, flush=True)
     cpus = available_cpus()
@@ -822,15 +619,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ]
     res: dict[str, Any] = {
         "meta": {
-            "mode": mode,
-            "started_at": started,
-            "git_commit": git_commit(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "available_cpus": cpus,
+            **run_meta(run, cpus),
             "thread_counts": thread_counts,
-            "loadavg_start": load_start,
             "backends": ferroload_codec.backends(),
             "versions": {
                 n: pkg_version(n)
@@ -885,12 +675,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if stock is not None:
             stock.close()
     res["goals"] = _goals(res)
-    res["meta"]["loadavg_end"] = loadavg()
-    res["meta"]["total_s"] = time.perf_counter() - t_start
     shutil.rmtree(run_dir, ignore_errors=True)
-    print(render(res))
-    print(f"\ntotal {res['meta']['total_s']:.0f} s; results written to {json_path}")
-    write_json(json_path, res)
+    finish_run(res, run, render)
     return res
 
 
