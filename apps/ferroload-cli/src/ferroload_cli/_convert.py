@@ -1,8 +1,11 @@
-"""`ferroload import …` and `ferroload export …`: thin over `ferroload_convert`."""
+"""`ferroload import …`: thin over `ferroload_convert`'s importers, with the options they share."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,10 +17,8 @@ from ferroload_cli._app import (
     Json,
     Overwrite,
     StorageOptions,
-    WriteMode,
     app,
     examples,
-    open_dataset,
     progress_arg,
     shown_uri,
     split_names,
@@ -27,28 +28,14 @@ from ferroload_cli._app import (
 )
 
 if TYPE_CHECKING:
-    import ferroload
-    from ferroload_convert import ExportReport, ImportReport
+    from ferroload_convert import ImportReport
 
 import_app = typer.Typer(
     help="Bring existing data into a ferroload dataset (bytes copied as they are).",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
-export_app = typer.Typer(
-    help="Write a ferroload dataset out in another layout.",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-)
 app.add_typer(import_app, name="import")
-app.add_typer(export_app, name="export")
-
-
-class Metadata(StrEnum):
-    """Whether a WebDataset export writes the metadata members."""
-
-    JSON = "json"
-    NONE = "none"
 
 
 class OnError(StrEnum):
@@ -104,32 +91,80 @@ MaxFileSize = Annotated[
 ]
 
 
-def _common(
-    name: str | None,
-    workers: int,
-    on_error: OnError,
-    shard_size: str | None,
-    options: list[str] | None,
-    mode: WriteMode,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Common:
+    """What the options every importer takes resolve to: the importer's keyword arguments
+    (`name`, `workers`, `on_error`, `storage_options`, `mode`, `progress`, and
+    `shard_size` / `max_file_bytes` when given) and `--json`."""
+
+    kwargs: dict[str, Any]
+    json: bool
+
+
+#: The options every `ferroload import` command takes, after its own: (name, type, default).
+_COMMON_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("name", Name, None),
+    ("workers", Workers, 8),
+    ("on_error", OnErrorOpt, OnError.RAISE),
+    ("shard_size", ShardSize, None),
+    ("max_file_size", MaxFileSize, None),
+    ("append", Append, False),
+    ("overwrite", Overwrite, False),
+    ("json", Json, False),
+    ("storage_option", StorageOptions, None),
+)
+
+
+def _resolve_common(given: dict[str, Any], *, max_file: bool) -> _Common:
+    mode = write_mode(given["append"], given["overwrite"])
     kwargs: dict[str, Any] = {
-        "name": name,
-        "workers": workers,
-        "on_error": on_error.value,
-        "storage_options": storage_options(options),
+        "name": given["name"],
+        "workers": given["workers"],
+        "on_error": given["on_error"].value,
+        "storage_options": storage_options(given["storage_option"]),
         "mode": mode,
         "progress": progress_arg(),
     }
-    size = _size(shard_size, option="--shard-size")
-    if size is not None:
-        kwargs["shard_size"] = size
-    return kwargs
+    sizes = [("shard_size", "--shard-size", "shard_size")]
+    if max_file:
+        sizes.append(("max_file_size", "--max-file-size", "max_file_bytes"))
+    for key, option, into in sizes:
+        size = _size(given[key], option=option)
+        if size is not None:
+            kwargs[into] = size
+    return _Common(kwargs, bool(given["json"]))
 
 
-def _max_file(kwargs: dict[str, Any], max_file_size: str | None) -> dict[str, Any]:
-    """`kwargs` with `max_file_bytes` from `--max-file-size` (when given)."""
-    size = _size(max_file_size, option="--max-file-size")
-    return kwargs if size is None else {**kwargs, "max_file_bytes": size}
+def _import_command(
+    name: str, *examples_: str, max_file: bool = True
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register an import command: the decorated function declares its own arguments and
+    a last parameter `common: _Common`; the command takes those, then the options every
+    importer takes (`_COMMON_OPTIONS`, without `--max-file-size` when not `max_file`),
+    resolved into `common` before the function runs (Typer reads the signature built here).
+    """
+
+    def register(fn: Callable[..., None]) -> Callable[..., None]:
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())
+        assert own[-1].name == "common", f"{fn.__name__} must end with `common: _Common`"
+        shared = [
+            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=t, default=d)
+            for n, t, d in _COMMON_OPTIONS
+            if max_file or n != "max_file_size"
+        ]
+        params = [*own[:-1], *shared]
+
+        @functools.wraps(fn)
+        def command(**given: Any) -> None:
+            picked = {p.name: given.pop(p.name) for p in shared}
+            picked.setdefault("max_file_size", None)
+            fn(**given, common=_resolve_common(picked, max_file=max_file))
+
+        command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return import_app.command(name, epilog=examples(*examples_))(command)
+
+    return register
 
 
 def _dataset_fields(
@@ -154,8 +189,10 @@ def _dataset_fields(
 
 
 def _run_import(
-    fn: Callable[..., ImportReport], src: Any, dst: str, json: bool, **kwargs: Any
+    fn: Callable[..., ImportReport], src: Any, dst: str, common: _Common, **own: Any
 ) -> None:
+    kwargs = {**own, **common.kwargs}
+    json = common.json
     report = fn(src, dst, **kwargs)
     fields = _dataset_fields(report.uri, report.version, kwargs["storage_options"])
     result = {
@@ -187,42 +224,24 @@ def _run_import(
         r.line(f"skipped {skipped.where}: {skipped.reason}")
 
 
-@import_app.command(
+@_import_command(
     "imagefolder",
-    epilog=examples(
-        "ferroload import imagefolder ~/photos ./photos",
-        "ferroload import imagefolder ~/photos s3://bucket/photos --on-error skip --json",
-        "ferroload import imagefolder ~/more-photos ./photos --append",
-    ),
+    "ferroload import imagefolder ~/photos ./photos",
+    "ferroload import imagefolder ~/photos s3://bucket/photos --on-error skip --json",
+    "ferroload import imagefolder ~/more-photos ./photos --append",
 )
-def import_imagefolder(
-    src: Src,
-    dst: Dst,
-    name: Name = None,
-    workers: Workers = 8,
-    on_error: OnErrorOpt = OnError.RAISE,
-    shard_size: ShardSize = None,
-    max_file_size: MaxFileSize = None,
-    append: Append = False,
-    overwrite: Overwrite = False,
-    json: Json = False,
-    storage_option: StorageOptions = None,
-) -> None:
+def import_imagefolder(src: Src, dst: Dst, common: _Common) -> None:
     """An image folder: one subfolder per class (label = class index, sorted names)."""
     from ferroload_convert import import_image_folder
 
-    mode = write_mode(append, overwrite)
-    kwargs = _common(name, workers, on_error, shard_size, storage_option, mode)
-    _run_import(import_image_folder, src, dst, json, **_max_file(kwargs, max_file_size))
+    _run_import(import_image_folder, src, dst, common)
 
 
-@import_app.command(
+@_import_command(
     "wds",
-    epilog=examples(
-        "ferroload import wds ./shards ./ds",
-        "ferroload import wds 'train-{0000..0003}.tar' ./ds --json",
-        "ferroload import wds s3://bucket/wds/ ./ds --overwrite",
-    ),
+    "ferroload import wds ./shards ./ds",
+    "ferroload import wds 'train-{0000..0003}.tar' ./ds --json",
+    "ferroload import wds s3://bucket/wds/ ./ds --overwrite",
 )
 def import_wds(
     src: Annotated[
@@ -234,11 +253,6 @@ def import_wds(
         ),
     ],
     dst: Dst,
-    name: Name = None,
-    workers: Workers = 8,
-    on_error: OnErrorOpt = OnError.RAISE,
-    shard_size: ShardSize = None,
-    max_file_size: MaxFileSize = None,
     max_inflate_ratio: Annotated[
         float | None,
         typer.Option(
@@ -247,30 +261,26 @@ def import_wds(
             help="how much a compressed tar may inflate (default 100); more is a bad input",
         ),
     ] = None,
-    append: Append = False,
-    overwrite: Overwrite = False,
-    json: Json = False,
-    storage_option: StorageOptions = None,
+    *,
+    common: _Common,
 ) -> None:
     """WebDataset tars (any member layout; every member kept byte for byte)."""
     from ferroload_convert import import_webdataset
 
-    mode = write_mode(append, overwrite)
-    kwargs = _max_file(
-        _common(name, workers, on_error, shard_size, storage_option, mode), max_file_size
-    )
-    if max_inflate_ratio is not None:
-        kwargs["max_inflate_ratio"] = max_inflate_ratio
-    _run_import(import_webdataset, src, dst, json, **kwargs)
+    own = {} if max_inflate_ratio is None else {"max_inflate_ratio": max_inflate_ratio}
+    _run_import(import_webdataset, src, dst, common, **own)
 
 
-@import_app.command(
+IdColumn = Annotated[
+    str | None, typer.Option(metavar="COLUMN", help="the column holding sample ids")
+]
+
+
+@_import_command(
     "hf",
-    epilog=examples(
-        "ferroload import hf ./saved ./ds",
-        "ferroload import hf ./saved ./ds --splits train,validation --json",
-        "ferroload import hf ./saved ./train --split train --id-column id",
-    ),
+    "ferroload import hf ./saved ./ds",
+    "ferroload import hf ./saved ./ds --splits train,validation --json",
+    "ferroload import hf ./saved ./train --split train --id-column id",
 )
 def import_hf_cmd(
     src: Annotated[
@@ -291,40 +301,27 @@ def import_hf_cmd(
             help="the splits of a DatasetDict to import (default: all), with a split column",
         ),
     ] = None,
-    id_column: Annotated[
-        str | None, typer.Option(metavar="COLUMN", help="the column holding sample ids")
-    ] = None,
-    name: Name = None,
-    workers: Workers = 8,
-    on_error: OnErrorOpt = OnError.RAISE,
-    shard_size: ShardSize = None,
-    max_file_size: MaxFileSize = None,
-    append: Append = False,
-    overwrite: Overwrite = False,
-    json: Json = False,
-    storage_option: StorageOptions = None,
+    id_column: IdColumn = None,
+    *,
+    common: _Common,
 ) -> None:
     """A Hugging Face datasets folder (save_to_disk); a DatasetDict with a split column."""
     from ferroload_convert import import_hf
 
-    mode = write_mode(append, overwrite)
-    kwargs = _max_file(
-        _common(name, workers, on_error, shard_size, storage_option, mode), max_file_size
-    )
     if split is not None and splits is not None:
         raise usage_error("--split and --splits exclude each other")
+    own: dict[str, Any] = {"split": split, "id_column": id_column}
     if splits is not None:
-        kwargs["splits"] = split_names(splits, option="--splits")
-    _run_import(import_hf, src, dst, json, split=split, id_column=id_column, **kwargs)
+        own["splits"] = split_names(splits, option="--splits")
+    _run_import(import_hf, src, dst, common, **own)
 
 
-@import_app.command(
+@_import_command(
     "parquet",
-    epilog=examples(
-        "ferroload import parquet ./table.parquet ./ds --id-column key",
-        "ferroload import parquet 'data/*.parquet' ./ds --binary jpg=jpg --json",
-        "ferroload import parquet ./more.parquet ./ds --append",
-    ),
+    "ferroload import parquet ./table.parquet ./ds --id-column key",
+    "ferroload import parquet 'data/*.parquet' ./ds --binary jpg=jpg --json",
+    "ferroload import parquet ./more.parquet ./ds --append",
+    max_file=False,
 )
 def import_parquet_cmd(
     src: Annotated[
@@ -332,9 +329,7 @@ def import_parquet_cmd(
         typer.Argument(metavar="SRC", help="a Parquet file, folder or glob", show_default=False),
     ],
     dst: Dst,
-    id_column: Annotated[
-        str | None, typer.Option(metavar="COLUMN", help="the column holding sample ids")
-    ] = None,
+    id_column: IdColumn = None,
     binary: Annotated[
         list[str] | None,
         typer.Option(
@@ -343,19 +338,12 @@ def import_parquet_cmd(
             show_default=False,
         ),
     ] = None,
-    name: Name = None,
-    workers: Workers = 8,
-    on_error: OnErrorOpt = OnError.RAISE,
-    shard_size: ShardSize = None,
-    append: Append = False,
-    overwrite: Overwrite = False,
-    json: Json = False,
-    storage_option: StorageOptions = None,
+    *,
+    common: _Common,
 ) -> None:
     """Parquet files: binary columns become modalities, the others metadata."""
     from ferroload_convert import import_parquet
 
-    mode = write_mode(append, overwrite)
     columns: dict[str, str] | None = None
     if binary:
         columns = {}
@@ -364,132 +352,4 @@ def import_parquet_cmd(
             if not sep or not col or not ext:
                 raise usage_error(f"--binary takes COLUMN=EXT, got {text!r}")
             columns[col] = ext
-    kwargs = _common(name, workers, on_error, shard_size, storage_option, mode)
-    _run_import(
-        import_parquet, src, dst, json, id_column=id_column, binary_columns=columns, **kwargs
-    )
-
-
-def _show_export(report: ExportReport, ds: ferroload.Dataset, dst: str, *, json: bool) -> None:
-    result = {
-        "uri": shown_uri(ds.uri),
-        "name": ds.name,
-        "version": ds.version,
-        "num_samples": ds.num_samples,
-        "num_shards": ds.num_shards,
-        "size_bytes": ds.manifest.size_bytes,
-        "dst": shown_uri(report.dst or dst),
-        "num_written": report.num_samples,
-        "num_files": report.num_files,
-        "payload_bytes": report.num_bytes,
-        "num_skipped": len(report.skipped),
-        "skipped": [{"where": x.where, "reason": x.reason} for x in report.skipped],
-        "seconds": round(report.seconds, 3),
-    }
-    if json:
-        r.print_json(result)
-        return
-    r.line(
-        f"exported {r.count(report.num_samples)} to {result['dst']} "
-        f"({report.num_files} files) in {report.seconds:.1f} s"
-    )
-    for skipped in report.skipped:
-        r.line(f"skipped {skipped.where}: {skipped.reason}")
-
-
-Where = Annotated[
-    str | None,
-    typer.Option(
-        "--where", "-w", metavar="CONDITION", help="only samples matching this SQL condition"
-    ),
-]
-ExportSrc = Annotated[
-    str,
-    typer.Argument(metavar="URI", help="the dataset (any URI, catalog:NAME)", show_default=False),
-]
-ExportOverwrite = Annotated[
-    bool,
-    typer.Option(
-        "--overwrite",
-        help="replace the content of a non-empty DST folder once the export is complete "
-        "(never a dataset)",
-    ),
-]
-ExportDst = Annotated[
-    str,
-    typer.Argument(metavar="DST", help="the folder to write (new or empty)", show_default=False),
-]
-
-
-@export_app.command(
-    "wds",
-    epilog=examples(
-        "ferroload export wds ./pets ./pets-wds",
-        'ferroload export wds ./pets ./cats-wds --where "label = 3" --samples-per-shard 1000 --json',
-        "ferroload export wds ./pets ./pets-wds --metadata-columns label,caption --overwrite",
-    ),
-)
-def export_wds(
-    src: ExportSrc,
-    dst: ExportDst,
-    where: Where = None,
-    samples_per_shard: Annotated[
-        int | None, typer.Option(min=1, metavar="N", help="samples per tar")
-    ] = None,
-    metadata: Annotated[
-        Metadata,
-        typer.Option(
-            help="json: label as <key>.cls, the other metadata as <key>.json (and the "
-            "__ferroload__ member that types them); none: modalities only"
-        ),
-    ] = Metadata.JSON,
-    metadata_columns: Annotated[
-        str | None,
-        typer.Option(metavar="A,B", help="the metadata columns written (default: all)"),
-    ] = None,
-    overwrite: ExportOverwrite = False,
-    json: Json = False,
-    storage_option: StorageOptions = None,
-) -> None:
-    """WebDataset tars, self-contained: <key>.<ext> per modality, <key>.cls, <key>.json."""
-    from ferroload_convert import export_webdataset
-
-    ds = open_dataset(src, storage_option)
-    kwargs: dict[str, Any] = {
-        "where": where, "overwrite": overwrite, "progress": progress_arg(),
-        "metadata": metadata.value,
-        "metadata_columns": split_names(metadata_columns, option="--metadata-columns"),
-    }  # fmt: skip
-    if samples_per_shard is not None:
-        kwargs["samples_per_shard"] = samples_per_shard
-    report = export_webdataset(ds, dst, **kwargs)
-    _show_export(report, ds, dst, json=json)
-
-
-@export_app.command(
-    "imagefolder",
-    epilog=examples(
-        "ferroload export imagefolder ./pets ./pets-folder",
-        'ferroload export imagefolder ./pets ./cats --where "label = 3" --modality image --json',
-    ),
-)
-def export_imagefolder(
-    src: ExportSrc,
-    dst: ExportDst,
-    modality: Annotated[
-        str | None,
-        typer.Option(metavar="MODALITY", help="the image modality (default: the only one)"),
-    ] = None,
-    where: Where = None,
-    overwrite: ExportOverwrite = False,
-    json: Json = False,
-    storage_option: StorageOptions = None,
-) -> None:
-    """An image folder: one subfolder per class."""
-    from ferroload_convert import export_image_folder
-
-    ds = open_dataset(src, storage_option)
-    report = export_image_folder(
-        ds, dst, modality=modality, where=where, overwrite=overwrite, progress=progress_arg()
-    )
-    _show_export(report, ds, dst, json=json)
+    _run_import(import_parquet, src, dst, common, id_column=id_column, binary_columns=columns)
