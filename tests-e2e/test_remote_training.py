@@ -21,7 +21,7 @@ from torch import nn  # noqa: E402
 import ferroload  # noqa: E402
 from ferroload_loader.lightning import FerroDataModule  # noqa: E402
 from ferroload_store import IOOptions  # noqa: E402
-from ferroload_store.testing import FaultProxy, MotoServer  # noqa: E402
+from ferroload_testing import FaultProxy, MotoServer  # noqa: E402
 
 pytestmark = pytest.mark.s3
 

@@ -27,7 +27,7 @@ from ferroload_catalog import (
 from ferroload_core import FerroloadError
 from ferroload_format import Dataset, DatasetNotFoundError, Writer
 from ferroload_store import StorageOptionsError
-from ferroload_store.testing import MotoServer
+from ferroload_testing import MotoServer
 
 MakeDataset = Callable[..., str]
 

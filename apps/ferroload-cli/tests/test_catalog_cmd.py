@@ -89,7 +89,7 @@ def test_catalog_name_needs_no_options_on_a_custom_endpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`-o` once at `catalog add`; then `info catalog:NAME` reaches the endpoint by itself."""
-    from ferroload_store.testing import MotoServer
+    from ferroload_testing import MotoServer
 
     with MotoServer() as moto:
         moto.create_bucket("cli-cat")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ferroload_format import Dataset, Writer
-from ferroload_store.testing import MotoServer
+from ferroload_testing import MotoServer
 
 #: The bucket every S3 test writes to, each under its own fresh prefix.
 BUCKET = "ferroload-format-tests"

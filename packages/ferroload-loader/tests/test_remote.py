@@ -17,7 +17,7 @@ from ferroload_loader import make_loader
 from ferroload_loader._readahead import ReadAhead, plan_blocks
 from ferroload_loader._source import resolve_source
 from ferroload_store import BlockCache
-from ferroload_store.testing import FaultProxy, MotoServer
+from ferroload_testing import FaultProxy, MotoServer
 
 pytestmark = pytest.mark.s3
 

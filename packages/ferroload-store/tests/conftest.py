@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ferroload_store import BlockCache, Store, open_store
-from ferroload_store.testing import MotoServer
+from ferroload_testing import MotoServer
 
 #: The bucket every S3 test writes to, each under its own fresh prefix.
 BUCKET = "ferroload-store-tests"

@@ -12,7 +12,7 @@ import pytest
 
 from ferroload_store import BlockCache, ObjectTruncatedError, Store, open_store
 from ferroload_store._blocks import BlockReader
-from ferroload_store.testing import FaultProxy, MotoServer
+from ferroload_testing import FaultProxy, MotoServer
 
 pytestmark = pytest.mark.s3
 

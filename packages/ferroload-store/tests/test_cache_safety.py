@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ferroload_store import BlockCache, Store, open_store
-from ferroload_store.testing import MotoServer
+from ferroload_testing import MotoServer
 
 from .conftest import BUCKET
 

@@ -25,7 +25,7 @@ from ferroload_store import (
     StoreTimeoutError,
     open_store,
 )
-from ferroload_store.testing import FaultProxy, MotoServer
+from ferroload_testing import FaultProxy, MotoServer
 
 pytestmark = pytest.mark.s3
 

@@ -15,7 +15,7 @@ from ferroload_store import (
     open_store,
 )
 from ferroload_store._storage_options import AZURE_KEYS, GCS_KEYS, S3_KEYS
-from ferroload_store.testing import MotoServer
+from ferroload_testing import MotoServer
 
 S3, GS, AZ = "s3://bucket/ds", "gs://bucket/ds", "az://account/container/ds"
 

@@ -1,4 +1,4 @@
-"""The test helpers themselves: FaultProxy against a plain HTTP/1.1 server, MotoServer."""
+"""FaultProxy against a plain HTTP/1.1 server: framing, keep-alive, the faults."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from ferroload_store import open_store
-from ferroload_store.testing import FaultProxy, MotoServer, ProxyStats
+from ferroload_testing import FaultProxy, ProxyStats
 
 
 class EchoHandler(BaseHTTPRequestHandler):
@@ -162,16 +161,3 @@ def test_bad_settings() -> None:
         FaultProxy("127.0.0.1", 1, delay=-1)
     with pytest.raises(RuntimeError, match="not running"):
         _ = FaultProxy("127.0.0.1", 1).endpoint
-
-
-@pytest.mark.s3
-def test_moto_server_buckets_and_options(moto: MotoServer) -> None:
-    options = moto.storage_options("another-bucket")  # created on the way
-    store = open_store("s3://another-bucket/x", storage_options=options)
-    store.put("k", b"v")
-    assert store.get("k") == b"v"
-    moto.create_bucket("another-bucket")  # exists already: fine
-    with pytest.raises(ValueError, match="refused to create bucket"):
-        moto.create_bucket("X")
-    assert moto.endpoint.startswith("http://127.0.0.1:")
-    assert MotoServer().__repr__() == "MotoServer(stopped)"

@@ -4,8 +4,8 @@ Built on obstore. `open_store(uri)` gives a `Store` rooted at a local path, a
 `memory://name` store shared within the process, or an `s3://`, `gs://`, `az://` or
 `https://` prefix. Reads of several byte ranges of one object are coalesced
 (`Store.get_ranges`); on object stores they run as parallel, retried requests tuned by
-`IOOptions`. The commit primitive is `Store.put_if_absent`. `ferroload_store.testing`
-holds a moto S3 server and a fault-injecting proxy for tests and benchmarks.
+`IOOptions`. The commit primitive is `Store.put_if_absent`. (The moto S3 server and the
+fault-injecting proxy for tests live in the `ferroload-testing` development package.)
 
 Every ferroload error derives from `FerroloadError` (defined in ferroload-core,
 re-exported here).
