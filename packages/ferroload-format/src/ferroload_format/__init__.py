@@ -65,7 +65,8 @@ from ferroload_format._manifest import (
 from ferroload_format._types import MAX_METADATA_DEPTH, type_from_json, type_to_json
 from ferroload_format._verify_report import Problem, VerifyReport
 from ferroload_format._versions import latest_version, list_versions, read_manifest
-from ferroload_format._writer import DEFAULT_SHARD_SIZE, WriteMode, Writer
+from ferroload_format._write_modes import WriteMode
+from ferroload_format._writer import DEFAULT_SHARD_SIZE, Writer
 
 try:
     __version__ = version("ferroload-format")

@@ -11,7 +11,8 @@ import numpy as np
 from ferroload_core import ProgressArg, progress_reporter
 from ferroload_format._errors import DatasetNotFoundError
 from ferroload_format._versions import read_manifest
-from ferroload_format._writer import DEFAULT_SHARD_SIZE, WriteMode, Writer, check_mode
+from ferroload_format._write_modes import WriteMode, check_mode
+from ferroload_format._writer import DEFAULT_SHARD_SIZE, Writer
 from ferroload_store import open_store
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from ferroload_store import (
 
 if TYPE_CHECKING:
     from ferroload_format._verify_report import VerifyReport
-    from ferroload_format._writer import WriteMode
+    from ferroload_format._write_modes import WriteMode
 
 IndexLike = int | np.integer[Any]
 _ITER_CHUNK = 256

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -127,26 +127,51 @@ class LayerSchema:
     ) -> list[pa.Array]:
         """The metadata values of partition `k` (rows `ids`) as Arrow arrays of the
         declared types, checked as the writer checks metadata."""
-        if not isinstance(values, Mapping):
+        lists = self._per_column(
+            k, values, [f.name for f in self.columns], len(ids), SchemaConflictError,
+            what="values", key="column", keys="metadata column",
+        )  # fmt: skip
+        return [
+            self.column_array(f, vals, ids) for vals, f in zip(lists, self.columns, strict=True)
+        ]
+
+    def _per_column(
+        self,
+        k: int,
+        given: Mapping[str, Sequence[Any]],
+        names: list[str],
+        n: int,
+        not_mapping: type[FormatError],
+        *,
+        what: str,
+        key: str,
+        keys: str,
+    ) -> Iterator[Sequence[Any]]:
+        """`given[name]` for each of `names`, in that order, checked: `given` is a mapping
+        (else `not_mapping`) with exactly these keys, each holding `n` items (the rows of
+        partition `k`). `what` names the items ("values"), `key` one key ("column"),
+        `keys` the keys in `check_keys`'s message ("metadata column").
+
+        A generator: the mapping and its keys are checked when the first item is asked
+        for (put it first in a `zip`), each item's length just before it is handed out,
+        so a caller's own checks of one item come before the length check of the next."""
+        if not isinstance(given, Mapping):
             raise self.error(
-                SchemaConflictError,
-                f"values of partition {k} must be a mapping of column -> values, got "
-                f"{type(values).__name__}",
+                not_mapping,
+                f"{what} of partition {k} must be a mapping of {key} -> {what}, got "
+                f"{type(given).__name__}",
             )
-        self.check_keys(k, "metadata column", values, [f.name for f in self.columns])
-        out = []
-        for f in self.columns:
-            vals = values[f.name]
-            if len(vals) != len(ids):
+        self.check_keys(k, keys, given, names)
+        for name in names:
+            items = given[name]
+            if len(items) != n:
                 raise self.error(
                     InvalidLayerError,
-                    f"column {f.name!r} of partition {k} has {len(vals)} values for "
-                    f"{len(ids)} rows",
-                    column=f.name,
+                    f"{key} {name!r} of partition {k} has {len(items)} {what} for {n} rows",
+                    column=name,
                     partition=k,
                 )
-            out.append(self.column_array(f, vals, ids))
-        return out
+            yield items
 
     def check_keys(self, k: int, what: str, given: Mapping[str, Any], want: list[str]) -> None:
         unknown = [c for c in given if c not in want]
@@ -203,24 +228,12 @@ class LayerSchema:
     ) -> list[Sequence[Any]]:
         """The payloads of partition `k`, one list per modality, checked: bytes-like or
         None, and member names that fit a tar header."""
-        if not isinstance(payloads, Mapping):
-            raise self.error(
-                InvalidPayloadError,
-                f"payloads of partition {k} must be a mapping of modality -> payloads, got "
-                f"{type(payloads).__name__}",
-            )
-        self.check_keys(k, "modalitie", payloads, [m.name for m in self.modalities])
+        lists = self._per_column(
+            k, payloads, [m.name for m in self.modalities], len(ids), InvalidPayloadError,
+            what="payloads", key="modality", keys="modalitie",
+        )  # fmt: skip
         out = []
-        for m in self.modalities:
-            items = payloads[m.name]
-            if len(items) != len(ids):
-                raise self.error(
-                    InvalidLayerError,
-                    f"modality {m.name!r} of partition {k} has {len(items)} payloads for "
-                    f"{len(ids)} rows",
-                    column=m.name,
-                    partition=k,
-                )
+        for items, m in zip(lists, self.modalities, strict=True):
             for sid, item in zip(ids, items, strict=True):
                 if item is None:
                     continue

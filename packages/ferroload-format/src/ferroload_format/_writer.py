@@ -6,68 +6,40 @@ import logging
 import os
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 
 from ferroload_format import _commit
 from ferroload_format._commit import PendingCommit, commit
 from ferroload_format._errors import (
-    DatasetExistsError,
     DatasetNameError,
     DatasetNotFoundError,
     DuplicateSampleError,
     InvalidModalityError,
-    InvalidPayloadError,
-    InvalidSampleIdError,
     SchemaConflictError,
-    UndeclaredModalityError,
     WriterClosedError,
 )
-from ferroload_format._index import ROW_GROUP_SIZE, IndexBuilder, write_part
-from ferroload_format._manifest import Manifest, Modality, ShardInfo, shard_paths, staged_part_path
+from ferroload_format._index import ROW_GROUP_SIZE, IndexBuilder
+from ferroload_format._manifest import Manifest, Modality, staged_part_path
 from ferroload_format._names import (
-    MAX_MEMBER_NAME,
     RESERVED_COLUMNS,
     check_column_name,
     check_modality,
     check_sample_id,
-    member_name,
     new_txn_id,
 )
-from ferroload_format._tar import BLOCK, END_OF_ARCHIVE, ShardMembers, ShardWriter, padding
+from ferroload_format._shard_sequence import ShardSequence, sample_members
+from ferroload_format._tar import BLOCK, padding
 from ferroload_format._types import MAX_METADATA_DEPTH, type_depth, type_name, type_to_json
 from ferroload_format._versions import read_manifest
-from ferroload_store import Store, open_store
+from ferroload_format._write_modes import WriteMode, check_mode, exists_error, operation
+from ferroload_store import open_store
 
 logger = logging.getLogger(__name__)
 
 #: Default target size of one tar shard.
 DEFAULT_SHARD_SIZE = 256 << 20
-_BYTES_LIKE = (bytes, bytearray, memoryview)
-
-#: How a write treats a dataset already at its destination: `create` refuses it, `append`
-#: adds to it (creating it when absent), `overwrite` replaces its content in a new version.
-WriteMode = Literal["create", "append", "overwrite"]
-WRITE_MODES: tuple[WriteMode, ...] = ("create", "append", "overwrite")
-
-
-def check_mode(mode: object) -> WriteMode:
-    """`mode` if it is one of `WRITE_MODES`, else a `ValueError` that lists them."""
-    if mode not in WRITE_MODES:
-        raise ValueError(f"mode must be 'create', 'append' or 'overwrite', got {mode!r}")
-    return mode
-
-
-def exists_error(uri: str, manifest: Manifest) -> DatasetExistsError:
-    """The error of a `mode="create"` write whose destination holds `manifest`'s dataset."""
-    return DatasetExistsError(
-        f"{uri} already holds dataset {manifest.name!r} (version {manifest.version}, "
-        f"{manifest.num_samples} samples); pass mode='append' to add to it or "
-        "mode='overwrite' to replace its content in a new version (CLI: --append / "
-        "--overwrite)",
-        uri=uri,
-    )
 
 
 class Writer:
@@ -170,9 +142,7 @@ class Writer:
         }
         self._known = set(self._columns.values())  # the same names, for a quick check
         self._ids: set[str] = set()
-        self._shards: list[ShardInfo] = []
-        self._shard: ShardWriter | None = None
-        self._shard_first_row = 0
+        self._shards = ShardSequence(self._store, self.txn, shard_size)
         self._closed = False
         self._failed = False
         self.version: int | None = None
@@ -316,7 +286,7 @@ class Writer:
             raise DuplicateSampleError(
                 f"sample id {sid!r} was already added to this writer", uri=self.uri, sample_id=sid
             )
-        payloads = self._payloads(sid, data) if data else []
+        payloads = sample_members(sid, data, self._modalities, uri=self.uri) if data else []
         if meta:
             if not isinstance(meta, Mapping):
                 raise SchemaConflictError(
@@ -333,9 +303,9 @@ class Writer:
                 self._columns[key.lower()] = key
                 known.add(key)
         try:
-            shard = self._shard_for(sum(BLOCK + n + padding(n) for _, _, _, n in payloads))
+            shard = self._shards.for_sample(sum(BLOCK + n + padding(n) for _, _, _, n in payloads))
             members = {m: shard.add(name, payload) for m, name, payload, _ in payloads}
-            self._builder.add(sid, len(self._shards), members, meta)
+            self._builder.add(sid, len(self._shards.finished), members, meta)
         except BaseException:
             self._failed = True
             raise
@@ -351,74 +321,6 @@ class Writer:
             if isinstance(key, str) and key:
                 check_column_name(key, taken, uri=self.uri, sample_id=sid)
                 taken[key.lower()] = key
-
-    def _payloads(self, sid: str, data: Mapping[str, Any]) -> list[tuple[str, str, Any, int]]:
-        """(modality, member name, payload, size) of each payload, in declaration order."""
-        if not isinstance(data, Mapping):
-            raise InvalidPayloadError(
-                f"data of sample {sid!r} must be a mapping of modality -> bytes, "
-                f"got {type(data).__name__}",
-                uri=self.uri,
-                sample_id=sid,
-            )
-        for key, value in data.items():
-            if key not in self._modalities:
-                raise UndeclaredModalityError(
-                    f"sample {sid!r} has a payload for {key!r}, which is not declared; "
-                    f"declared: {list(self._modalities) or 'none'} (call declare() first)",
-                    uri=self.uri,
-                    sample_id=sid,
-                    column=str(key),
-                )
-            if not isinstance(value, _BYTES_LIKE):
-                hint = " (encode text first: s.encode())" if isinstance(value, str) else ""
-                raise InvalidPayloadError(
-                    f"payload {key!r} of sample {sid!r} is {type(value).__name__}, not bytes{hint}",
-                    uri=self.uri,
-                    sample_id=sid,
-                    column=key,
-                )
-        out = []
-        for m in self._modalities.values():
-            if m.name in data:
-                name = member_name(sid, m.name, m.ext)
-                if len(name) > MAX_MEMBER_NAME:
-                    raise InvalidSampleIdError(
-                        f"tar member name {name!r} of sample {sid!r} is longer than "
-                        f"{MAX_MEMBER_NAME} characters; use a shorter sample id",
-                        uri=self.uri,
-                        sample_id=sid,
-                    )
-                value = data[m.name]
-                size = value.nbytes if isinstance(value, memoryview) else len(value)
-                out.append((m.name, name, value, size))
-        return out
-
-    def _shard_for(self, sample_bytes: int) -> ShardWriter:
-        shard = self._shard
-        if (
-            shard is not None
-            and shard.num_samples
-            and (shard.size + sample_bytes + len(END_OF_ARCHIVE) > self._shard_size)
-        ):
-            self._finish_shard()
-            shard = None
-        if shard is None:
-            path, _ = shard_paths(self.txn, len(self._shards))
-            shard = self._shard = ShardWriter(self._store.open_writer(path), path)
-        return shard
-
-    def _finish_shard(self) -> None:
-        shard = self._shard
-        if shard is None:
-            return
-        self._shard = None
-        size = shard.close()
-        path, side_path = shard_paths(self.txn, len(self._shards))
-        write_side_index(self._store, side_path, shard.members)
-        self._shards.append(
-            ShardInfo(path, side_path, size, shard.num_samples, len(shard.members.names), 0)
-        )
 
     # ----------------------------------------------------------------- finishing
 
@@ -450,21 +352,20 @@ class Writer:
         self._check_open()
         try:
             if self._builder.num_rows == 0 and self.mode == "append":
-                if self._shard is not None:
-                    self._shard.abort()
+                self._shards.abort()
                 self._closed = True
                 logger.info("nothing was added to %s; no version committed", self.uri)
                 return None
-            self._finish_shard()
+            self._shards.finish()
             _commit._checkpoint("shards-written")
             pending = PendingCommit(
                 name=self.name,
                 txn=self.txn,
                 base_version=self._base.version if self._base else None,
                 modalities=self.modalities,
-                shards=self._shards,
-                table=self._builder.table([s.path for s in self._shards]),
-                operation=_operation(self.mode, self._base),
+                shards=self._shards.finished,
+                table=self._builder.table([s.path for s in self._shards.finished]),
+                operation=operation(self.mode, self._base),
                 row_group_size=self._row_group_size,
                 mode=self.mode,
                 base=self._base,
@@ -488,10 +389,7 @@ class Writer:
         if self._closed:
             return
         self._closed = True
-        if self._shard is not None:
-            self._shard.abort()
-            self._shard = None
-        leftovers = [p for s in self._shards for p in (s.path, s.side_index)]
+        leftovers = self._shards.abort()
         leftovers.append(staged_part_path(self.txn))
         try:
             self._store.delete(leftovers)
@@ -515,26 +413,6 @@ class Writer:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"Writer({self.uri!r}, {self.name!r}, {self._builder.num_rows} samples, {state})"
-
-
-def write_side_index(store: Store, path: str, members: ShardMembers) -> None:
-    """Write the side index of a shard (docs/format.md §4) to `path`."""
-    side = pa.table(
-        {
-            "member": pa.array(members.names, type=pa.string()),
-            "offset": pa.array(members.offsets, type=pa.int64()),
-            "length": pa.array(members.lengths, type=pa.int64()),
-            "checksum": pa.array(members.checksums, type=pa.uint64()),
-        }
-    )
-    store.put(path, write_part(side))
-
-
-def _operation(mode: WriteMode, base: Manifest | None) -> str:
-    """What the manifest records: `create`, `append` or `overwrite`."""
-    if base is None:
-        return "create"
-    return "overwrite" if mode == "overwrite" else "append"
 
 
 def _default_name(uri: str) -> str:
