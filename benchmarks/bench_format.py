@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import webdataset as wds
 from _meta import git_commit, pkg_version, write_json
+from _report import goal, goals_table, table
 
 import ferroload
 
@@ -356,49 +357,33 @@ def bench_size(root: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- report
 
 
-def _goal(goal: str, value: str, ok: bool) -> dict[str, Any]:
-    return {"goal": goal, "value": value, "pass": bool(ok)}
-
-
 def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
     goals = []
     for s in ("tiny", "jpeg"):
         r = res["write"][s]["ratio_ferroload_over_fastest_webdataset"]
         name = f"write {s}: ferroload time <= {GOAL_WRITE_RATIO}x webdataset (faster config)"
-        goals.append(_goal(name, f"{r:.2f}x", r <= GOAL_WRITE_RATIO))
+        goals.append(goal(name, f"{r:.2f}x", r <= GOAL_WRITE_RATIO))
     for s in ("tiny", "jpeg"):
         for p in ("p50", "p99"):
             v = res["random_access"][s][f"speedup_{p}_hf_over_ferroload"]
             name = f"random access {s} {p}: ferroload >= {GOAL_ACCESS_SPEEDUP}x faster than HF"
-            goals.append(_goal(name, f"{v:.2f}x", v >= GOAL_ACCESS_SPEEDUP))
+            goals.append(goal(name, f"{v:.2f}x", v >= GOAL_ACCESS_SPEEDUP))
     o = res["open"]
     name = f"open {o['samples']:,} samples: median < {GOAL_OPEN_MS:.0f} ms"
-    goals.append(_goal(name, f"{o['median_ms']:.2f} ms", o["median_ms"] < GOAL_OPEN_MS))
+    goals.append(goal(name, f"{o['median_ms']:.2f} ms", o["median_ms"] < GOAL_OPEN_MS))
     read = f"{o['bytes_read']:,} B in {o['get_requests']} gets"
-    goals.append(_goal("open reads the manifest (and latest hint) only", read, o["manifest_only"]))
+    goals.append(goal("open reads the manifest (and latest hint) only", read, o["manifest_only"]))
     for s in ("tiny", "jpeg"):
         z = res["size"][s]
         r = max(z["ratio_ferroload_over_webdataset"], z["ratio_ferroload_over_webdataset_mtime0"])
         name = f"size {s}: ferroload <= webdataset (smaller config)"
-        goals.append(_goal(name, f"{r:.3f}x", r <= 1.0))
+        goals.append(goal(name, f"{r:.3f}x", r <= 1.0))
     return goals
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def _pairs(*cells: tuple[str, str]) -> str:
     """A one-row table from (header, value) pairs."""
-    return _table([h for h, _ in cells], [[v for _, v in cells]])
+    return table([h for h, _ in cells], [[v for _, v in cells]])
 
 
 def render(res: dict[str, Any]) -> str:
@@ -440,7 +425,7 @@ def render(res: dict[str, Any]) -> str:
                 ]
             )
     out.append(
-        _table(
+        table(
             ["set   writer", "best s", "runs s", "samples/s", "MB/s", "/ wds", "/ wds mtime=0"],
             rows,
         )
@@ -473,7 +458,7 @@ def render(res: dict[str, Any]) -> str:
                 ]
             )
     out.append(
-        _table(["set   reader", "p50", "p99", "mean", "lookups/s", "hf/x p50", "hf/x p99"], rows)
+        table(["set   reader", "p50", "p99", "mean", "lookups/s", "hf/x p50", "hf/x p99"], rows)
     )
     o = res["open"]
     created = "reused cache" if o["created_s"] is None else f"created in {o['created_s']:.1f} s"
@@ -511,7 +496,7 @@ def render(res: dict[str, Any]) -> str:
             ]
         )
     out.append(
-        _table(
+        table(
             [
                 "set",
                 "ferroload B",
@@ -535,13 +520,7 @@ def render(res: dict[str, Any]) -> str:
             for s, z in res["size"].items()
         )
     )
-    out += ["", "GOALS"]
-    out.append(
-        _table(
-            ["goal", "value", "result"],
-            [[g["goal"], g["value"], "PASS" if g["pass"] else "FAIL"] for g in res["goals"]],
-        )
-    )
+    out += goals_table(res["goals"])
     return "\n".join(out)
 
 
