@@ -14,7 +14,7 @@ per version whose put-if-absent is the commit point. See docs/format.md for the 
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_format._commit import MAX_COMMIT_ATTEMPTS
-from ferroload_format._dataset import Dataset, VersionInfo
+from ferroload_format._dataset import Dataset
 from ferroload_format._errors import (
     ChecksumMismatchError,
     ColumnNotFoundError,
@@ -47,6 +47,7 @@ from ferroload_format._errors import (
     WriterClosedError,
 )
 from ferroload_format._gc import DEFAULT_GRACE, GcReport, gc
+from ferroload_format._history import VersionInfo
 from ferroload_format._index import ROW_GROUP_SIZE
 from ferroload_format._index_arrays import ModalityArrays, arrow_array, numpy_column
 from ferroload_format._layers import LayerWriter

@@ -4,54 +4,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import xxhash
 
 from ferroload_core import ProgressArg
-from ferroload_format._errors import (
-    ChecksumMismatchError,
-    ColumnNotFoundError,
-    SampleIndexError,
-    ShardNotFoundError,
-    ShardTruncatedError,
-)
+from ferroload_format._history import VersionInfo, version_history
 from ferroload_format._index_arrays import ModalityArrays, arrow_array
 from ferroload_format._index_columns import IndexColumns
 from ferroload_format._manifest import LayerInfo, Manifest, Modality
 from ferroload_format._plugins import plugin, resolve_uri
-from ferroload_format._versions import list_versions, read_manifest
-from ferroload_store import (
-    BlockCache,
-    IOOptions,
-    ObjectNotFoundError,
-    ObjectTruncatedError,
-    Store,
-    open_store,
-)
+from ferroload_format._positions import IndexLike, all_present_at, row_at, rows_at, view_shard_runs
+from ferroload_format._reads import SampleReader
+from ferroload_format._versions import read_manifest
+from ferroload_store import BlockCache, IOOptions, Store, open_store
 
 if TYPE_CHECKING:
     from ferroload_format._verify_report import VerifyReport
     from ferroload_format._write_modes import WriteMode
 
-IndexLike = int | np.integer[Any]
 _ITER_CHUNK = 256
-
-
-@dataclass(frozen=True)
-class VersionInfo:
-    """One entry of a dataset's history (see `Dataset.versions`)."""
-
-    version: int
-    created_at: str
-    operation: str
-    num_samples: int
-    num_shards: int
-    txn: str
 
 
 class Dataset:
@@ -85,18 +59,8 @@ class Dataset:
         self._index = index if index is not None else IndexColumns(store, manifest)
         self._rows = rows
         self._verify = verify_checksums
-        # base then layer modalities and metadata columns (docs/format.md §10)
-        self._modalities = dict(self._index.modalities)
-        self._meta_names = (
-            *(f.name for f in manifest.metadata),
-            *(f.name for layer in manifest.layers for f in layer.columns),
-        )
-        self._all_columns = ("sample_id", *self._modalities, *self._meta_names)
+        self._reader = SampleReader(store, manifest, self._index, verify=verify_checksums)
         self._len = manifest.num_samples if rows is None else len(rows)
-        # base shards, then each layer's: what modality shard codes index into; built on
-        # first read (the manifest's shard lists are read then, not when opening)
-        self._shard_table: tuple[list[str], list[tuple[int, str]]] | None = None
-        self._resolved: dict[tuple[str, ...] | None, tuple[list[str], list[str]]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         # For worker processes: the store and manifest travel, the index is read again
@@ -170,18 +134,18 @@ class Dataset:
     @property
     def modalities(self) -> tuple[Modality, ...]:
         """Modalities, in column order: the declared ones, then those of each layer."""
-        return tuple(self._modalities.values())
+        return tuple(self._reader.modalities.values())
 
     @property
     def metadata_columns(self) -> tuple[str, ...]:
         """Names of the metadata columns: the base ones, then those of each layer."""
-        return self._meta_names
+        return self._reader.meta_names
 
     @property
     def columns(self) -> tuple[str, ...]:
         """What a sample dict holds: `sample_id`, the modalities, the metadata columns
         (layer columns included)."""
-        return self._all_columns
+        return self._reader.all_columns
 
     @property
     def schema(self) -> pa.Schema:
@@ -224,60 +188,10 @@ class Dataset:
     # ----------------------------------------------------------------- positions
 
     def _row(self, i: IndexLike) -> int:
-        n = self._len
-        if type(i) is not int and (not isinstance(i, (int, np.integer)) or isinstance(i, bool)):
-            raise TypeError(f"sample positions are ints, got {type(i).__name__}")
-        j = int(i)
-        if j < 0:
-            j += n
-        if not 0 <= j < n:
-            raise SampleIndexError(
-                f"position {int(i)} is out of range for {self.uri} ({n} samples)", uri=self.uri
-            )
-        return j if self._rows is None else int(self._rows[j])
+        return row_at(i, self._len, self._rows, self.uri)
 
     def _rows_of(self, indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        idx = np.asarray(indices)
-        if idx.dtype == bool or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-            raise TypeError(f"sample positions are ints, got dtype {idx.dtype}")
-        idx = idx.astype(np.int64, copy=False).reshape(-1)
-        n = len(self)
-        if idx.size:
-            bad = (idx < -n) | (idx >= n)
-            if bad.any():
-                raise SampleIndexError(
-                    f"position {int(idx[bad][0])} is out of range for {self.uri} ({n} samples)",
-                    uri=self.uri,
-                )
-            idx = np.where(idx < 0, idx + n, idx)
-        return idx if self._rows is None else self._rows[idx]
-
-    def _resolve(self, columns: Sequence[str] | str | None) -> tuple[list[str], list[str]]:
-        """Split requested columns into (modalities, index columns), in request order."""
-        key = (
-            None if columns is None else (columns,) if isinstance(columns, str) else tuple(columns)
-        )
-        hit = self._resolved.get(key)
-        if hit is None:
-            hit = self._resolved[key] = self._split_columns(key)
-        return hit
-
-    def _split_columns(self, columns: tuple[str, ...] | None) -> tuple[list[str], list[str]]:
-        if columns is None:
-            return list(self._modalities), ["sample_id", *self._meta_names]
-        mods, meta = [], []
-        for c in columns:
-            if c in self._modalities:
-                mods.append(c)
-            elif c in self._meta_names or c in ("sample_id", "shard"):
-                meta.append(c)
-            else:
-                raise ColumnNotFoundError(
-                    f"{self.uri} has no column {c!r}; columns are {', '.join(self._all_columns)}",
-                    uri=self.uri,
-                    column=str(c),
-                )
-        return mods, meta
+        return rows_at(indices, self._len, self._rows, self.uri)
 
     # ----------------------------------------------------------------- reading
 
@@ -307,20 +221,7 @@ class Dataset:
             ShardNotFoundError, ShardTruncatedError: if the shard is missing or short.
             ChecksumMismatchError: with `verify_checksums`, if the bytes are damaged.
         """
-        row = self._row(i)
-        mods, meta = self._resolve(columns)
-        out: dict[str, Any] = {}
-        rows = np.asarray([row], dtype=np.int64)
-        if meta:
-            for name, arr in self._index.take(meta, rows).items():
-                out[name] = arr[0].as_py()
-        for m in mods:
-            # the path of get_many and read: the store checks the range against the
-            # shard's size before it allocates anything
-            out[m] = self._payloads(rows, m)[0]
-        if columns is None:
-            return {c: out[c] for c in self._all_columns}
-        return out
+        return self._reader.sample(self._row(i), columns)
 
     def get_many(
         self, indices: npt.ArrayLike, columns: Sequence[str] | str | None = None
@@ -334,107 +235,7 @@ class Dataset:
         Returns:
             One dict per position, in the order given.
         """
-        rows = self._rows_of(indices)
-        mods, meta = self._resolve(columns)
-        n = len(rows)
-        values: dict[str, list[Any]] = {}
-        if meta:
-            for name, arr in self._index.take(meta, rows).items():
-                values[name] = arr.to_pylist()
-        for m in mods:
-            values[m] = self._payloads(rows, m)
-        order = self._all_columns if columns is None else [*meta, *mods]
-        cols = [(c, values[c]) for c in order if c in values]
-        return [{c: v[k] for c, v in cols} for k in range(n)]
-
-    def _payloads(
-        self,
-        rows: npt.NDArray[np.int64],
-        modality: str,
-        *,
-        copy: bool = True,
-        located: ModalityArrays | None = None,
-    ) -> list[Any]:
-        """Bytes of `modality` for each row (None where absent), one coalesced read per
-        region; with `copy=False`, views into the store's buffers instead of bytes."""
-        # one entry per row, by row group
-        a = self._index.locate(modality, rows) if located is None else located
-        out: list[Any] = [None] * len(rows)
-        present = np.flatnonzero(a.present)
-        if not len(present):
-            return out
-        codes = a.shard[present]
-        order = np.argsort(codes, kind="stable")
-        bounds = np.flatnonzero(np.diff(codes[order])) + 1
-        paths, refs = self._shards()
-        for group in np.split(order, bounds):
-            code = int(codes[group[0]])
-            shard = paths[code]
-            size, tag = refs[code]
-            ks = present[group]  # positions in `rows`
-            try:
-                views = self._store.get_ranges(
-                    shard, a.offset[ks], a.length[ks], size=size, version=tag
-                )
-            except (ObjectNotFoundError, ObjectTruncatedError) as exc:
-                raise self._read_error(exc, shard, rows, ks, a) from exc
-            for k, view in zip(ks.tolist(), views, strict=True):
-                out[k] = bytes(view) if copy else view
-            if self._verify:
-                for k in ks.tolist():
-                    data = out[k]
-                    assert data is not None
-                    self._check(data, int(a.checksum[k]), int(rows[k]), modality, shard)
-        return out
-
-    def _sample_id(self, row: int) -> str:
-        ids = self._index.take(["sample_id"], np.asarray([row], dtype=np.int64))
-        return str(ids["sample_id"][0].as_py())
-
-    def _read_error(
-        self,
-        exc: Exception,
-        shard: str,
-        rows: npt.NDArray[np.int64],
-        ks: npt.NDArray[np.int64],
-        a: ModalityArrays,
-    ) -> Exception:
-        """The error for a failed read of entries `ks` of `a` (located at `rows`)."""
-        if isinstance(exc, ObjectTruncatedError):
-            ends = a.offset[ks] + a.length[ks]
-            short = ks[ends > exc.size]
-            k = int(short[0]) if len(short) else int(ks[0])
-            sid = self._sample_id(int(rows[k]))
-            return ShardTruncatedError(
-                f"shard {shard} of {self.uri} is truncated at {exc.size} bytes; sample "
-                f"{sid!r} needs bytes up to {int(a.offset[k] + a.length[k])}. Run "
-                "verify() to list every damaged sample",
-                uri=self.uri,
-                shard=shard,
-                sample_id=sid,
-            )
-        sid = self._sample_id(int(rows[ks[0]]))
-        return ShardNotFoundError(
-            f"shard {shard} of {self.uri} is missing (needed for sample {sid!r})",
-            uri=self.uri,
-            shard=shard,
-            sample_id=sid,
-        )
-
-    def _check(
-        self, data: bytes | memoryview, expected: int, row: int, column: str, shard: str
-    ) -> None:
-        got = xxhash.xxh3_64_intdigest(data)
-        if got != expected:
-            sid = self._sample_id(row)
-            raise ChecksumMismatchError(
-                f"{column!r} of sample {sid!r} in shard {shard} of {self.uri} is damaged: "
-                f"checksum {got:016x}, expected {expected:016x}",
-                uri=self.uri,
-                shard=shard,
-                sample_id=sid,
-                column=column,
-            )
+        return self._reader.samples(self._rows_of(indices), columns)
 
     def read(
         self,
@@ -463,19 +264,9 @@ class Dataset:
             ColumnNotFoundError: for an unknown modality.
             ShardNotFoundError, ShardTruncatedError, ChecksumMismatchError: as `get`.
         """
-        if modality not in self._modalities:
-            self._resolve([modality])  # raises ColumnNotFoundError for unknown names
-            raise ColumnNotFoundError(
-                f"{modality!r} is a metadata column of {self.uri}, not a modality",
-                uri=self.uri,
-                column=modality,
-            )
+        self._reader.check_modality(modality)
         rows = self._rows_of(indices)
-        if locations is not None and len(locations.present) != len(rows):
-            raise ValueError(
-                f"locations for {len(locations.present)} positions, but {len(rows)} positions"
-            )
-        return self._payloads(rows, modality, copy=copy, located=locations)
+        return self._reader.read(rows, modality, copy=copy, locations=locations)
 
     def column(self, name: str, indices: npt.ArrayLike | None = None) -> pa.Array:
         """An index column (`sample_id`, a metadata column, or a modality's location
@@ -531,7 +322,7 @@ class Dataset:
             ColumnNotFoundError: for an unknown modality.
             SampleIndexError: for a position out of range.
         """
-        if modality not in self._modalities:
+        if modality not in self._reader.modalities:
             self._index.modality(modality)  # raises ColumnNotFoundError
         return self._index.locate(modality, self._rows_of(indices))
 
@@ -555,18 +346,11 @@ class Dataset:
             >>> ds.all_present("text"), ds.take([1, 3]).all_present("text")
             (False, True)
         """
-        if modality not in self._modalities:
+        if modality not in self._reader.modalities:
             self._index.modality(modality)  # raises ColumnNotFoundError
         if self._index.all_present(modality):
             return True
-        if self._rows is None:
-            return False
-        step = 1 << 16
-        for start in range(0, len(self._rows), step):
-            rows = self._rows[start : start + step]
-            if not self._index.locate(modality, rows).present.all():
-                return False
-        return True
+        return self._rows is not None and all_present_at(self._index, modality, self._rows)
 
     def shard_runs(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
         """The positions split into runs of one base shard: (`starts`, `codes`), the
@@ -580,13 +364,7 @@ class Dataset:
         column. A view maps its positions onto those runs (O(its length)).
         """
         starts, codes = self._index.shard_runs()
-        if self._rows is None:
-            return starts, codes
-        if not len(self._rows):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-        of_rows = codes[np.searchsorted(starts, self._rows, side="right") - 1]
-        first = np.concatenate([[0], np.flatnonzero(np.diff(of_rows)) + 1]).astype(np.int64)
-        return first, of_rows[first]
+        return (starts, codes) if self._rows is None else view_shard_runs(starts, codes, self._rows)
 
     def shard_ref(self, code: int) -> tuple[str, int, str]:
         """(path, size, cache version) of shard `code` (a value of `shard_of`, of the
@@ -596,27 +374,7 @@ class Dataset:
         Raises:
             SampleIndexError: for a code that names no shard (such as -1).
         """
-        paths, refs = self._shards()
-        if not 0 <= code < len(paths):
-            raise SampleIndexError(
-                f"shard code {code} of {self.uri} names no shard (it has "
-                f"{len(paths)}, layers included)",
-                uri=self.uri,
-            )
-        return (paths[code], *refs[code])
-
-    def _shards(self) -> tuple[list[str], list[tuple[int, str]]]:
-        """(path, (size, cache version)) of every shard code: base shards (the manifest's
-        shard lists are read here, once), then each layer's."""
-        got = self._shard_table
-        if got is None:
-            shards = self._index.shards
-            # shards are immutable and uniquely named: size + version identify the content
-            got = self._shard_table = (
-                [s.path for s in shards],
-                [(s.size, f"v{s.version}-s{s.size}") for s in shards],
-            )
-        return got
+        return self._reader.shard_ref(code)
 
     def shard_of(self, modality: str | None = None) -> npt.NDArray[np.int32]:
         """For every position, the code of the shard holding it (for `shard_ref`).
@@ -835,15 +593,7 @@ class Dataset:
 
     def versions(self) -> list[VersionInfo]:
         """Every committed version of the dataset, oldest first."""
-        out = []
-        for v in list_versions(self._store):
-            m = self._manifest if v == self.version else read_manifest(self._store, v)
-            out.append(
-                VersionInfo(
-                    m.version, m.created_at, m.operation, m.num_samples, m.num_shards, m.txn
-                )
-            )
-        return out
+        return version_history(self._store, self._manifest)
 
     def compact(self) -> Dataset:
         """Merge the index parts of this version into one, as a new committed version.
