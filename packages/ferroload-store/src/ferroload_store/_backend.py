@@ -1,4 +1,5 @@
-"""Building the obstore store of an object-store URI from `storage_options` and `IOOptions`.
+"""Building the obstore stores and request engine of an object-store URI from
+`storage_options` and `IOOptions`.
 
 `storage_options` holds obstore's configuration keys (`endpoint`, `region`,
 `access_key_id`, …). HTTP client keys (`allow_http`, `timeout`, `proxy_url`, …) may sit

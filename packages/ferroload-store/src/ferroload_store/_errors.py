@@ -1,8 +1,9 @@
-"""Storage errors. `FerroloadError`, their root, comes from ferroload-core.
+"""Storage errors, each a `FerroloadError` and the builtin error it is a kind of.
 
-Each concrete error also subclasses the builtin a caller would catch without knowing
-ferroload (`FileNotFoundError`, `ValueError`, …), and carries the context needed to act
-on it (`uri`, `path`).
+`FerroloadError`, their root, comes from ferroload-core. Each concrete error also
+subclasses the builtin a caller would catch without knowing ferroload
+(`FileNotFoundError`, `ValueError`, …), and carries the context needed to act on it
+(`uri`, `path`).
 """
 
 from __future__ import annotations

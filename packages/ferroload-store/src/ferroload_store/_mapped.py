@@ -16,7 +16,7 @@ from ferroload_core import LRU
 from ferroload_store._counters import StoreStats
 from ferroload_store._errors import truncated_error
 from ferroload_store._local import LocalRoot
-from ferroload_store._remote import translating
+from ferroload_store._remote import translate, translating
 
 _FD_CACHE_SIZE = 256
 #: Mapped bytes made resident (an estimate) after which the local mappings' pages are
@@ -117,13 +117,25 @@ class MappedFiles:
         for path in self._fds.held():
             self.drop(path)
 
-    def pread(self, path: str, start: int, length: int) -> bytes:
-        """Up to `length` bytes of `path` at `start` (one `pread`; fewer at its end)."""
-        f = self._acquire(path)
+    def get_range(self, path: str, start: int, length: int) -> bytes:
+        """`length` bytes of `path` at `start` (one `pread`).
+
+        Raises:
+            ObjectNotFoundError: if the file does not exist.
+            ObjectTruncatedError: if it ends before `start + length`.
+        """
         try:
-            return os.pread(f.fd, length, start)
-        finally:
-            self._release(f)
+            f = self._acquire(path)
+            try:
+                data = os.pread(f.fd, length, start)
+            finally:
+                self._release(f)
+        except OSError as exc:  # as a ferroload error, raised from the OS one
+            raise translate(exc, uri=self._root.uri, path=path, action="range read of") from exc
+        self._stats.add_read(1, len(data))
+        if len(data) != length:
+            raise truncated_error(self._root.uri, path, end=start + length, size=start + len(data))
+        return data
 
     def ranges(self, path: str, starts: npt.ArrayLike, lengths: npt.ArrayLike) -> list[memoryview]:
         """Ranges of a local file as zero-copy views of its memory map: one `fstat` per

@@ -11,14 +11,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import obstore
+import obstore.exceptions as obx
 from obstore.store import LocalStore as _ObLocalStore
 from obstore.store import MemoryStore as _ObMemoryStore
 
 from ferroload_store._backend import open_writer_obstore, remote_engine
 from ferroload_store._counters import StoreStats
+from ferroload_store._errors import truncated_error
 from ferroload_store._info import ObjectInfo, info_from_meta
 from ferroload_store._options import IOOptions
-from ferroload_store._remote import RemoteEngine, check_not_forked, mark_runtime_used, translating
+from ferroload_store._remote import (
+    RemoteEngine,
+    check_not_forked,
+    mark_runtime_used,
+    translate,
+    translating,
+)
 from ferroload_store._uri import ParsedURI
 from ferroload_store._writers import ObjectWriter, ObstoreWriter
 
@@ -113,6 +121,28 @@ class ObjectBackend:
         )
         out = [info_from_meta(m, self._parsed.prefix) for m in metas]
         return sorted((o for o in out if o.path.startswith(prefix)), key=lambda o: o.path)
+
+    def get_range(self, path: str, start: int, length: int) -> bytes:
+        """`length` bytes of object `path` at `start`.
+
+        Raises:
+            ObjectNotFoundError: if the object does not exist.
+            ObjectTruncatedError: if it ends before `start + length`.
+        """
+        if self.remote is not None:
+            (buf,), size = self.remote.read(self.key(path), path, [start], [length])
+            if size is not None:
+                raise truncated_error(self.uri, path, end=start + length, size=size)
+            return buf if isinstance(buf, bytes) else bytes(buf)
+        try:
+            got = obstore.get_range(self.store(), self.key(path), start=start, length=length)
+            data = got.to_bytes()
+        except (obx.BaseError, OSError) as exc:
+            raise translate(exc, uri=self.uri, path=path, action="range read of") from exc
+        self._stats.add_read(1, len(data))
+        if len(data) != length:
+            raise truncated_error(self.uri, path, end=start + length, size=start + len(data))
+        return data
 
     def read(
         self, path: str, starts: Sequence[int], lengths: Sequence[int]

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import numpy.typing as npt
 import obstore
-import obstore.exceptions as obx
 
 from ferroload_store._blocks import BlockReader
 from ferroload_store._cache import BlockCache
@@ -19,7 +18,7 @@ from ferroload_store._cached_reads import CachedReads
 from ferroload_store._commit import remote_put_if_absent
 from ferroload_store._counters import StoreStats
 from ferroload_store._direct import direct_ranges
-from ferroload_store._errors import ObjectNotFoundError, StoreError, truncated_error
+from ferroload_store._errors import ObjectNotFoundError
 from ferroload_store._file import RangeFile
 from ferroload_store._info import ObjectInfo
 from ferroload_store._local import LocalRoot
@@ -27,7 +26,7 @@ from ferroload_store._mapped import MappedFiles
 from ferroload_store._objects import ObjectBackend
 from ferroload_store._options import IOOptions
 from ferroload_store._ranges import DEFAULT_MAX_READ
-from ferroload_store._remote import translate, translating
+from ferroload_store._remote import translating
 from ferroload_store._storage_options import normalize_storage_options
 from ferroload_store._uri import ParsedURI
 from ferroload_store._versions import cache_identity
@@ -72,7 +71,10 @@ class Store:
         self._io = io if io is not None else IOOptions()
         if not isinstance(self._io, IOOptions):
             raise TypeError(f"io must be an IOOptions, got {type(io).__name__}")
-        self._lock = threading.Lock()
+        # The parts: a local root's files (`LocalRoot`, read through `MappedFiles`), the
+        # obstore side (`ObjectBackend`: every write, memory and object stores), and an
+        # object store's block cache reads (`CachedReads`, made on first use).
+        self._lock = threading.Lock()  # guards the lazy `_cached`
         self.stats = StoreStats()
         self._disk: LocalRoot | None = None
         self._files: MappedFiles | None = None
@@ -230,16 +232,9 @@ class Store:
 
     # ------------------------------------------------------------------ internals
 
-    def _translate(self, exc: BaseException, path: str, action: str) -> StoreError:
-        """The ferroload error for a backend or OS error raised while doing `action`."""
-        return translate(exc, uri=self.uri, path=path, action=action)
-
     def _errors(self, path: str, action: str) -> AbstractContextManager[None]:
         """Translate the backend and OS errors raised inside into ferroload errors."""
         return translating(self.uri, path, action)
-
-    def _truncated(self, path: str, end: int, size: int) -> None:
-        raise truncated_error(self.uri, path, end=end, size=size)
 
     def close(self) -> None:
         """Close cached file descriptors and stop I/O threads (the store stays usable)."""
@@ -277,24 +272,9 @@ class Store:
             ObjectNotFoundError: if the object does not exist.
             ObjectTruncatedError: if the object ends before `start + length`.
         """
-        if self._remote is not None:
-            (buf,), size = self._remote.read(self._objects.key(path), path, [start], [length])
-            if size is not None:
-                self._truncated(path, start + length, size)
-            return buf if isinstance(buf, bytes) else bytes(buf)
-        try:
-            if self._files is not None:
-                data = self._files.pread(path, start, length)
-            else:
-                data = obstore.get_range(
-                    self._objects.store(), self._objects.key(path), start=start, length=length
-                ).to_bytes()
-        except (obx.BaseError, OSError) as exc:
-            raise self._translate(exc, path, "range read of") from exc
-        self.stats.add_read(1, len(data))
-        if len(data) != length:
-            self._truncated(path, start + length, start + len(data))
-        return data
+        if self._files is not None:
+            return self._files.get_range(path, start, length)
+        return self._objects.get_range(path, start, length)
 
     def get_ranges(
         self,
