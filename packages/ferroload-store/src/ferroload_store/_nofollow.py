@@ -1,6 +1,6 @@
 """Opening a checked local path without a window for a symlink swap.
 
-`Store._local` resolves a key and checks that it lies inside the root; opening that
+`LocalRoot.file` resolves a key and checks that it lies inside the root; opening that
 resolved path by name afterwards would follow a folder that was swapped for a symlink in
 between. Here the path is opened one component at a time from the root's descriptor with
 `O_NOFOLLOW`, so a swap fails the open instead of leading outside the root.
