@@ -1,5 +1,7 @@
-"""Committing a layer: its staged partitions merged into one index part, claimed as the
-next version (docs/format.md §10).
+"""Committing a layer: merging its staged partitions and claiming the next version with them.
+
+The merged index part is staged, then a manifest listing the layer claims the next
+version, then the part is published under its final name (docs/format.md §10).
 
 Also the checks a `LayerWriter` makes of the latest version, when it starts and before
 each attempt to commit: the names its columns take, and a layer of the same name.

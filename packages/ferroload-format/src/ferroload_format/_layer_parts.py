@@ -1,5 +1,8 @@
-"""The rules of a layer's partitions: checking what `LayerWriter` is given, the staged
-partition files (docs/format.md §10.2) and merging them into the layer's index part."""
+"""The rules of a layer's partitions: what they are given, their staged files, their merge.
+
+`LayerSchema` checks what `LayerWriter` is given and merges the staged partitions
+(docs/format.md §10.2) into the layer's index part; the functions below it check a
+layer's name, columns and modalities, and read the shard a staged partition wrote."""
 
 from __future__ import annotations
 
