@@ -18,12 +18,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from _meta import git_commit, loadavg, write_json
+from _meta import git_commit, loadavg, utc_now, write_json
 from _procs import Child
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +90,7 @@ def start_run(args: argparse.Namespace, name: str, run_dir: str) -> Run:
         mode=mode,
         json_path=args.json or default_json(name, args.quick),
         run_dir=folder,
-        started_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        started_at=utc_now(),
         t0=time.perf_counter(),
         loadavg_start=loadavg(),
     )

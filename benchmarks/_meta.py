@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,16 @@ def git_commit() -> str | None:
     if not commit:
         return None
     return commit + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def utc_now() -> str:
+    """The time now in UTC, ISO 8601 to the second (`2026-12-01T18:00:00Z`)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def machine() -> str:
+    """The machine in one line: architecture, CPUs, platform."""
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}"
 
 
 def loadavg() -> list[float] | None:

@@ -31,11 +31,10 @@ import argparse
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _meta import git_commit, loadavg, pkg_version, write_json
+from _meta import git_commit, loadavg, pkg_version, utc_now, write_json
 
 import ferroload
 from ferroload_format._manifest import Manifest
@@ -134,7 +133,7 @@ def main() -> None:
         "n": n,
         "meta": {
             "commit": git_commit(),
-            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": utc_now(),
             "ferroload": pkg_version("ferroload-format"),
             "loadavg_before": loadavg(),
         },

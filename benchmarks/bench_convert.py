@@ -29,7 +29,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _meta import git_commit, loadavg, pkg_version  # noqa: E402
+from _meta import git_commit, loadavg, pkg_version, utc_now  # noqa: E402
 
 DEFAULT_JSON = HERE / "results" / "bench_convert.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_convert_quick.json"
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             "cold": args.cold,
             "samples": n,
             "jpeg_bytes": jpeg_bytes,
-            "started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "started_at": utc_now(),
             "git_commit": git_commit(),
             "cpu_count": os.cpu_count(),
             "loadavg_start": loadavg(),

@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,7 +33,7 @@ import datasets
 import numpy as np
 import numpy.typing as npt
 import webdataset as wds
-from _meta import git_commit, pkg_version, write_json
+from _meta import git_commit, pkg_version, utc_now, write_json
 from _report import goal, goals_table, table
 
 import ferroload
@@ -564,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     workdir: Path = args.workdir
     run_dir = _reset(workdir / f"run-{mode}")
     run_dir.mkdir(parents=True)
-    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    started = utc_now()
     t_start = time.perf_counter()
 
     _quiet_hf()

@@ -29,7 +29,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _meta import git_commit  # noqa: E402
+from _meta import git_commit, utc_now  # noqa: E402
 
 DEFAULT_JSON = HERE / "results" / "bench_map.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_map_quick.json"
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {
             "mode": "quick" if args.quick else "full",
             "samples": n,
-            "started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "started_at": utc_now(),
             "git_commit": git_commit(),
             "cpu_count": os.cpu_count(),
             "loadavg_start": list(os.getloadavg()),

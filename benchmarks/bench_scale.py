@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import resource
 import shutil
@@ -52,14 +51,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _meta import git_commit, loadavg, write_json  # noqa: E402
+from _meta import git_commit, loadavg, machine, utc_now, write_json  # noqa: E402
 from _procs import run_once, serve_once  # noqa: E402
 from _scale_report import (  # noqa: E402
     plots,
@@ -546,9 +544,9 @@ def _only(args: argparse.Namespace) -> dict[str, Any]:
         "meta": {
             "mode": "quick" if args.quick else "full",
             "command": f"python benchmarks/bench_scale.py --only {args.only}",
-            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": utc_now(),
             "git_commit": git_commit(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+            "machine": machine(),
             "loadavg_start": loadavg(),
         },
     }
@@ -608,10 +606,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "meta": {
             "mode": "quick" if args.quick else "full",
             "command": " ".join(["python", "benchmarks/bench_scale.py", *(argv or sys.argv[1:])]),
-            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": utc_now(),
             "git_commit": git_commit(),
             "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+            "machine": machine(),
             "loadavg_start": loadavg(),
             "sizes": sizes,
             "batch_size": BATCH,
