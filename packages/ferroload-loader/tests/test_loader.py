@@ -411,7 +411,7 @@ def test_batch_items_are_computed_once_a_chunk_at_a_time() -> None:
     import numpy as np
 
     from ferroload_loader import Sampler
-    from ferroload_loader._loader import BatchItems
+    from ferroload_loader._prefetch import BatchItems
 
     view = Sampler(100_000, seed=1, rank=1, world_size=3).view()
     items = BatchItems(view, 100)

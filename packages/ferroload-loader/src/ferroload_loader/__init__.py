@@ -3,6 +3,8 @@
 - `make_loader(source, batch_size=..., images=..., meta=...)` -> `FerroLoader`: batches of
   decoded samples (numpy, or torch tensors), built ahead on a background thread with
   decoding on a thread pool; no worker processes.
+- `LoaderOptions`: those options as one frozen object (`make_loader(source,
+  options=...)`), taken alike by the torch and Lightning adapters.
 - `Sampler`: the order: one permutation per (seed, epoch), the same whatever the number
   of ranks, threads or worker processes; ranks get equal shares; exact mid-epoch resume,
   also under another world size. Passes follow torch: each `iter()` starts the current
@@ -22,7 +24,8 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_loader._augment import RandomResizedCrop
-from ferroload_loader._loader import DEFAULT_PREFETCH_BYTES, FerroLoader, LoaderStats, make_loader
+from ferroload_loader._loader import FerroLoader, LoaderStats, make_loader
+from ferroload_loader._options import DEFAULT_PREFETCH_BYTES, LoaderOptions
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER, SHUFFLE_RAMP_START, locality
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import Mixture, mix
@@ -37,6 +40,7 @@ __all__ = [
     "DEFAULT_SHUFFLE_BUFFER",
     "SHUFFLE_RAMP_START",
     "FerroLoader",
+    "LoaderOptions",
     "LoaderStats",
     "Mixture",
     "RandomResizedCrop",

@@ -1,35 +1,41 @@
-"""`FerroLoader` and `make_loader`: batches built ahead on a background thread."""
+"""`FerroLoader` and `make_loader`: batches built ahead on a background thread.
+
+`make_loader` turns a source and its `LoaderOptions` into fields, a sampler and a
+`FerroLoader`, whose passes run a `Prefetcher` (`_prefetch`); `check_state` and
+`to_torch` are shared with the torch adapters.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
 
 from ferroload_codec import DecodeError
-from ferroload_loader._augment import BatchTransform, Layout, Normalize
+from ferroload_loader._augment import BatchTransform
 from ferroload_loader._batch import IndexWindow, finish_batch, prepare_batch, window_options
-from ferroload_loader._fields import BatchState, ColumnSpec, Crop, Field, OnError, build_fields
-from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
+from ferroload_loader._fields import BatchState, Field, OnError, build_fields
+from ferroload_loader._options import (
+    DEFAULT_PREFETCH_BYTES,
+    DEFAULT_READAHEAD_BYTES,
+    LoaderKeywords,
+    LoaderOptions,
+    Out,
+    check_batch_size,
+    check_build_options,
+    field_options,
+    make_sampler,
+)
+from ferroload_loader._prefetch import BatchItems, Prefetcher
 from ferroload_loader._readahead import ReadAhead
-from ferroload_loader._sampler import RankItems, Sampler
+from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import ResolvedSource, resolve_source
-from ferroload_store import BlockCache
-
-logger = logging.getLogger(__name__)
-
-DEFAULT_PREFETCH_BYTES = 512 << 20
-DEFAULT_READAHEAD_BYTES = 256 << 20
-Out = Literal["torch", "numpy"]
-_END = object()
 
 
 @dataclass
@@ -53,48 +59,6 @@ class LoaderStats:
     build_seconds: float = 0.0
     wait_seconds: float = 0.0
     peak_prefetch_bytes: int = 0
-
-
-class BatchItems:
-    """Batch `k`'s item ids of a rank's view, each computed once, several batches at a
-    time: an order costs a few numpy calls per computation whatever its size (about
-    200 us for one batch of 256, 40 us of it per round of cycle walking, against
-    0.1-0.2 us an item in large runs), and the index window, the prefetcher and the
-    read-ahead all ask for the same batches. Batches are kept until the prefetcher has
-    prepared them (`forget`): at most what the index window and the read-ahead plan
-    ahead."""
-
-    #: Items computed together (rounded to whole batches).
-    CHUNK = 8192
-
-    def __init__(self, view: RankItems, batch_size: int) -> None:
-        self._view = view
-        self._batch_size = batch_size
-        self._per = max(1, self.CHUNK // batch_size)
-        self._memo: dict[int, npt.NDArray[np.int64]] = {}
-        self._lock = threading.Lock()
-        self._done = 0  # batches below this are forgotten and not kept again
-
-    def __call__(self, k: int) -> npt.NDArray[np.int64]:
-        with self._lock:
-            got = self._memo.get(k)
-        if got is not None:
-            return got
-        b = self._batch_size
-        items = self._view.items(k * b, (k + self._per) * b)
-        batches = [items[j : j + b] for j in range(0, len(items), b)] or [items]
-        with self._lock:
-            for j, arr in enumerate(batches):
-                if k + j >= self._done:
-                    self._memo[k + j] = arr
-        return batches[0]
-
-    def forget(self, k: int) -> None:
-        """Batches up to `k` are prepared: drop them."""
-        with self._lock:
-            for j in range(self._done, k + 1):
-                self._memo.pop(j, None)
-            self._done = max(self._done, k + 1)
 
 
 class FerroLoader:
@@ -124,16 +88,8 @@ class FerroLoader:
         on_error: OnError = "raise",
         transform: Callable[..., Any] | None = None,
     ) -> None:
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if out not in ("torch", "numpy"):
-            raise ValueError(f"out must be 'torch' or 'numpy', got {out!r}")
-        if on_error not in ("raise", "skip", "warn"):
-            raise ValueError(f"on_error must be raise, skip or warn, got {on_error!r}")
-        if not isinstance(prefetch_bytes, int) or prefetch_bytes < 0:
-            raise ValueError(f"prefetch_bytes must be a non-negative int, got {prefetch_bytes!r}")
-        if not isinstance(readahead_bytes, int) or readahead_bytes < 0:
-            raise ValueError(f"readahead_bytes must be a non-negative int, got {readahead_bytes!r}")
+        check_batch_size(batch_size)
+        check_build_options(out, on_error, prefetch_bytes, readahead_bytes)
         if out == "torch":
             _require_torch()
         bf16 = [f.name for f in fields if getattr(f, "torch_dtype", None) == "bfloat16"]
@@ -158,7 +114,7 @@ class FerroLoader:
         self.transform = None if transform is None else BatchTransform(transform)
         self.stats = LoaderStats()
         self._item_bytes = sum(f.item_bytes() for f in self.fields)
-        self._worker: _Prefetcher | None = None
+        self._worker: Prefetcher | None = None
 
     # ------------------------------------------------------------------ size and state
 
@@ -233,7 +189,7 @@ class FerroLoader:
         window = IndexWindow(
             self.source, self.fields, batch_of, count, max_items=most, growth=growth
         )
-        worker = _Prefetcher(
+        worker = Prefetcher(
             self, count, batch_of, self.sampler.seed, self.sampler.epoch, readahead, window
         )
         self._worker = worker
@@ -324,141 +280,6 @@ class FerroLoader:
         )
 
 
-class _Prefetcher:
-    """Builds the batches of one iteration, in order, ahead of the consumer.
-
-    One thread: while the decode pool's other threads start on batch i, this thread reads
-    batch i+1 (ids, metadata, payload views: `prepare`), then joins the decoding. Reading
-    thus overlaps decoding without an extra runnable thread (which would slow decoding
-    by about 10% on a machine whose cores the decoders already fill). The first batch is
-    handed over before batch 1 is read, so that it waits for its own reads only. Built
-    batches wait within a byte budget (one is always allowed when none is waiting).
-    """
-
-    def __init__(
-        self,
-        loader: FerroLoader,
-        count: int,
-        batch_of: Callable[[int], npt.NDArray[np.int64]],
-        seed: int,
-        epoch: int,
-        readahead: ReadAhead | None = None,
-        window: IndexWindow | None = None,
-    ) -> None:
-        self._loader = loader
-        self._readahead = readahead
-        self._window = window
-        self._batch_of = batch_of
-        self._prepared = 0
-        self._queue: deque[tuple[Any, int, int]] = deque()
-        self._bytes = 0
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._thread = threading.Thread(
-            target=self._run, args=(count, batch_of, seed, epoch), name="ferroload-prefetch",
-            daemon=True,
-        )  # fmt: skip
-        self._thread.start()
-
-    def _prepare(self, items: npt.NDArray[np.int64], seed: int, epoch: int) -> Any:
-        try:
-            return self._loader._prepare(items, seed, epoch, self._window, self._prepared)
-        except BaseException as exc:  # handed on, raised in the consumer in its turn
-            return exc
-        finally:
-            if self._readahead is not None:
-                self._readahead.done(self._prepared)
-            if isinstance(self._batch_of, BatchItems):
-                self._batch_of.forget(self._prepared)
-            self._prepared += 1
-
-    def _run(
-        self, count: int, batch_of: Callable[[int], npt.NDArray[np.int64]], seed: int, epoch: int
-    ) -> None:
-        budget = self._loader.prefetch_bytes
-        items: npt.NDArray[np.int64] | None
-        state: Any
-        try:
-            items = batch_of(0) if count else None
-        except BaseException as exc:  # handed on, raised in the consumer
-            items, state = None, exc
-        else:
-            state = self._prepare(items, seed, epoch) if items is not None else None
-        for i in range(count):
-            n_items = len(items) if items is not None else 0
-            cost = self._loader.estimate_bytes(n_items)
-            with self._cond:
-                while not self._stopped and self._queue and self._bytes + cost > budget:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-            upcoming: list[Any] = []
-            following: list[Any] = []
-
-            def read_next(
-                i: int = i, upcoming: list[Any] = upcoming, following: list[Any] = following
-            ) -> None:
-                if i + 1 < count:
-                    try:
-                        nxt = batch_of(i + 1)
-                    except BaseException as exc:  # handed on, raised in the consumer
-                        following.append(None)
-                        upcoming.append(exc)
-                        return
-                    following.append(nxt)
-                    upcoming.append(self._prepare(nxt, seed, epoch))
-
-            # the first batch is handed over before the second is read (the consumer's
-            # first batch waits for its own reads only); later ones overlap the next read
-            meanwhile = read_next if i else None
-            if isinstance(state, BaseException):
-                result: Any = state
-            else:
-                try:
-                    result = self._loader._finish(state, meanwhile)
-                except BaseException as exc:  # handed on, raised in the consumer
-                    result = exc
-            with self._cond:
-                self._queue.append((result, cost, n_items))
-                self._bytes += cost
-                stats = self._loader.stats
-                stats.peak_prefetch_bytes = max(stats.peak_prefetch_bytes, self._bytes)
-                self._cond.notify_all()
-            if isinstance(result, BaseException):
-                return
-            if meanwhile is None:
-                read_next()
-            # finish_batch always runs its meanwhile
-            state = upcoming[0] if upcoming else None
-            items = following[0] if following else None
-
-    def take(self) -> tuple[dict[str, Any], list[DecodeError], int]:
-        """The next batch, its decode errors and the number of items it was built from."""
-        with self._cond:
-            while not self._queue:
-                if not self._thread.is_alive():
-                    raise RuntimeError("the prefetch thread stopped without a batch")
-                self._cond.wait(timeout=0.5)
-            result, cost, n_items = self._queue.popleft()
-            self._bytes -= cost
-            self._cond.notify_all()
-        if isinstance(result, BaseException):
-            raise result
-        batch, errors = result
-        return batch, errors, n_items
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._queue.clear()
-            self._bytes = 0
-            self._cond.notify_all()
-        if self._readahead is not None:
-            self._readahead.stop()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
-
-
 def check_state(state: Mapping[str, Any], *, worker_states: bool) -> int:
     """The number of DataLoader workers whose positions `state` is one of (1: a whole
     loader's state).
@@ -507,37 +328,7 @@ def to_torch(batch: dict[str, Any], *, pin: bool) -> dict[str, Any]:
 
 
 def make_loader(
-    source: Any,
-    *,
-    batch_size: int,
-    images: ColumnSpec = (),
-    audio: ColumnSpec = (),
-    video: ColumnSpec = (),
-    meta: Sequence[str] = (),
-    resize: int | tuple[int, int] | None = None,
-    crop: Crop = None,
-    hflip: float = 0.0,
-    layout: Layout = "NHWC",
-    dtype: Any = None,
-    normalize: Normalize | None = None,
-    transform: Callable[..., Any] | None = None,
-    out: Out = "torch",
-    shuffle: bool = True,
-    seed: int = 0,
-    drop_last: bool = False,
-    where: str | None = None,
-    threads: int | None = None,
-    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-    readahead_bytes: int = DEFAULT_READAHEAD_BYTES,
-    streaming: bool = False,
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-    lanes: int | None = None,
-    pin_memory: bool = False,
-    on_error: OnError = "raise",
-    rank: int | None = None,
-    world_size: int | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    cache: BlockCache | Literal["default"] | None = "default",
+    source: Any, *, options: LoaderOptions | None = None, **keywords: Unpack[LoaderKeywords]
 ) -> FerroLoader:
     """A loader of decoded batches: deterministic, elastic, resumable, no worker processes.
 
@@ -548,56 +339,13 @@ def make_loader(
 
     Args:
         source: a dataset URI, a `Dataset` (or a subset view), or `mix(...)`.
-        batch_size: samples per batch on this rank.
-        images: image modalities to decode (names, or name -> `ImageDecoder` options).
-        audio: audio modalities (name -> `AudioDecoder` options; `length` is required).
-        video: video modalities (name -> `decode_video` options; `num_frames`, `size`).
-        meta: metadata columns: numbers as arrays/tensors, the rest as lists.
-        resize: output `(height, width)` (or an int) of images and video frames.
-        crop: `None` stretches to `resize`; `"center"` scales the shorter side and crops
-            the centre; `"pad"` scales the longer side and pads; `"random"` (or a
-            `RandomResizedCrop(scale=, ratio=)`) cuts a box of random area and aspect
-            ratio out of each image and resizes it, as torchvision's `RandomResizedCrop`
-            (images only).
-        hflip: probability of flipping each image left-right (default 0: never).
-        layout: of image batches: `"NHWC"` (default) or `"NCHW"`.
-        dtype: of image batches: `uint8` (default), `float32`, `float16` or `bfloat16`
-            (needs `out="torch"`), as a name, a numpy or a torch dtype; floats are scaled
-            to [0, 1].
-        normalize: `(mean, std)`, per channel on the [0, 1] scale: images become
-            `(x / 255 - mean) / std`, as torchvision's `Normalize` computes it (float32
-            unless `dtype` says otherwise; refused with uint8).
-        transform: `fn(batch) -> batch`, run on each finished batch in the prefetch
-            thread (after the conversion to tensors with `out="torch"`); given a
-            parameter named `rng`, it gets a `numpy.random.Generator` seeded from the
-            seed, the epoch and the batch's items. It must return the batch (a dict that
-            keeps `sample_id`); its exceptions reach the loop with a note naming it.
-        out: `"torch"` (tensors; needs the torch extra) or `"numpy"`.
-        shuffle: a new permutation every epoch (else dataset order).
-        seed: with the epoch, fixes the order.
-        drop_last: drop the last, incomplete batch (on every rank); else ranks are padded
-            to the same length by wrapping around.
-        where: a SQL WHERE clause over the index (see `Dataset.subset`).
-        threads: decode threads (default: the CPUs available).
-        prefetch_bytes: bytes of built batches held ahead of the consumer.
-        readahead_bytes: for remote datasets, bytes of cache blocks fetched ahead of the
-            batch builder in the epoch's known order (0 turns read-ahead off).
-        streaming: read shard by shard: shards in a shuffled order, then a seeded shuffle
-            within windows of `shuffle_buffer` items of that stream.
-        shuffle_buffer: items per streaming shuffle window (default 65,536; the first
-            windows are smaller: 128 items, doubling).
-        lanes: streaming: the order is dealt out in this many pieces of disjoint shards
-            (default: the world size, so that each rank reads shards of its own; 1: the
-            same order whatever the world size). A resumed state keeps its own.
-        pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
-        on_error: per-sample decode failures: `raise`, or leave the sample out of its
-            batch (`skip`), also logging it (`warn`); counted in `loader.stats`.
-        rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
-        world_size: the number of ranks (default: torch.distributed, else
-            `WORLD_SIZE`, else 1).
-        storage_options: for URIs, as in `Dataset.open`.
-        cache: for URIs of object stores, the block cache of payload reads, as in
-            `Dataset.open` (`"default"`, a `ferroload_store.BlockCache`, or None).
+        options: every option at once, as a `LoaderOptions` (then no keyword options).
+        **keywords: the options of `LoaderOptions`, of which `batch_size` is required:
+            `batch_size`, `images`, `audio`, `video`, `meta`, `resize`, `crop`, `hflip`,
+            `layout`, `dtype`, `normalize`, `transform`, `out`, `shuffle`, `seed`,
+            `drop_last`, `where`, `threads`, `prefetch_bytes`, `readahead_bytes`,
+            `streaming`, `shuffle_buffer`, `lanes`, `pin_memory`, `on_error`, `rank`,
+            `world_size`, `storage_options`, `cache`.
 
     Examples:
         >>> import numpy as np
@@ -611,66 +359,21 @@ def make_loader(
         [4, 4, 2]
 
     Raises:
+        TypeError: for an unknown keyword, no `batch_size`, or both `options` and
+            keyword options.
         ValueError: for invalid options (a `dtype`, `layout`, `crop` or `normalize` the
             loader does not know, `normalize` with uint8, bfloat16 with numpy output, …).
         ColumnNotFoundError: for a field the dataset lacks.
     """
-    resolved = resolve_source(source, where=where, storage_options=storage_options, cache=cache)
-    fields = build_fields(
-        resolved, images=images, audio=audio, video=video, meta=meta, resize=resize, crop=crop,
-        threads=threads, hflip=hflip, layout=layout, dtype=dtype, normalize=normalize,
-    )  # fmt: skip
-    sampler = make_sampler(
-        resolved, shuffle=shuffle, seed=seed, streaming=streaming, shuffle_buffer=shuffle_buffer,
-        drop_last=drop_last, rank=rank, world_size=world_size, lanes=lanes,
-    )  # fmt: skip
+    o = LoaderOptions.take("make_loader", options, keywords)
+    assert o.batch_size is not None  # take() requires it
+    resolved = resolve_source(
+        source, where=o.where, storage_options=o.storage_options, cache=o.cache
+    )
+    fields = build_fields(resolved, threads=o.threads, **field_options(o))
+    sampler = make_sampler(resolved, o)
     return FerroLoader(
-        resolved, fields, sampler, batch_size=batch_size, drop_last=drop_last, out=out,
-        pin_memory=pin_memory, prefetch_bytes=prefetch_bytes,
-        readahead_bytes=readahead_bytes, on_error=on_error, transform=transform,
+        resolved, fields, sampler, batch_size=o.batch_size, drop_last=o.drop_last, out=o.out,
+        pin_memory=o.pin_memory, prefetch_bytes=o.prefetch_bytes,
+        readahead_bytes=o.readahead_bytes, on_error=o.on_error, transform=o.transform,
     )  # fmt: skip
-
-
-def make_sampler(
-    source: ResolvedSource,
-    *,
-    shuffle: bool,
-    seed: int,
-    streaming: bool,
-    shuffle_buffer: int,
-    drop_last: bool,
-    rank: int | None,
-    world_size: int | None,
-    lanes: int | None = None,
-) -> Sampler:
-    """The sampler `make_loader` uses for `source` (shared with the torch adapters)."""
-    common: dict[str, Any] = {
-        "shuffle": shuffle, "seed": seed, "drop_last": drop_last, "rank": rank,
-        "world_size": world_size,
-    }  # fmt: skip
-    if source.mixture is not None:
-        if streaming:
-            raise ValueError("streaming=True does not apply to mix(): mixtures draw items")
-        return Sampler(
-            source.num_items, mode="mixture",
-            mixture_sizes=[len(d) for d in source.datasets],
-            mixture_weights=source.mixture.weights, **common,
-        )  # fmt: skip
-    if streaming:
-        base = 0
-        starts, codes = [], []
-        for ds, offset in zip(source.datasets, source.offsets.tolist(), strict=True):
-            s, c = ds.shard_runs()  # O(runs), not a shard per item
-            starts.append(np.asarray(s, dtype=np.int64) + offset)
-            codes.append(np.asarray(c, dtype=np.int64) + base)
-            base += ds.num_shards
-        runs = (
-            (np.concatenate(starts), np.concatenate(codes))
-            if starts
-            else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        )
-        return Sampler(
-            source.num_items, mode="shard_block", shard_runs=runs,
-            shuffle_buffer=shuffle_buffer, lanes=lanes, **common,
-        )  # fmt: skip
-    return Sampler(source.num_items, mode="permutation", **common)

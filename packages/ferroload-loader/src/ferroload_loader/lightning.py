@@ -14,8 +14,9 @@ Importing this module imports Lightning and torch; importing `ferroload_loader` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal, Unpack
 
 try:
     from lightning.pytorch import LightningDataModule
@@ -24,12 +25,19 @@ except ImportError as exc:  # pragma: no cover  (exercised only without the extr
         "ferroload_loader.lightning needs Lightning: pip install 'ferroload-loader[lightning]'"
     ) from exc
 
-from ferroload_loader._augment import Layout, Normalize, RandomResizedCrop
-from ferroload_loader._fields import ColumnSpec, Crop, OnError
-from ferroload_loader._loader import DEFAULT_PREFETCH_BYTES, FerroLoader, make_loader
-from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
+from ferroload_loader._augment import RandomResizedCrop
+from ferroload_loader._fields import Crop
+from ferroload_loader._loader import FerroLoader, make_loader
+from ferroload_loader._options import LoaderKeywords, LoaderOptions, check_batch_size
 
 __all__ = ["FerroDataModule", "LightningLoader"]
+
+#: Options the data module refuses (`LoaderOptions.take`), and what to do instead.
+_REFUSED = {
+    "out": "its loaders yield torch tensors",
+    "rank": "the trainer sets the rank",
+    "world_size": "the trainer sets the world size",
+}
 
 
 class LightningLoader(FerroLoader):
@@ -125,12 +133,16 @@ class FerroDataModule(LightningDataModule):
     wrapping around, as `DistributedSampler` does. A split without a source has no
     loader hook of its own, so Lightning skips it without a warning.
 
-    `images`, `audio`, `video`, `meta`, `resize`, `layout`, `dtype` and `normalize`
-    (what a batch holds, for every split), `crop`, `hflip` and `transform`
-    (augmentation: training only) and `threads`, `prefetch_bytes`, `streaming`
-    (training only), `shuffle_buffer`, `pin_memory`, `on_error` and `storage_options`
-    are the options of `make_loader`. The other splits crop with `val_crop`: by default
-    `"center"` when training crops at random, else the training `crop`.
+    It takes the options of `make_loader` (see `LoaderOptions`), as keywords or as
+    `options=LoaderOptions(...)`; `batch_size` is required. What a batch holds
+    (`images`, `audio`, `video`, `meta`, `resize`, `layout`, `dtype`, `normalize`) and
+    how it is built (`where`, `threads`, `prefetch_bytes`, `readahead_bytes`,
+    `pin_memory`, `on_error`, `storage_options`, `cache`) apply to every split; the
+    batch size, order (`shuffle`, `seed`, `drop_last`, `streaming`, `shuffle_buffer`,
+    `lanes`) and augmentation (`crop`, `hflip`, `transform`) to training only. The
+    other splits crop with `val_crop`: by default `"center"` when training crops at
+    random, else the training `crop`. It refuses `out` (its loaders yield tensors),
+    `rank` and `world_size` (the trainer's).
 
     Args:
         train: the training data: a dataset URI, a `Dataset` (or a subset view), or
@@ -138,19 +150,21 @@ class FerroDataModule(LightningDataModule):
         val: the validation split (a URI or a `Dataset`), optional.
         test: the test split, optional.
         predict: the prediction split, optional.
-        batch_size: training samples per batch on each rank.
         val_batch_size: samples per batch of the other splits (default: `batch_size`).
-        seed: with the epoch, fixes the training order.
-        shuffle: shuffle the training data (the other splits are never shuffled).
-        drop_last: drop the last, incomplete training batch.
-        where: a SQL WHERE clause over the index, applied to every split (pass subset
-            views for per-split filters).
         val_crop: how validation, test and predict images are cropped (default: see
             above).
+        options: every loader option at once, as a `LoaderOptions` (then no keyword
+            options).
+        **keywords: the options of `LoaderOptions` (`batch_size`: training samples per
+            batch on each rank; `seed`, `shuffle`, `drop_last`: of the training order;
+            `where`: applied to every split (pass subset views for per-split filters),
+            ...).
 
     Raises:
+        TypeError: for an option it does not take, or both `options` and keywords.
         ValueError: when no source is given for a split that Lightning asks for, or an
-            option is invalid (raised when the loader is built).
+            option is invalid (those checked against a dataset: when the loader is
+            built).
 
     Examples:
         >>> from ferroload_format import Writer
@@ -174,59 +188,34 @@ class FerroDataModule(LightningDataModule):
         val: Any = None,
         test: Any = None,
         predict: Any = None,
-        batch_size: int,
         val_batch_size: int | None = None,
-        images: ColumnSpec = (),
-        audio: ColumnSpec = (),
-        video: ColumnSpec = (),
-        meta: Sequence[str] = (),
-        resize: int | tuple[int, int] | None = None,
-        crop: Crop = None,
-        hflip: float = 0.0,
-        layout: Layout = "NHWC",
-        dtype: Any = None,
-        normalize: Normalize | None = None,
-        transform: Callable[..., Any] | None = None,
         val_crop: Crop | Literal["auto"] = "auto",
-        seed: int = 0,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        where: str | None = None,
-        threads: int | None = None,
-        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-        streaming: bool = False,
-        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-        pin_memory: bool = False,
-        on_error: OnError = "raise",
-        storage_options: Mapping[str, Any] | None = None,
+        options: LoaderOptions | None = None,
+        **keywords: Unpack[LoaderKeywords],
     ) -> None:
         super().__init__()
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if val_batch_size is not None and (
-            not isinstance(val_batch_size, int) or val_batch_size < 1
-        ):
-            raise ValueError(f"val_batch_size must be a positive int, got {val_batch_size!r}")
+        o = LoaderOptions.take("FerroDataModule", options, keywords, refused=_REFUSED)
+        assert o.batch_size is not None  # take() requires it
+        if val_batch_size is not None:
+            check_batch_size(val_batch_size, "val_batch_size")
         self.sources: dict[str, Any] = {
             "train": train, "val": val, "test": test, "predict": predict,
         }  # fmt: skip
-        self.batch_size = batch_size
-        self.val_batch_size = batch_size if val_batch_size is None else val_batch_size
-        self.seed = seed
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.streaming = streaming
-        self.shuffle_buffer = shuffle_buffer
-        self._options: dict[str, Any] = {
-            "images": images, "audio": audio, "video": video, "meta": meta, "resize": resize,
-            "layout": layout, "dtype": dtype, "normalize": normalize, "where": where,
-            "threads": threads, "prefetch_bytes": prefetch_bytes, "pin_memory": pin_memory,
-            "on_error": on_error, "storage_options": storage_options,
-        }  # fmt: skip
-        self._augment: dict[str, Any] = {"crop": crop, "hflip": hflip, "transform": transform}
+        # attributes read whenever a loader is made (Lightning's batch size finder sets
+        # `batch_size`); the other options are fixed
+        self.batch_size = o.batch_size
+        self.val_batch_size = o.batch_size if val_batch_size is None else val_batch_size
+        self.seed, self.shuffle, self.drop_last = o.seed, o.shuffle, o.drop_last
+        self.streaming, self.shuffle_buffer = o.streaming, o.shuffle_buffer
+        self._options = o
         if val_crop == "auto":
+            crop = o.crop
             val_crop = "center" if crop == "random" or isinstance(crop, RandomResizedCrop) else crop
-        self._evaluation: dict[str, Any] = {"crop": val_crop}
+        # the other splits: dataset order, whole split, no augmentation
+        self._evaluation = {
+            "shuffle": False, "drop_last": False, "streaming": False, "crop": val_crop,
+            "hflip": 0.0, "transform": None,
+        }  # fmt: skip
         self._loaders: list[FerroLoader] = []
 
     # ------------------------------------------------------------------ loaders
@@ -247,16 +236,23 @@ class FerroDataModule(LightningDataModule):
             )
         return source
 
-    def _evaluation_loader(self, split: str) -> LightningLoader:
+    def _loader(self, split: str, **options: Any) -> LightningLoader:
+        """A loader of `split` with the module's options, changed by `options`."""
         rank, world_size = self._rank()
-        base = make_loader(
-            self._source(split), batch_size=self.val_batch_size, shuffle=False,
-            seed=self.seed, drop_last=False, rank=rank, world_size=world_size, out="torch",
-            **self._options, **self._evaluation,
-        )  # fmt: skip
-        loader = LightningLoader(base, evaluation=True)
+        current = {
+            "seed": self.seed, "shuffle": self.shuffle, "drop_last": self.drop_last,
+            "streaming": self.streaming, "shuffle_buffer": self.shuffle_buffer, "rank": rank,
+            "world_size": world_size,
+        }  # fmt: skip
+        o = dataclasses.replace(self._options, **{**current, **options})
+        loader = LightningLoader(
+            make_loader(self._source(split), options=o), evaluation=split != "train"
+        )
         self._loaders.append(loader)
         return loader
+
+    def _evaluation_loader(self, split: str) -> LightningLoader:
+        return self._loader(split, batch_size=self.val_batch_size, **self._evaluation)
 
     def train_dataloader(self) -> LightningLoader:
         """The training loader: shuffled per (seed, epoch), this rank's share, resumable.
@@ -264,16 +260,7 @@ class FerroDataModule(LightningDataModule):
         Raises:
             ValueError: when the module has no `train` source.
         """
-        rank, world_size = self._rank()
-        base = make_loader(
-            self._source("train"), batch_size=self.batch_size, shuffle=self.shuffle,
-            seed=self.seed, drop_last=self.drop_last, streaming=self.streaming,
-            shuffle_buffer=self.shuffle_buffer, rank=rank, world_size=world_size, out="torch",
-            **self._options, **self._augment,
-        )  # fmt: skip
-        loader = LightningLoader(base)
-        self._loaders.append(loader)
-        return loader
+        return self._loader("train", batch_size=self.batch_size)
 
     @_split_hook("val")
     def val_dataloader(self) -> LightningLoader:

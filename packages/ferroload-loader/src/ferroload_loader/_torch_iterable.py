@@ -1,0 +1,355 @@
+"""`FerroIterableDataset` and `FerroBatch`: whole batches for `DataLoader` workers.
+
+Public as `ferroload_loader.torch.FerroIterableDataset` and
+`ferroload_loader.torch.FerroBatch` (their `__module__`, so pickles and docs name that
+path). The pass records the workers share live in `_torch_shared`, the per-process
+source and fields in `_torch_process`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, Unpack
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.utils.data
+
+from ferroload_loader._augment import BatchTransform
+from ferroload_loader._batch import (
+    IndexWindow,
+    finish_batch,
+    item_seeds,
+    prepare_batch,
+    window_options,
+)
+from ferroload_loader._fields import OnError
+from ferroload_loader._loader import check_state, to_torch
+from ferroload_loader._options import LoaderKeywords, LoaderOptions, make_sampler
+from ferroload_loader._sampler import RankItems
+from ferroload_loader._torch_process import TORCH_REFUSED, PerProcess
+from ferroload_loader._torch_shared import MAX_WORKERS, Passes, check_seed
+
+
+class FerroBatch(dict[str, Any]):
+    """A whole batch from `FerroIterableDataset` (a dict of column -> tensor or list).
+
+    `default_collate` refuses it: a `DataLoader` with its default `batch_size=1` (or any
+    batch size) would wrap every batch in another one.
+    """
+
+    __module__ = "ferroload_loader.torch"
+
+
+def _refuse_collate(batch: Any, *, collate_fn_map: Any = None) -> Any:
+    first = batch[0]
+    n = len(first.get("sample_id", ()))
+    raise TypeError(
+        f"FerroIterableDataset yields whole batches (of {n} samples here), and DataLoader "
+        f"was asked to batch {len(batch)} of them again: pass batch_size=None, as in "
+        "DataLoader(ds, batch_size=None, num_workers=...); the dataset's own batch_size "
+        "sets the batch"
+    )
+
+
+torch.utils.data._utils.collate.default_collate_fn_map[FerroBatch] = _refuse_collate
+
+
+class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str, Any]]):
+    """Whole batches for `DataLoader(ds, batch_size=None, num_workers=k)`.
+
+    It yields the batches `make_loader(..., out="torch")` yields, in the same order,
+    whatever `k`: worker `w` of `k` builds only batches `w, w+k, w+2k, …` of this rank's
+    epoch, and DataLoader takes them from the workers round-robin. Use `batch_size=None`
+    in the DataLoader: the dataset batches (a batch is a `FerroBatch`, which
+    `default_collate` refuses, so a DataLoader left at its default `batch_size=1` fails
+    loudly instead of nesting batches).
+
+    **Passes and epochs** follow torch's conventions, as for `make_loader`: every
+    `iter(dataloader)` starts at the beginning of the current epoch; a pass that ran to
+    the end moves the next one to the next epoch by itself; `ds.set_epoch(epoch)` wins
+    (call it in the main process; the position lives in shared memory, so it reaches the
+    workers, persistent ones too). `len(ds)` is a whole epoch's batches on this rank.
+
+    **Resume.** With torchdata's `StatefulDataLoader`, `dl.state_dict()` after any batch
+    and `load_state_dict` on a new loader continue exactly after that batch, for any
+    `num_workers` (the same count on resume): each worker reports its own position.
+    Without workers, `ds.state_dict()` is `make_loader`'s state (either can load the
+    other's) and `ds.load_state_dict(state)` makes the next pass continue after it, also
+    under another batch size or world size.
+
+    It takes the options of `make_loader` (see `LoaderOptions`), as keywords or as
+    `options=LoaderOptions(...)`; `batch_size` is required. `transform` runs in the
+    worker that built the batch, and per-sample failures follow `on_error` (with
+    `warn`, logged by that worker). Decode `threads` per DataLoader worker default to
+    the CPUs divided by `k`. It refuses `out` (it yields tensors), `pin_memory` and
+    `prefetch_bytes` (DataLoader's own replace them), `readahead_bytes` and `cache`.
+
+    Args:
+        source: a dataset URI, a `Dataset` (or subset view), or `mix(...)`.
+        options: every option at once, as a `LoaderOptions` (then no keyword options).
+        **keywords: the options of `LoaderOptions` (`batch_size`, `images`, `meta`,
+            `shuffle`, `seed`, `streaming`, `lanes`, `rank`, `world_size`, ...).
+
+    Raises:
+        ColumnNotFoundError: for a field the dataset lacks.
+        TypeError: for an option it does not take, or both `options` and keywords.
+        ValueError: for invalid options.
+
+    Examples:
+        >>> from ferroload_format import Writer
+        >>> from torch.utils.data import DataLoader
+        >>> with Writer("memory://docs/torch-iterable", "demo") as w:
+        ...     for i in range(10):
+        ...         w.add(f"s{i}", None, {"label": i})
+        >>> ds = FerroIterableDataset("memory://docs/torch-iterable", batch_size=4,
+        ...                           meta=["label"], seed=0)
+        >>> dl = DataLoader(ds, batch_size=None)
+        >>> it = iter(dl)
+        >>> first = next(it)
+        >>> len(ds), first["label"].shape
+        (3, torch.Size([4]))
+        >>> state = ds.state_dict()             # after the one batch received
+        >>> resumed = FerroIterableDataset("memory://docs/torch-iterable", batch_size=4,
+        ...                                meta=["label"], seed=0)
+        >>> resumed.load_state_dict(state)
+        >>> [b["sample_id"] for b in DataLoader(resumed, batch_size=None)] == [
+        ...     b["sample_id"] for b in it]
+        True
+    """
+
+    __module__ = "ferroload_loader.torch"
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        options: LoaderOptions | None = None,
+        **keywords: Unpack[LoaderKeywords],
+    ) -> None:
+        o = LoaderOptions.take("FerroIterableDataset", options, keywords, refused=TORCH_REFUSED)
+        assert o.batch_size is not None  # take() requires it
+        check_seed(o.seed)
+        self.transform = None if o.transform is None else BatchTransform(o.transform)
+        resolved = self._init_source(source, o)
+        self.batch_size = o.batch_size
+        self.drop_last = o.drop_last
+        self.on_error: OnError = o.on_error
+        self._sampler = make_sampler(resolved, o)
+        self._passes = Passes(o.seed)
+        # a position restored inside a DataLoader worker (torchdata restores every
+        # worker's own): (seed, epoch, consumed, batches to skip, worker, workers)
+        self._local: tuple[int, int, int, int, int, int] | None = None
+        # this process's pass: (seed, epoch, consumed at its start, batches yielded)
+        self._pass: list[int] | None = None
+
+    # ------------------------------------------------------------------ position
+
+    def _order(self, seed: int, epoch: int, consumed: int) -> tuple[int, RankItems]:
+        """This rank's batches of `epoch` from position `consumed` (whole batches only
+        with `drop_last`): their count, and the rank's items computed on demand."""
+        s = self._sampler
+        if s.seed != seed:
+            s.seed, s._cache = seed, None
+        s.epoch, s.consumed = epoch, consumed
+        view = s.view()
+        b = self.batch_size
+        count = len(view) // b if self.drop_last else -(-len(view) // b)
+        return count, view
+
+    def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int]:
+        """`(seed, epoch, consumed, batches to skip)` where this worker's next pass
+        starts (see `Sampler` for the rules); with `begin`, start it."""
+        if self._local is not None:
+            seed, epoch, consumed, skip, w, k = self._local
+            if k > 1 and (w, k) != (worker, workers):
+                raise ValueError(
+                    f"this state is DataLoader worker {w} of {k}'s position; it cannot "
+                    f"resume worker {worker} of {workers}"
+                )
+            if begin:
+                self._local = None
+                self._passes.record(worker, epoch, finished=False)
+            return seed, epoch, consumed, skip
+        p = self._passes
+        seed, epoch, consumed, token = p.head()
+        if p.seen(worker) != token:  # the first pass after load_state_dict
+            if consumed >= self._sampler.num_items and self._sampler.num_items:
+                epoch, consumed = epoch + 1, 0  # restored at the very end: the next epoch
+        else:
+            consumed = 0
+            passes = p.passes(workers)
+            if passes:
+                epoch = max(e for e, _ in passes)
+                if len(passes) == workers and all(f and e == epoch for e, f in passes):
+                    epoch += 1
+        if begin:
+            p.see(worker, token)
+            p.record(worker, epoch, finished=False)
+        return seed, epoch, consumed, 0
+
+    @staticmethod
+    def _worker() -> tuple[int, int]:
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.num_workers > MAX_WORKERS:
+            raise ValueError(
+                f"FerroIterableDataset supports at most {MAX_WORKERS} DataLoader workers, "
+                f"got {info.num_workers}"
+            )
+        return (info.id, info.num_workers) if info is not None else (0, 1)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current (or last) pass; a finished pass moves on only when the
+        next one begins."""
+        if self._pass is not None:
+            return self._pass[1]
+        passes = self._passes.passes(MAX_WORKERS)
+        return max(e for e, _ in passes) if passes else self._passes.head()[1]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self._sampler.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._sampler.world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of `epoch` from its start for the next pass (the current epoch
+        again keeps a position restored by `load_state_dict`). Call it in the main
+        process, between passes; it reaches the workers, persistent ones too."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        p = self._passes
+        seed, current, _, token = p.head()
+        if epoch == current and p.seen(0) != token:  # keep a restored position
+            p.clear_records()
+        else:
+            p.set_head(seed, epoch, 0, resume=False)
+
+    def __len__(self) -> int:
+        """Batches of a whole epoch on this rank (torch's convention; what DataLoader
+        reports with `batch_size=None`)."""
+        n = len(self._sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the batches this process has yielded in its current pass.
+
+        In the main process (no DataLoader workers) it is `make_loader`'s state (either
+        can load the other's). Inside a DataLoader worker it is that worker's own
+        position, which torchdata's `StatefulDataLoader` gathers from every worker after
+        every batch and hands back to the same worker on resume: use
+        `StatefulDataLoader` to checkpoint a `DataLoader` with workers.
+
+        Raises:
+            RuntimeError: in the main process while DataLoader workers are part-way
+                through a pass (only the workers know how far they are).
+        """
+        worker, workers = self._worker()
+        # in the main process: did it run the last pass itself, or nobody since the
+        # position was set? (a worker knows its own pass)
+        mine = torch.utils.data.get_worker_info() is not None or self._passes.runner in (
+            0, os.getpid(),
+        )  # fmt: skip
+        if self._pass is not None and mine and self._passes.runner != 0:
+            seed, epoch, consumed, batches = self._pass
+        elif mine:
+            seed, epoch, consumed, batches = self._plan(worker, workers, begin=False)
+        else:  # DataLoader workers ran the last pass: known only once they finished it
+            passes = self._passes.passes(MAX_WORKERS)
+            if not passes or not all(f and e == passes[0][0] for e, f in passes):
+                raise RuntimeError(
+                    "this dataset's pass runs in DataLoader workers, which alone know how "
+                    "far it got: checkpoint with torchdata's StatefulDataLoader "
+                    "(dl.state_dict() gathers every worker's position)"
+                )
+            seed, epoch, consumed, batches = self._passes.head()[0], passes[0][0], 0, 0
+            consumed = self._sampler.num_items  # the end of that epoch
+        sampler = copy.copy(self._sampler)
+        sampler.seed, sampler.epoch, sampler.consumed = seed, epoch, consumed
+        if workers == 1:
+            count, view = self._order(seed, epoch, consumed)
+            items = len(view) if not self.drop_last else count * self.batch_size
+            sampler.advance(min(batches * self.batch_size, items))
+            return {"sampler": sampler.state_dict(), "batch_size": self.batch_size}
+        return {
+            "sampler": sampler.state_dict(), "batch_size": self.batch_size,
+            "worker": worker, "num_workers": workers, "batches": batches,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue after a `state_dict()` (of this class or of `make_loader`): the next
+        pass starts there.
+
+        In the main process the batch size and world size may differ from the run that
+        saved it. Inside a DataLoader worker (torchdata's `StatefulDataLoader` restores
+        each worker's own state) the worker count must be the same.
+
+        Raises:
+            ValueError: when the state belongs to another dataset or order, or is one
+                worker's state loaded outside a DataLoader worker.
+        """
+        in_worker = torch.utils.data.get_worker_info() is not None
+        workers = check_state(state, worker_states=in_worker)
+        check = copy.copy(self._sampler)
+        check.load_state_dict(dict(state["sampler"]))  # validates: same items and order
+        seed, epoch, consumed = check_seed(check.seed), check.epoch, check.consumed
+        if in_worker:
+            batches = int(state.get("batches", 0)) if workers > 1 else 0
+            self._local = (seed, epoch, consumed, batches, int(state.get("worker", 0)), workers)
+        else:
+            self._passes.set_head(seed, epoch, consumed, resume=True)
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """A pass: this worker's batches of the epoch, from the position the pass rules
+        give (see `Sampler`)."""
+        worker, workers = self._worker()
+        source, fields = self._runtime()
+        seed, epoch, consumed, skip = self._plan(worker, workers, begin=True)
+        count, view = self._order(seed, epoch, consumed)
+        self._pass = [seed, epoch, consumed, skip]
+        b = self.batch_size
+        mine = range(worker + skip * workers, count, workers)  # this worker's batches
+
+        def batch_of(i: int) -> npt.NDArray[np.int64]:
+            return view.batch(mine[i], b)
+
+        # the index entries of this worker's upcoming batches, read together
+        most, growth = window_options(self._sampler.mode)
+        window = IndexWindow(source, fields, batch_of, len(mine), max_items=most, growth=growth)
+        for i in range(len(mine)):
+            chunk = batch_of(i)
+            state = prepare_batch(
+                source, fields, chunk, seed=seed, epoch=epoch, window=window, index=i
+            )
+            batch, _ = finish_batch(state, fields, on_error=self.on_error)
+            out = to_torch(batch, pin=False)
+            if self.transform is not None:
+                out = self.transform(out, item_seeds(seed, epoch, chunk))
+            self._pass[3] += 1
+            yield FerroBatch(out)
+        self._passes.record(worker, epoch, finished=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        sampler = copy.copy(self._sampler)
+        sampler._cache = None  # the epoch's order: rebuilt on demand in each process
+        state["_sampler"] = sampler
+        state["_local"] = state["_pass"] = None  # a worker starts its own passes
+        return state
+
+    def __repr__(self) -> str:
+        names = [f.name for f in self._runtime()[1]]
+        return (
+            f"FerroIterableDataset({len(self)} batches of {self.batch_size}, "
+            f"columns={names}, {self._sampler!r})"
+        )

@@ -1,0 +1,320 @@
+"""`LoaderOptions`: one set of options for `make_loader`, the torch adapters and
+`FerroDataModule`, forwarded whole and checked alike by each."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ferroload_loader import FerroLoader, LoaderOptions, Sampler, make_loader
+from ferroload_loader._options import LoaderKeywords, SamplerKeywords
+
+from .conftest import MakeDataset
+
+
+def _mark(batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """A per-batch transform whose output depends on the seed, epoch and items."""
+    batch["noise"] = rng.integers(0, 1 << 30, size=len(batch["sample_id"]))
+    return batch
+
+
+#: Every option away from its default (but those some entry point refuses).
+SHARED = LoaderOptions(
+    batch_size=5,
+    images=["image"],
+    meta=["label", "score", "name"],
+    resize=(8, 6),
+    crop="random",
+    hflip=0.5,
+    layout="NCHW",
+    dtype="float32",
+    normalize=((0.5, 0.4, 0.3), (0.25, 0.2, 0.3)),
+    transform=_mark,
+    shuffle=True,
+    seed=7,
+    drop_last=True,
+    where="label != 3",
+    threads=2,
+    streaming=True,
+    shuffle_buffer=6,
+    lanes=2,
+    on_error="skip",
+    storage_options={},
+)
+
+
+def _sampler_settings(s: Sampler) -> dict[str, Any]:
+    return {
+        "num_items": s.num_items, "mode": s.mode, "seed": s.seed, "shuffle": s.shuffle,
+        "shuffle_buffer": s.shuffle_buffer, "lanes": s.lanes, "rank": s.rank,
+        "world_size": s.world_size, "drop_last": s.drop_last,
+    }  # fmt: skip
+
+
+def _fields(fields: list[Any]) -> list[str]:
+    """What each field decodes, and how (the decoder's repr names size, crop, threads)."""
+    return [f"{f.name}: {getattr(f, 'decoder', type(f).__name__)!r}" for f in fields]
+
+
+def _loader_settings(dl: FerroLoader) -> dict[str, Any]:
+    return {
+        **_sampler_settings(dl.sampler), "batch_size": dl.batch_size,
+        "drop_last_batches": dl.drop_last, "on_error": dl.on_error,
+        "transform": None if dl.transform is None else dl.transform.fn,
+        "fields": _fields(dl.fields),
+    }  # fmt: skip
+
+
+def _equal_batches(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    import torch
+
+    assert len(got) == len(want) > 1
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if isinstance(b[k], torch.Tensor):
+                assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+            elif isinstance(b[k], np.ndarray):
+                np.testing.assert_array_equal(a[k], b[k])
+            else:
+                assert list(a[k]) == list(b[k]), k
+
+
+def test_keywords_are_the_options() -> None:
+    """The keyword type of the entry points lists exactly the fields of `LoaderOptions`."""
+    fields = {f.name for f in dataclasses.fields(LoaderOptions)}
+    assert LoaderKeywords.__optional_keys__ == fields
+    assert LoaderKeywords.__required_keys__ == frozenset()
+    assert SamplerKeywords.__optional_keys__ < fields
+
+
+def test_options_object_and_keywords_make_the_same_loader(make_dataset: MakeDataset) -> None:
+    uri = make_dataset(40, shard_size=2000)
+    o = dataclasses.replace(SHARED, out="numpy", readahead_bytes=0, prefetch_bytes=1 << 20)
+    by_object = make_loader(uri, options=o)
+    keywords = {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+    by_keywords = make_loader(uri, **keywords)
+    assert _loader_settings(by_object) == _loader_settings(by_keywords)
+    assert (by_object.out, by_object.prefetch_bytes, by_object.readahead_bytes) == (
+        "numpy", 1 << 20, 0,
+    )  # fmt: skip
+    assert _loader_settings(by_object)["lanes"] == 2 and by_object.sampler.mode == "shard_block"
+    a, b = list(by_object), list(by_keywords)
+    assert [x["sample_id"] for x in a] == [x["sample_id"] for x in b]
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x["image"], y["image"])
+        np.testing.assert_array_equal(x["noise"], y["noise"])
+
+
+def test_every_entry_point_forwards_every_option(make_dataset: MakeDataset) -> None:
+    """One `LoaderOptions` gives the same sampler, fields and batches through
+    `make_loader`, `FerroIterableDataset`, `FerroTorchDataset` (with `DataLoader`) and
+    `FerroDataModule`."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("lightning")
+    from torch.utils.data import DataLoader
+
+    from ferroload_loader.lightning import FerroDataModule
+    from ferroload_loader.torch import FerroIterableDataset, FerroTorchDataset
+
+    uri = make_dataset(40, shard_size=2000)
+    base = make_loader(uri, options=SHARED)
+    want = _loader_settings(base)
+    assert want["lanes"] == 2 and want["mode"] == "shard_block" and want["seed"] == 7
+    assert want["num_items"] == 34  # where= applied
+    want_batches = list(base)
+    assert want_batches[0]["image"].shape == (5, 3, 8, 6)
+    assert want_batches[0]["image"].dtype == torch.float32
+
+    it = FerroIterableDataset(uri, options=SHARED)
+    assert {
+        **_sampler_settings(it._sampler), "batch_size": it.batch_size,
+        "drop_last_batches": it.drop_last, "on_error": it.on_error,
+        "transform": it.transform.fn if it.transform else None,
+        "fields": _fields(it._runtime()[1]),
+    } == want  # fmt: skip
+    _equal_batches(list(DataLoader(it, batch_size=None)), want_batches)
+
+    dm = FerroDataModule(uri, options=SHARED)
+    train = dm.train_dataloader()
+    assert _loader_settings(train) == want
+    assert (train.prefetch_bytes, train.readahead_bytes, train.pin_memory, train.out) == (
+        SHARED.prefetch_bytes, SHARED.readahead_bytes, SHARED.pin_memory, "torch",
+    )  # fmt: skip
+    _equal_batches(list(train), want_batches)
+    # the other splits: the same options, but dataset order, whole split, no augmentation
+    val = FerroDataModule(uri, val=uri, val_batch_size=3, options=SHARED).val_dataloader()
+    evaluation = dataclasses.replace(
+        SHARED, batch_size=3, shuffle=False, drop_last=False, streaming=False, crop="center",
+        hflip=0.0, transform=None,
+    )  # fmt: skip
+    assert _loader_settings(val) == _loader_settings(make_loader(uri, options=evaluation))
+    assert (val.prefetch_bytes, val.readahead_bytes, val.pin_memory) == (
+        SHARED.prefetch_bytes, SHARED.readahead_bytes, SHARED.pin_memory,
+    )  # fmt: skip
+    _equal_batches(list(val), list(make_loader(uri, options=evaluation)))
+
+    # the map-style dataset yields samples: DataLoader batches, collate_fn transforms
+    per_sample = dataclasses.replace(SHARED, batch_size=None, transform=None)
+    ds = FerroTorchDataset(uri, options=per_sample)
+    sampler = ds.sampler()
+    assert {**_sampler_settings(sampler), "fields": _fields(ds._runtime()[1])} == {
+        k: v for k, v in want.items() if k in {*_sampler_settings(sampler), "fields"}
+    }
+    assert ds.on_error == "skip" and ds.seed == 7
+    got = list(DataLoader(ds, batch_size=5, sampler=sampler, drop_last=True))
+    plain = list(make_loader(uri, options=dataclasses.replace(SHARED, transform=None)))
+    _equal_batches(got, plain)
+
+
+def test_the_adapters_take_lanes(make_dataset: MakeDataset) -> None:
+    """`lanes=` reaches the sampler of every adapter, as it does `make_loader`'s."""
+    pytest.importorskip("torch")
+    pytest.importorskip("lightning")
+    from ferroload_loader.lightning import FerroDataModule
+    from ferroload_loader.torch import FerroIterableDataset, FerroTorchDataset
+
+    uri = make_dataset(40, shard_size=2000)
+    kw: dict[str, Any] = {"images": ["image"], "resize": 4, "streaming": True}
+    for lanes in (1, 3):
+        want = make_loader(uri, batch_size=4, lanes=lanes, world_size=2, rank=1, **kw).sampler
+        it = FerroIterableDataset(uri, batch_size=4, lanes=lanes, world_size=2, rank=1, **kw)
+        assert it._sampler.lanes == lanes
+        assert _sampler_settings(it._sampler) == _sampler_settings(want)
+        assert it._sampler.view().items(0, 20).tolist() == want.view().items(0, 20).tolist()
+        ds = FerroTorchDataset(uri, lanes=lanes, world_size=2, rank=1, **kw)
+        assert _sampler_settings(ds.sampler()) == _sampler_settings(want)
+        assert ds.sampler(lanes=2).lanes == 2  # the sampler's own keywords win
+        dm = FerroDataModule(uri, batch_size=4, lanes=lanes, **kw)
+        assert dm.train_dataloader().sampler.lanes == lanes
+    # without lanes=, the world size, as before
+    assert FerroIterableDataset(uri, batch_size=4, world_size=2, rank=0, **kw)._sampler.lanes == 2
+
+
+def _entry_points() -> dict[str, Callable[..., Any]]:
+    """name -> build(uri, **options): each entry point, built as far as it checks."""
+    entries: dict[str, Callable[..., Any]] = {"make_loader": make_loader}
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return entries
+    from ferroload_loader.torch import FerroIterableDataset, FerroTorchDataset
+
+    entries["FerroIterableDataset"] = FerroIterableDataset
+
+    def map_style(uri: str, **kw: Any) -> Any:
+        kw.pop("batch_size", None)  # DataLoader's there
+        return FerroTorchDataset(uri, **kw).sampler()
+
+    entries["FerroTorchDataset"] = map_style
+    try:
+        from ferroload_loader.lightning import FerroDataModule
+    except ImportError:
+        return entries
+    entries["FerroDataModule"] = lambda uri, **kw: FerroDataModule(uri, **kw).train_dataloader()
+    return entries
+
+
+BAD = [
+    ({"batch_size": 0}, ValueError, "batch_size must be a positive int, got 0"),
+    ({"batch_size": 2.5}, ValueError, "batch_size must be a positive int, got 2.5"),
+    ({"on_error": "ignore"}, ValueError, "on_error must be raise, skip or warn, got 'ignore'"),
+    ({"hflip": 2}, ValueError, r"hflip is the probability of a flip, a number in \[0, 1\]"),
+    ({"layout": "HWC"}, ValueError, "layout"),
+    ({"images": ["image"]}, ValueError, "needs an output size"),
+    ({"streaming": True, "lanes": 0}, ValueError, "lanes must be a positive int, got 0"),
+    ({"streaming": True, "shuffle_buffer": 0}, ValueError, "shuffle_buffer must be >= 1"),
+    ({"seed": "7"}, ValueError, "seed must be an int"),
+]
+
+
+@pytest.mark.parametrize(("bad", "error", "message"), BAD, ids=[str(b[0]) for b in BAD])
+def test_a_bad_value_gives_the_same_error_everywhere(
+    make_dataset: MakeDataset, bad: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    uri = make_dataset(10)
+    options = {"batch_size": 4, "meta": ["label"], **bad}
+    for name, build in _entry_points().items():
+        if name == "FerroTorchDataset" and "batch_size" in bad:
+            continue  # a map-style dataset takes no batch size at all (below)
+        with pytest.raises(error, match=message):
+            build(uri, **options)
+        if name != "FerroTorchDataset":
+            with pytest.raises(error, match=message):  # an options object, built or given
+                build(uri, options=LoaderOptions(**options))
+
+
+def test_options_and_keywords_are_not_mixed(make_dataset: MakeDataset) -> None:
+    uri = make_dataset(10)
+    options = LoaderOptions(batch_size=4, meta=["label"])
+    for name, build in _entry_points().items():
+        if name == "FerroTorchDataset":
+            continue
+        with pytest.raises(TypeError, match=r"not both \(got options= and seed=\)"):
+            build(uri, options=options, seed=1)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
+            build(uri, batchsize=4)
+        with pytest.raises(TypeError, match="missing 1 required keyword-only argument"):
+            build(uri, meta=["label"])
+        with pytest.raises(TypeError, match="needs a batch size"):
+            build(uri, options=LoaderOptions(meta=["label"]))
+        with pytest.raises(TypeError, match="takes a LoaderOptions, got dict"):
+            build(uri, options={"batch_size": 4})
+
+
+def test_each_entry_point_refuses_what_it_cannot_honour(make_dataset: MakeDataset) -> None:
+    pytest.importorskip("torch")
+    from ferroload_loader.torch import FerroIterableDataset, FerroTorchDataset
+
+    uri = make_dataset(10)
+    refused = {"out": "numpy", "pin_memory": True, "prefetch_bytes": 1, "readahead_bytes": 0,
+               "cache": None}  # fmt: skip
+    for option, value in refused.items():
+        for cls, kw in (
+            (FerroIterableDataset, {"batch_size": 4, "meta": ["label"]}),
+            (FerroTorchDataset, {"meta": ["label"]}),
+        ):
+            with pytest.raises(TypeError, match=rf"{cls.__name__}\(\) does not take {option}="):
+                cls(uri, **kw, **{option: value})
+            with pytest.raises(ValueError, match=rf"{cls.__name__} does not take {option}"):
+                cls(uri, options=LoaderOptions(**kw, **{option: value}))
+    with pytest.raises(TypeError, match=r"DataLoader\(batch_size=\.\.\.\) batches them"):
+        FerroTorchDataset(uri, batch_size=4)
+    with pytest.raises(ValueError, match="does not take transform"):
+        FerroTorchDataset(uri, options=LoaderOptions(transform=_mark))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'seed'"):
+        FerroTorchDataset(uri).sampler(seed=3)  # type: ignore[call-arg]
+    pytest.importorskip("lightning")
+    from ferroload_loader.lightning import FerroDataModule
+
+    for option, value in {"out": "numpy", "rank": 0, "world_size": 2}.items():
+        with pytest.raises(TypeError, match=rf"FerroDataModule\(\) does not take {option}="):
+            FerroDataModule(uri, batch_size=4, **{option: value})
+
+
+def test_torch_datasets_built_from_options_pickle(make_dataset: MakeDataset) -> None:
+    """Options objects travel to DataLoader workers with the datasets."""
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from ferroload_loader.torch import FerroIterableDataset, FerroTorchDataset
+
+    uri = make_dataset(30, shard_size=2000)
+    o = LoaderOptions(
+        batch_size=4, images=["image"], resize=4, meta=["label"], streaming=True, lanes=3,
+        transform=dict, seed=2, storage_options={},
+    )  # fmt: skip
+    it = pickle.loads(pickle.dumps(FerroIterableDataset(uri, options=o)))
+    assert type(it).__module__ == "ferroload_loader.torch" and it._sampler.lanes == 3
+    want = list(make_loader(uri, options=o))
+    _equal_batches(list(DataLoader(it, batch_size=None)), want)
+    per_sample = dataclasses.replace(o, batch_size=None, transform=None)
+    ds = pickle.loads(pickle.dumps(FerroTorchDataset(uri, options=per_sample)))
+    assert ds.sampler().lanes == 3
+    got = list(DataLoader(ds, batch_size=4, sampler=ds.sampler()))
+    _equal_batches(got, list(make_loader(uri, options=dataclasses.replace(o, transform=None))))
