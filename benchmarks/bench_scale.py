@@ -493,7 +493,7 @@ def _bench_dataset(root: Path, kind: str, n: int, batches: int) -> dict[str, Any
 def _bench_ranks(workdir: Path, sizes: dict[str, Any]) -> dict[str, Any]:
     from bench_store import _upload
 
-    from ferroload_store.testing import MotoServer
+    from ferroload_testing import MotoServer
 
     n, shard_size = sizes["ranks_n"], sizes["ranks_shard_size"]
     local = _dataset(workdir, "image", n, shard_size)

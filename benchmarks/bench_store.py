@@ -44,11 +44,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _meta import git_commit  # noqa: E402
+from _meta import git_commit, utc_now  # noqa: E402
+from _peers import pil_to_tensor  # noqa: E402
+from _procs import run_once, serve_once  # noqa: E402
 
 DEFAULT_JSON = HERE / "results" / "bench_store.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_store_quick.json"
@@ -167,18 +167,6 @@ def _worker_ttfb(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pil_transform(size: int) -> Any:
-    import torch
-    from PIL import Image
-
-    bilinear = Image.Resampling.BILINEAR
-
-    def transform(img: Any) -> Any:
-        return torch.from_numpy(np.array(img.convert("RGB").resize((size, size), bilinear)))
-
-    return transform
-
-
 def _worker_naive(spec: dict[str, Any]) -> dict[str, Any]:
     """One GET per sample: what a map-style Dataset over an object store does."""
     import io
@@ -195,7 +183,7 @@ def _worker_naive(spec: dict[str, Any]) -> dict[str, Any]:
     shards = [s.path for s in ds.manifest.shards]
     code, off, size = ds.shard_of(), ds.offsets("image"), ds.sizes("image")
     labels = ds.column("label").to_numpy()
-    transform = _pil_transform(spec["set"]["out"])
+    transform = pil_to_tensor(spec["set"]["out"])
 
     class PerSample(torch.utils.data.Dataset[Any]):
         def __len__(self) -> int:
@@ -218,14 +206,10 @@ def _worker_naive(spec: dict[str, Any]) -> dict[str, Any]:
     return {"epochs": [{"s": dt, "n": n, "shape": shape, "requests": n}]}
 
 
-def _identity(x: Any) -> Any:
-    return x
-
-
 def _worker_wds(spec: dict[str, Any]) -> dict[str, Any]:
     import webdataset as wds
 
-    transform = _pil_transform(spec["set"]["out"])
+    transform = pil_to_tensor(spec["set"]["out"])
     workers = spec["workers"]
     key = f"image.{spec['set']['ext']}"
     pipeline = (
@@ -251,9 +235,7 @@ WORKERS = {
 
 
 def worker(spec_json: str) -> None:
-    spec = json.loads(spec_json)
-    res = WORKERS[spec["kind"]](spec)
-    print("RESULT " + json.dumps(res), flush=True)
+    serve_once(WORKERS, spec_json)
 
 
 # =========================================================================== driver
@@ -264,15 +246,10 @@ def _log(msg: str) -> None:
 
 
 def _run_worker(spec: dict[str, Any], log: Path, timeout: float = 900) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    with open(log, "w") as f:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            res: dict[str, Any] = json.loads(line[len("RESULT ") :])
-            return res
-    tail = log.read_text().splitlines()[-8:]
-    raise RuntimeError(f"{spec['kind']} worker failed (rc {proc.returncode}):\n" + "\n".join(tail))
+    try:
+        return run_once(__file__, spec, timeout=timeout, log=log)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{spec['kind']} worker failed ({exc})") from None
 
 
 class ProxyProcess:
@@ -282,7 +259,7 @@ class ProxyProcess:
     def __init__(self, host: str, port: int, delay: float) -> None:
         code = (
             "import sys, json\n"
-            "from ferroload_store.testing import FaultProxy\n"
+            "from ferroload_testing import FaultProxy\n"
             f"p = FaultProxy({host!r}, {port}, delay={delay}).start()\n"
             "print(p.endpoint, flush=True)\n"
             "for line in sys.stdin:\n"
@@ -375,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker)
         return 0
-    from ferroload_store.testing import MotoServer
+    from ferroload_testing import MotoServer
 
     sizes = QUICK if args.quick else FULL
     out_json = args.json or (DEFAULT_QUICK_JSON if args.quick else DEFAULT_JSON)
@@ -386,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "meta": {
             "mode": "quick" if args.quick else "full",
-            "started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "started_at": utc_now(),
             "git_commit": git_commit(),
             "python": platform.python_version(),
             "cpu_count": os.cpu_count(),
