@@ -35,103 +35,126 @@ def render(res: dict[str, Any]) -> str:
             f"{i}. {key}: {st['samples']:,} x {d['desc']} -> uint8 "
             f"(B, {st['out']}, {st['out']}, 3) + int64 labels, batch {st['batch']}",
         ]
-        fl = st["configs"]["ferroload"].get("samples_per_s")
-        rows = []
-        for r in st["configs"].values():
-            sps = r.get("samples_per_s")
-            ratio = "-" if not sps or not fl else f"{fl / sps:.2f}x"
-            main_w = "-"
-            if "maxrss_self" in r:
-                main_w = mib(r["maxrss_self"])
-                if r["workers"]:
-                    main_w += f" + {r['workers']}x{mib(r['maxrss_children'])}"
-            tp = r["tree_peak"]
-            rows.append(
-                [
-                    r["label"] + ("" if r["ok"] else "  FAILED"),
-                    "-" if not sps else f"{r['best_s']:.3f}",
-                    "-" if not sps else f"{sps:,.0f}",
-                    ratio,
-                    mib(tp["pss"]) if tp["pss"] else "-",
-                    mib(tp["pss_anon"]) if tp["pss"] else "-",
-                    main_w,
-                    mib(r.get("rss_setup")),
-                ]
-            )
+        out.append(_set_table(st))
+        out += _set_notes(st)
+    out += _prefetch_table(res)
+    out += goals_table(res["goals"])
+    refs = [st["reference_scaling_1_to_2"] for st in res["sets"].values()]
+    if min(refs) < 0.9:
         out.append(
-            table(
-                [
-                    "system / configuration",
-                    "best s",
-                    "samples/s",
-                    "fl / this",
-                    "peak PSS MiB",
-                    "anon",
-                    "RSS MiB main + workers",
-                    "RSS setup",
-                ],
-                rows,
-            )
+            f"note: the machine reference scaled only {min(refs):.2f}-{max(refs):.2f} of linear "
+            "from 1 to 2 threads (other processes were using the CPUs): all-core figures are "
+            "bounded by the machine, and ratios between systems that use 1 and 2 cores shift"
         )
-        notes = []
-        if st.get("best_peer"):
-            r, rm = st["ferroload_over_best_peer"], st["ferroload_over_best_peer_medians"]
-            notes.append(
-                f"best peer: {st['configs'][st['best_peer']]['label']} "
-                f"({st['best_peer_samples_per_s']:,.0f} samples/s); ferroload / best peer = "
-                + ("-" if r is None else f"{r:.2f}x")
-                + ("" if rm is None else f" (on median epochs: {rm:.2f}x)")
-            )
-        if st.get("loader_over_codec") is not None:
-            pm = st["loader_over_codec_paired_median"]
-            notes.append(
-                f"loader / codec, only these two processes alive = "
-                f"{st['loader_over_codec']:.2f} (best epochs)"
-                + ("" if pm is None else f", {pm:.2f} (median over rounds of neighbouring epochs)")
-            )
-        if st.get("loader_over_codec_crowded") is not None:
-            pm = st["loader_over_codec_crowded_paired_median"]
-            notes.append(
-                f"loader / codec among the peers' idle processes (the table above) = "
-                f"{st['loader_over_codec_crowded']:.2f} (best epochs)"
-                + ("" if pm is None else f", {pm:.2f} (median of neighbouring epochs)")
-            )
-        bd = st.get("breakdown")
-        if bd:
-            codec_ms = bd["codec_best_ms_per_batch"]
-            notes.append(
-                f"ferroload per batch (an extra epoch, decode_batch timed): "
-                f"{bd['build_ms_per_batch']:.2f} ms building on the prefetch thread = "
-                f"{bd['decode_ms_per_batch']:.2f} ms decode_batch + "
-                f"{bd['other_ms_per_batch']:.2f} ms the rest (reads, index columns, "
-                f"collation: {bd['other_ms_per_batch'] / bd['build_ms_per_batch']:.0%}); "
-                f"consumer waited {bd['wait_ms_per_batch']:.2f} ms; codec alone "
-                + ("-" if codec_ms is None else f"{codec_ms:.2f} ms")
-                + " per batch (best epoch)"
-            )
-            cf = bd["codec_page_faults_per_batch"]
-            notes.append(
-                f"minor page faults per batch (main process): ferroload "
-                f"{bd['page_faults_per_batch']:,.0f}, codec alone "
-                + ("-" if cf is None else f"{cf:,.0f}")
-                + f" (a batch's output is {st['batch'] * st['out'] ** 2 * 3 / 4096:,.0f} pages)"
-            )
+    return "\n".join(out)
+
+
+def _set_table(st: dict[str, Any]) -> str:
+    """One set's table: every configuration's time, throughput and memory."""
+    fl = st["configs"]["ferroload"].get("samples_per_s")
+    rows = []
+    for r in st["configs"].values():
+        sps = r.get("samples_per_s")
+        ratio = "-" if not sps or not fl else f"{fl / sps:.2f}x"
+        main_w = "-"
+        if "maxrss_self" in r:
+            main_w = mib(r["maxrss_self"])
+            if r["workers"]:
+                main_w += f" + {r['workers']}x{mib(r['maxrss_children'])}"
+        tp = r["tree_peak"]
+        rows.append(
+            [
+                r["label"] + ("" if r["ok"] else "  FAILED"),
+                "-" if not sps else f"{r['best_s']:.3f}",
+                "-" if not sps else f"{sps:,.0f}",
+                ratio,
+                mib(tp["pss"]) if tp["pss"] else "-",
+                mib(tp["pss_anon"]) if tp["pss"] else "-",
+                main_w,
+                mib(r.get("rss_setup")),
+            ]
+        )
+    return table(
+        [
+            "system / configuration",
+            "best s",
+            "samples/s",
+            "fl / this",
+            "peak PSS MiB",
+            "anon",
+            "RSS MiB main + workers",
+            "RSS setup",
+        ],
+        rows,
+    )
+
+
+def _set_notes(st: dict[str, Any]) -> list[str]:
+    """What explains one set's table: the best peer, loader / codec, where a batch's time
+    goes, page faults, the machine reference, the check."""
+    notes = []
+    if st.get("best_peer"):
+        r, rm = st["ferroload_over_best_peer"], st["ferroload_over_best_peer_medians"]
         notes.append(
-            f"machine reference (sha256, 1 vs 2 threads, same rounds): "
-            f"{st['reference_scaling_1_to_2']:.2f} of linear"
+            f"best peer: {st['configs'][st['best_peer']]['label']} "
+            f"({st['best_peer_samples_per_s']:,.0f} samples/s); ferroload / best peer = "
+            + ("-" if r is None else f"{r:.2f}x")
+            + ("" if rm is None else f" (on median epochs: {rm:.2f}x)")
         )
-        chk = st["check"]
-        means = ", ".join(f"{k} {v:.2f}" for k, v in chk["mean_pixel"].items())
+    if st.get("loader_over_codec") is not None:
+        pm = st["loader_over_codec_paired_median"]
         notes.append(
-            "check: "
-            + (
-                "same samples, shapes and dtypes everywhere"
-                if chk["ok"]
-                else "PROBLEMS: " + "; ".join(chk["problems"])
-            )
-            + f"; mean pixel: {means}"
+            f"loader / codec, only these two processes alive = "
+            f"{st['loader_over_codec']:.2f} (best epochs)"
+            + ("" if pm is None else f", {pm:.2f} (median over rounds of neighbouring epochs)")
         )
-        out += notes
+    if st.get("loader_over_codec_crowded") is not None:
+        pm = st["loader_over_codec_crowded_paired_median"]
+        notes.append(
+            f"loader / codec among the peers' idle processes (the table above) = "
+            f"{st['loader_over_codec_crowded']:.2f} (best epochs)"
+            + ("" if pm is None else f", {pm:.2f} (median of neighbouring epochs)")
+        )
+    bd = st.get("breakdown")
+    if bd:
+        codec_ms = bd["codec_best_ms_per_batch"]
+        notes.append(
+            f"ferroload per batch (an extra epoch, decode_batch timed): "
+            f"{bd['build_ms_per_batch']:.2f} ms building on the prefetch thread = "
+            f"{bd['decode_ms_per_batch']:.2f} ms decode_batch + "
+            f"{bd['other_ms_per_batch']:.2f} ms the rest (reads, index columns, "
+            f"collation: {bd['other_ms_per_batch'] / bd['build_ms_per_batch']:.0%}); "
+            f"consumer waited {bd['wait_ms_per_batch']:.2f} ms; codec alone "
+            + ("-" if codec_ms is None else f"{codec_ms:.2f} ms")
+            + " per batch (best epoch)"
+        )
+        cf = bd["codec_page_faults_per_batch"]
+        notes.append(
+            f"minor page faults per batch (main process): ferroload "
+            f"{bd['page_faults_per_batch']:,.0f}, codec alone "
+            + ("-" if cf is None else f"{cf:,.0f}")
+            + f" (a batch's output is {st['batch'] * st['out'] ** 2 * 3 / 4096:,.0f} pages)"
+        )
+    notes.append(
+        f"machine reference (sha256, 1 vs 2 threads, same rounds): "
+        f"{st['reference_scaling_1_to_2']:.2f} of linear"
+    )
+    chk = st["check"]
+    means = ", ".join(f"{k} {v:.2f}" for k, v in chk["mean_pixel"].items())
+    notes.append(
+        "check: "
+        + (
+            "same samples, shapes and dtypes everywhere"
+            if chk["ok"]
+            else "PROBLEMS: " + "; ".join(chk["problems"])
+        )
+        + f"; mean pixel: {means}"
+    )
+    return notes
+
+
+def _prefetch_table(res: dict[str, Any]) -> list[str]:
+    """The prefetch memory bound (jpeg set): the stalled consumer's figures."""
     jp = res["sets"]["jpeg"]["configs"]
     rows = []
     for key in ("ferroload_prefetch64", "ferroload"):
@@ -152,31 +175,23 @@ def render(res: dict[str, Any]) -> str:
                 f"{stall['waited_s']:.1f}",
             ]
         )
-    if rows:
-        out += [
-            "",
-            "3. prefetch memory bound (jpeg set): samples/s with a fast consumer; then one epoch "
-            "whose consumer takes a batch and waits until the prefetch thread stops building",
-            table(
-                [
-                    "configuration",
-                    "samples/s",
-                    "RSS before",
-                    "peak RSS",
-                    "growth",
-                    "growth - budget",
-                    "loader's peak_prefetch",
-                    "waited s",
-                ],
-                rows,
-            ),
-        ]
-    out += goals_table(res["goals"])
-    refs = [st["reference_scaling_1_to_2"] for st in res["sets"].values()]
-    if min(refs) < 0.9:
-        out.append(
-            f"note: the machine reference scaled only {min(refs):.2f}-{max(refs):.2f} of linear "
-            "from 1 to 2 threads (other processes were using the CPUs): all-core figures are "
-            "bounded by the machine, and ratios between systems that use 1 and 2 cores shift"
-        )
-    return "\n".join(out)
+    if not rows:
+        return []
+    return [
+        "",
+        "3. prefetch memory bound (jpeg set): samples/s with a fast consumer; then one epoch "
+        "whose consumer takes a batch and waits until the prefetch thread stops building",
+        table(
+            [
+                "configuration",
+                "samples/s",
+                "RSS before",
+                "peak RSS",
+                "growth",
+                "growth - budget",
+                "loader's peak_prefetch",
+                "waited s",
+            ],
+            rows,
+        ),
+    ]

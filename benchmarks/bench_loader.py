@@ -26,8 +26,9 @@ figure means). Timings are never asserted on: goals are reported as PASS / FAIL.
 The peers decode with Pillow. By default their processes import stock Pillow from PyPI (what
 WebDataset and HF users have), installed once into a folder under the workdir and put first
 on their `PYTHONPATH`; `--no-stock` (or no network) runs them on the workspace's Pillow-SIMD,
-which is faster, so a stricter test. Heavy imports happen inside the worker processes only:
-this module imports nothing but the standard library and numpy at the top.
+which is faster, so a stricter test. Heavy imports happen inside the worker processes only
+(`_loader_worker.py`): this module, and the shared `_*.py` helpers it uses, import nothing
+but the standard library and numpy at the top.
 """
 
 from __future__ import annotations
