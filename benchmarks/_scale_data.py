@@ -38,10 +38,13 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from ferroload_format._commit import PendingCommit, commit
+from ferroload_format._commit import commit
 from ferroload_format._index import index_schema, write_part
-from ferroload_format._manifest import Manifest, Modality, ShardInfo, shard_paths
+from ferroload_format._manifest import Manifest
 from ferroload_format._names import new_txn_id
+from ferroload_format._paths import shard_paths
+from ferroload_format._pending import PendingCommit
+from ferroload_format._records import Modality, ShardInfo
 from ferroload_format._tar import _TEMPLATE, _TEMPLATE_SUM, BLOCK, END_OF_ARCHIVE
 from ferroload_format._versions import read_manifest
 from ferroload_store import Store, open_store

@@ -20,7 +20,7 @@ from ferroload_format import (
     _compact,
     gc,
 )
-from ferroload_format._manifest import INDEX_DIR
+from ferroload_format._paths import INDEX_DIR
 from ferroload_store import open_store
 
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from ferroload_core import FerroloadError
 from ferroload_format import Dataset, ManifestError, Writer
-from ferroload_format._manifest import version_path
+from ferroload_format._paths import version_path
 
 #: Examples per property; FERROLOAD_FUZZ_LONG=1 multiplies them for a long run.
 EXAMPLES = 150 * (50 if os.environ.get("FERROLOAD_FUZZ_LONG") == "1" else 1)

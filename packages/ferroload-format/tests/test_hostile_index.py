@@ -15,7 +15,7 @@ import pytest
 
 from ferroload_core import FerroloadError
 from ferroload_format import Dataset, ManifestError, PayloadRangeError, ShardTruncatedError
-from ferroload_format._manifest import version_path
+from ferroload_format._paths import version_path
 
 from .conftest import WriteFn
 

@@ -18,7 +18,7 @@ from ferroload_format import (
     Writer,
     gc,
 )
-from ferroload_format._manifest import version_path
+from ferroload_format._paths import version_path
 from ferroload_store import InvalidURIError
 
 from .conftest import WriteFn

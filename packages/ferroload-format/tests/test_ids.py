@@ -14,7 +14,7 @@ import pytest
 
 from ferroload_format import Dataset, DuplicateSampleError, Writer, _commit, gc
 from ferroload_format._index import write_part
-from ferroload_format._manifest import IDS_DIR, version_path
+from ferroload_format._paths import IDS_DIR, version_path
 from ferroload_format._versions import read_manifest
 from ferroload_store import open_store
 

@@ -24,7 +24,7 @@ from ferroload_format import _part_files as part_files_module
 from ferroload_format._index import write_part
 from ferroload_format._index_columns import IndexColumns
 from ferroload_format._index_groups import GroupReader
-from ferroload_format._manifest import version_path
+from ferroload_format._paths import version_path
 from ferroload_store import open_store
 
 from .conftest import payload, sample_meta

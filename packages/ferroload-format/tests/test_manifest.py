@@ -11,7 +11,8 @@ from ferroload_format import (
     UnsupportedFormatVersionError,
     Writer,
 )
-from ferroload_format._manifest import Manifest, version_path
+from ferroload_format._manifest import Manifest
+from ferroload_format._paths import version_path
 from ferroload_store import open_store
 
 from .conftest import WriteFn

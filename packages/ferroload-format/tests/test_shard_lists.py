@@ -30,7 +30,8 @@ from ferroload_format import (
     _shard_lists,
     gc,
 )
-from ferroload_format._manifest import SHARD_LISTS_DIR, ShardList, version_path
+from ferroload_format._paths import SHARD_LISTS_DIR, version_path
+from ferroload_format._records import ShardList
 from ferroload_format._shard_lists import checksum, encode_shard_list
 from ferroload_format._tiers import MERGE_FACTOR, newest_taken
 from ferroload_format._versions import read_manifest

@@ -25,7 +25,9 @@ from ferroload_format import (
 )
 from ferroload_format._commit import MERGE_FACTOR, tiered_merge
 from ferroload_format._ids import write_run
-from ferroload_format._manifest import IDS_DIR, INDEX_DIR, IndexPart, Manifest
+from ferroload_format._manifest import Manifest
+from ferroload_format._paths import IDS_DIR, INDEX_DIR
+from ferroload_format._records import IndexPart
 from ferroload_format._versions import read_manifest
 from ferroload_store import open_store
 

@@ -51,18 +51,8 @@ from ferroload_format._history import VersionInfo
 from ferroload_format._index import ROW_GROUP_SIZE
 from ferroload_format._index_arrays import ModalityArrays, arrow_array, numpy_column
 from ferroload_format._layers import LayerWriter
-from ferroload_format._manifest import (
-    FORMAT_MINOR,
-    FORMAT_VERSION,
-    MAX_MANIFEST_DEPTH,
-    IdRun,
-    IndexPart,
-    LayerInfo,
-    Manifest,
-    Modality,
-    ShardInfo,
-    ShardList,
-)
+from ferroload_format._manifest import FORMAT_MINOR, FORMAT_VERSION, MAX_MANIFEST_DEPTH, Manifest
+from ferroload_format._records import IdRun, IndexPart, LayerInfo, Modality, ShardInfo, ShardList
 from ferroload_format._types import MAX_METADATA_DEPTH, type_from_json, type_to_json
 from ferroload_format._verify_report import Problem, VerifyReport
 from ferroload_format._versions import latest_version, list_versions, read_manifest

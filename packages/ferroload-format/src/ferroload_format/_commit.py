@@ -1,8 +1,13 @@
-"""Atomic, versioned commits on any backend (docs/format.md §7).
+"""The commit protocol (docs/format.md §7): atomic, versioned commits on any backend.
 
 The commit point is a put-if-absent of the next version's manifest. Everything a writer
 produced before that point is invisible; a part committed but not yet published is
-published by the next writer, by `gc`, or read from staging by readers.
+published by the next writer, by `gc`, or read from staging by readers (`_publish`).
+
+`commit` runs the protocol: it stages the write's index part, then, until it claims a
+version, checks the write against the latest version (`_pending`: schema, shards; here:
+sample ids, through the sample-id runs of `_ids`), merges the newest parts, builds the
+next manifest and writes its sample-id runs.
 """
 
 from __future__ import annotations
@@ -10,8 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +25,6 @@ from ferroload_format._errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     DuplicateSampleError,
-    FormatError,
     VersionNotFoundError,
 )
 from ferroload_format._ids import (
@@ -33,28 +35,29 @@ from ferroload_format._ids import (
     suspects,
     write_run,
 )
-from ferroload_format._index import ROW_GROUP_SIZE, index_schema, write_part
-from ferroload_format._manifest import (
+from ferroload_format._index import write_part
+from ferroload_format._manifest import Manifest
+from ferroload_format._part_files import read_part_table
+from ferroload_format._paths import (
     IDS_DIR,
-    INDEX_DIR,
     SHARD_LISTS_DIR,
-    SHARDS_DIR,
-    IdRun,
-    IndexPart,
-    Manifest,
-    Modality,
-    ShardInfo,
     part_path,
     staged_part_path,
-    utc_now,
     version_path,
 )
-from ferroload_format._part_files import read_part_table
+from ferroload_format._pending import (
+    PendingCommit,
+    check_shards_exist,
+    conform,
+    merged_part,
+    next_manifest,
+)
+from ferroload_format._publish import ensure_published, replaced_anything, settle_retirement
+from ferroload_format._records import IdRun, IndexPart
 from ferroload_format._shard_lists import spill
 from ferroload_format._tiers import MERGE_FACTOR, newest_taken
-from ferroload_format._types import fits_in, type_name
 from ferroload_format._versions import latest_version, read_manifest, write_hint
-from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
+from ferroload_store import ObjectExistsError, Store
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +72,6 @@ MAX_COMMIT_ATTEMPTS = 50
 #: as efficiently as any (64 row groups of 65,536), and no append rewrites more than this
 #: (large appends, e.g. 10^7 rows each, are never merged; `compact()` still merges all).
 MAX_MERGE_ROWS = 1 << 22
-_RETIRE_KEEP_BYTES = 64 << 20
 
 
 def _checkpoint(name: str) -> None:
@@ -80,88 +82,6 @@ def _checkpoint(name: str) -> None:
     that moves its inline shards into a shard list), `before-commit`, `committed`,
     `published`; layers add `partition-shard-written` and `partition-staged`.
     """
-
-
-@dataclass
-class PendingCommit:
-    """What one writer session adds, waiting to become a version.
-
-    Attributes:
-        name: dataset name (used when the commit creates the dataset).
-        txn: the writer's transaction id.
-        base_version: the version the writer started from (None: created the dataset).
-        modalities: modalities of the written part, in column order.
-        shards: shards written (their `version` is set at commit).
-        table: the index part as an Arrow table.
-        operation: recorded in the manifest (`create`, `append`, `overwrite`).
-        base: the manifest of `base_version` as the writer read it (saves parsing it
-            again when it is still the latest at commit time).
-        mode: the writer's mode: `append` adds to the latest version (or creates it);
-            `create` fails if a version exists at commit time; `overwrite` replaces the
-            content of `base_version` and fails if another version was committed since.
-    """
-
-    name: str
-    txn: str
-    base_version: int | None
-    modalities: tuple[Modality, ...]
-    shards: list[ShardInfo]
-    table: pa.Table
-    operation: str = "append"
-    row_group_size: int = ROW_GROUP_SIZE
-    extensions: dict[str, Any] = field(default_factory=dict)
-    mode: str = "append"
-    base: Manifest | None = None
-
-
-def ensure_published(store: Store, manifest: Manifest) -> list[str]:
-    """Publish the parts (base or layer) that `manifest`'s own version added, if a writer
-    died first.
-
-    Only the newest version can have an unpublished part: every commit publishes its
-    predecessor's parts before it commits. Returns the keys it published.
-    """
-    done = []
-    parts = [*manifest.index_parts, *(p for la in manifest.layers for p in la.index_parts)]
-    for part in parts:
-        if part.version != manifest.version or store.exists(part.path):
-            continue
-        try:
-            data = store.get(part.staged)
-        except ObjectNotFoundError:
-            # Published and staging collected between the exists() check and now.
-            if store.exists(part.path):
-                continue
-            raise
-        try:
-            store.put_if_absent(part.path, data)
-            done.append(part.path)
-            logger.info(
-                "published index part %s of %s (its writer stopped early)", part.path, store.uri
-            )
-        except ObjectExistsError:
-            pass
-    if done:
-        settle_retirement(store, manifest)
-    return done
-
-
-def settle_retirement(store: Store, manifest: Manifest, known: Manifest | None = None) -> None:
-    """After publishing a part of `manifest`: retire the parts it replaced, and, when a
-    newer version was committed meanwhile, every part that one no longer lists. (A newer
-    version that merged this very part may have retired it before this publish put it
-    back: only a check after the publish sees that.) Failures are logged; `gc` finishes.
-    """
-    try:
-        # versions are claimed in sequence: a newer one exists iff the next one does
-        newer = store.exists(version_path(manifest.version + 1))
-        newest = latest_version(store) if newer else None
-        if newest is not None and newest > manifest.version:
-            retire_replaced_parts(store, read_manifest(store, newest), manifest)
-        elif replaced_anything(manifest):
-            retire_replaced_parts(store, manifest, known)
-    except (OSError, FormatError):
-        logger.warning("could not retire replaced parts of %s; gc will", store.uri, exc_info=True)
 
 
 def claim_version(store: Store, manifest: Manifest) -> bool:
@@ -195,45 +115,6 @@ def _latest(store: Store, known: Manifest | None = None) -> Manifest | None:
         return read_manifest(store, version)
     except DatasetNotFoundError:
         return None
-
-
-def _conform(pending: PendingCommit, latest: Manifest, store: Store) -> pa.Table:
-    """Check that `pending` fits the schema of `latest`; cast its table where it can."""
-    mine = [m.name for m in pending.modalities]
-    theirs = [m.name for m in latest.modalities]
-    for a in pending.modalities:
-        b = latest.modality(a.name)
-        if b is not None and (a.ext, a.kind, a.codec_hint) != (b.ext, b.kind, b.codec_hint):
-            raise CommitConflictError(
-                f"modality {a.name!r} is declared as ({a.ext}, {a.kind}, {a.codec_hint}) here "
-                f"but as ({b.ext}, {b.kind}, {b.codec_hint}) in version {latest.version} "
-                f"of {store.uri}",
-                uri=store.uri,
-                column=a.name,
-            )
-    if mine != theirs:
-        raise CommitConflictError(
-            f"this write has modalities {mine}, but version {latest.version} of {store.uri} "
-            f"has {theirs}",
-            uri=store.uri,
-        )
-    target = index_schema(theirs, latest.metadata)
-    table = pending.table
-    if table.schema.equals(target):
-        return table
-    # Only the widenings an append allows (null -> any, int64 -> float64), never
-    # conversions such as int -> string that a plain Arrow cast would do.
-    if table.schema.names == target.names and all(
-        fits_in(a.type, b.type) for a, b in zip(table.schema, target, strict=True)
-    ):
-        return table.cast(target)
-    have = ", ".join(f"{f.name}: {type_name(f.type)}" for f in table.schema)
-    want = ", ".join(f"{f.name}: {type_name(f.type)}" for f in target)
-    raise CommitConflictError(
-        f"the metadata of this write ({have}) does not match version {latest.version} "
-        f"of {store.uri} ({want})",
-        uri=store.uri,
-    )
 
 
 def _check_duplicates(
@@ -303,52 +184,6 @@ def _found_in(store: Store, manifest: Manifest | None, ids: pa.Array) -> str | N
             if pc.any(hit).as_py():
                 return str(ids.filter(hit)[0].as_py())
     return None
-
-
-def _check_shards_exist(store: Store, pending: PendingCommit) -> None:
-    """Refuse to commit shards that are gone (a `gc` with too short a grace period)."""
-    expected = {p for s in pending.shards for p in (s.path, s.side_index)}
-    if len(expected) <= 4:  # a small append: a HEAD each, not a listing of shards/ (O(N) locally)
-        missing = sorted(p for p in expected if not store.exists(p))
-    else:
-        found = {o.path for o in store.list(f"{SHARDS_DIR}{pending.txn}-")}
-        missing = sorted(expected - found)
-    if missing:
-        raise CommitConflictError(
-            f"{len(missing)} object(s) this writer wrote to {store.uri} disappeared before "
-            f"the commit (first: {missing[0]}); was gc run with a grace period shorter than "
-            "the write? Nothing was committed",
-            uri=store.uri,
-            shard=missing[0],
-        )
-
-
-def _statistics(
-    latest: Manifest | None,
-    table: pa.Table,
-    pending: PendingCommit,
-    part_size: int,
-    merged: Sequence[IndexPart] = (),
-) -> dict[str, Any]:
-    """`latest`'s statistics plus the rows of `table`; the index bytes of the `merged`
-    parts are replaced by `part_size`."""
-    old = dict(latest.statistics) if latest is not None else {}
-    mods = {k: dict(v) for k, v in old.get("modalities", {}).items()}
-    for m in pending.modalities:
-        struct = table.column(m.name)
-        present = pc.struct_field(struct, "present")
-        entry = mods.setdefault(m.name, {"count": 0, "bytes": 0})
-        entry["count"] += int(pc.sum(present).as_py() or 0)
-        entry["bytes"] += int(pc.sum(pc.struct_field(struct, "length")).as_py() or 0)
-    index_bytes = int(old.get("index_bytes", 0)) + part_size - sum(p.size for p in merged)
-    return {
-        **old,
-        "num_samples": int(old.get("num_samples", 0)) + table.num_rows,
-        "num_shards": int(old.get("num_shards", 0)) + len(pending.shards),
-        "shard_bytes": int(old.get("shard_bytes", 0)) + sum(s.size for s in pending.shards),
-        "index_bytes": max(index_bytes, 0),
-        "modalities": mods,
-    }
 
 
 def tiered_merge(
@@ -427,7 +262,7 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
             ensure_published(store, latest)
         elif latest is not None:
             ensure_published(store, latest)
-            conformed = _conform(pending, latest, store)
+            conformed = conform(pending, latest, store)
             if conformed is not table:
                 table = conformed
                 own_bytes = write_part(table, row_group_size=pending.row_group_size)
@@ -456,13 +291,13 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
             )
         if staged_as != tuple(p.version for p in merged):
             part_bytes = (
-                _merge(store, merged, table, tables, pending.row_group_size)
+                merged_part(store, merged, table, tables, pending.row_group_size)
                 if merged
                 else own_bytes
             )
             store.put(staged, part_bytes)
             staged_as = tuple(p.version for p in merged)
-        manifest = _next_manifest(latest, pending, table, part_bytes, staged, merged)
+        manifest = next_manifest(latest, pending, table, part_bytes, staged, merged)
         # more than MAX_INLINE_SHARDS inline: into a list, taking in the newest lists of
         # the version this attempt commits on (never reading the others)
         manifest = spill(store, manifest, pending.txn, base=latest)
@@ -470,7 +305,7 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
             _checkpoint("list-written")
         runs = _id_runs(store, manifest, pending, hashes, merged, usable, uncovered, read, tables)
         manifest = manifest.derive(id_runs=runs)
-        _check_shards_exist(store, pending)
+        check_shards_exist(store, pending)
         _checkpoint("before-commit")
         if claim_version(store, manifest):
             break
@@ -507,37 +342,6 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
     except OSError:
         logger.warning("could not remove staged part %s; gc will", staged, exc_info=True)
     return manifest
-
-
-def replaced_anything(manifest: Manifest) -> bool:
-    """Whether `manifest`'s own base part replaced older parts (a merge, a compaction or
-    an overwrite of a version that had rows)."""
-    newest = manifest.index_parts[-1] if manifest.index_parts else None
-    return (
-        newest is not None
-        and newest.version == manifest.version
-        and (newest.since < newest.version or manifest.operation == "overwrite")
-    )
-
-
-def _merge(
-    store: Store,
-    merged: Sequence[IndexPart],
-    table: pa.Table,
-    tables: dict[int, pa.Table],
-    row_group_size: int,
-) -> bytes:
-    """The bytes of one index part holding the rows of `merged`, in order (each cast to
-    `table`'s schema), then those of `table`; parts read are kept in `tables`."""
-    for part in merged:
-        got = tables.get(part.version)
-        if got is None:
-            got = read_part_table(store, part, None)
-        if not got.schema.equals(table.schema):
-            got = got.cast(table.schema)
-        tables[part.version] = got
-    whole = pa.concat_tables([*(tables[p.version] for p in merged), table])
-    return write_part(whole, row_group_size=row_group_size)
 
 
 def _id_runs(
@@ -591,138 +395,3 @@ def _id_runs(
         )
     )
     return tuple(runs)
-
-
-def _part_version(key: str) -> int | None:
-    """The version of a published base part's key (`index/part-NNNNNNNNNN.parquet`)."""
-    digits = key.removeprefix(f"{INDEX_DIR}part-").removesuffix(".parquet")
-    if len(digits) == 10 and digits.isdigit() and part_path(int(digits)) == key:
-        return int(digits)
-    return None
-
-
-def replaced_before(manifest: Manifest) -> int:
-    """The version that added the oldest rows `manifest` still lists: the content of
-    earlier versions was replaced by an overwrite. Merged parts (tiered appends,
-    compaction) keep their oldest rows' version (`IndexPart.since`)."""
-    return min((p.since for p in manifest.index_parts), default=manifest.version)
-
-
-def retire_replaced_parts(
-    store: Store, latest: Manifest, known: Manifest | None = None
-) -> list[str]:
-    """Take the index parts that `latest` no longer lists out of the `index/part-*` glob.
-
-    A part leaves a version's list when an overwrite replaces it or when a merge (a
-    tiered append, a compaction) copies its rows into a newer part; no later version
-    lists it again. Each published part of a version older than `latest` that `latest`
-    does not list is copied back to its staged path (from where ferroload's readers of
-    the old versions read it) and then deleted from `index/`, so that the glob shows
-    exactly the parts of the latest version. Parts of newer versions are never touched
-    (a concurrent append may be publishing one). `known` (a manifest listing replaced
-    parts, e.g. the version a merge or compaction read) saves reading the manifest of
-    each such part's version. Returns the retired paths.
-    """
-    live = {p.version for p in latest.index_parts}
-    listed = {p.path: p for p in known.index_parts} if known is not None else {}
-    retired = []
-    for obj in store.list(INDEX_DIR):
-        version = _part_version(obj.path)
-        if version is None or version >= latest.version or version in live:
-            continue
-        part = listed.get(obj.path)
-        if part is None:
-            try:
-                old = read_manifest(store, version)
-            except VersionNotFoundError:
-                continue  # an expired version's part: a leftover that gc deletes
-            part = next((p for p in old.index_parts if p.path == obj.path), None)
-        if part is None:
-            continue
-        staged = store.exists(part.staged)
-        data = None
-        # the bytes are kept to put the staged copy back if its writer removes it after
-        # our check (it removes it only while the part is published); not for a part of
-        # many MiB whose staged copy is there
-        if not staged or part.size <= _RETIRE_KEEP_BYTES:
-            try:
-                data = store.get(part.path)
-            except ObjectNotFoundError:
-                continue  # retired by a concurrent writer meanwhile
-        if not staged and data is not None:
-            store.put(part.staged, data)
-        store.delete([part.path])
-        if data is not None and not store.exists(part.staged):
-            store.put(part.staged, data)
-        retired.append(part.path)
-        logger.info("retired index part %s of %s (replaced or merged)", part.path, store.uri)
-    return retired
-
-
-def _next_manifest(
-    latest: Manifest | None,
-    pending: PendingCommit,
-    table: pa.Table,
-    part_bytes: bytes,
-    staged: str,
-    merged: Sequence[IndexPart] = (),
-) -> Manifest:
-    """The manifest of the next version: `latest`'s content (or nothing, for an overwrite
-    or a create) and one new part holding the rows of `merged` (newest parts of
-    `latest`) and of `table`. The new shards are inline, after `latest`'s; `latest`'s
-    shard lists are carried over unread (`spill` moves inline shards into a list)."""
-    version = latest.version + 1 if latest is not None else 1
-    shards = tuple(
-        ShardInfo(s.path, s.side_index, s.size, s.num_samples, s.num_members, version, s.extra)
-        for s in pending.shards
-    )
-    rows = table.num_rows + sum(p.num_rows for p in merged)
-    first = min((p.since for p in merged), default=None)
-    part = IndexPart(
-        part_path(version), staged, rows, len(part_bytes), version, first_version=first
-    )
-    if pending.mode == "overwrite" and latest is not None:
-        return latest.derive(
-            name=pending.name,
-            version=version,
-            parent_version=latest.version,
-            created_at=utc_now(),
-            txn=pending.txn,
-            operation="overwrite",
-            modalities=pending.modalities,
-            metadata=tuple(table.schema)[2 + len(pending.modalities) :],
-            inline_shards=shards,
-            shard_lists=(),
-            index_parts=(part,),
-            statistics=_statistics(None, table, pending, len(part_bytes)),
-            extensions=dict(pending.extensions),
-            layers=(),
-        )
-    stats = _statistics(latest, table, pending, len(part_bytes), merged)
-    if latest is None:
-        metadata = tuple(table.schema)[2 + len(pending.modalities) :]
-        return Manifest(
-            name=pending.name,
-            version=version,
-            parent_version=None,
-            created_at=utc_now(),
-            txn=pending.txn,
-            operation="create",
-            modalities=pending.modalities,
-            metadata=metadata,
-            inline_shards=shards,
-            index_parts=(part,),
-            statistics=stats,
-            extensions=dict(pending.extensions),
-        )
-    return latest.derive(
-        version=version,
-        parent_version=latest.version,
-        created_at=utc_now(),
-        txn=pending.txn,
-        # a writer that set out to create the dataset, but lost the race, appends
-        operation="append" if pending.operation == "create" else pending.operation,
-        inline_shards=latest.inline_shards + shards,
-        index_parts=(*latest.index_parts[: len(latest.index_parts) - len(merged)], part),
-        statistics=stats,
-    )

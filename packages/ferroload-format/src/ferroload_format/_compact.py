@@ -9,17 +9,16 @@ from contextlib import suppress
 import numpy as np
 import pyarrow as pa
 
-from ferroload_format._commit import (
-    claim_version,
-    ensure_published,
-    retire_replaced_parts,
-)
+from ferroload_format._commit import claim_version
 from ferroload_format._errors import CommitConflictError
 from ferroload_format._ids import hash_ids, run_path, write_run
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, write_part
-from ferroload_format._manifest import IndexPart, Manifest, part_path, staged_part_path, utc_now
+from ferroload_format._manifest import Manifest, utc_now
 from ferroload_format._names import new_txn_id
 from ferroload_format._part_files import read_part_table
+from ferroload_format._paths import part_path, staged_part_path
+from ferroload_format._publish import ensure_published, retire_replaced_parts
+from ferroload_format._records import IndexPart
 from ferroload_format._shard_lists import fold
 from ferroload_format._versions import read_manifest, write_hint
 from ferroload_store import ObjectExistsError, Store

@@ -14,10 +14,11 @@ from ferroload_core import ProgressArg
 from ferroload_format._history import VersionInfo, version_history
 from ferroload_format._index_arrays import ModalityArrays, arrow_array
 from ferroload_format._index_columns import IndexColumns
-from ferroload_format._manifest import LayerInfo, Manifest, Modality
+from ferroload_format._manifest import Manifest
 from ferroload_format._plugins import plugin, resolve_uri
 from ferroload_format._positions import IndexLike, all_present_at, row_at, rows_at, view_shard_runs
 from ferroload_format._reads import SampleReader
+from ferroload_format._records import LayerInfo, Modality
 from ferroload_format._versions import read_manifest
 from ferroload_store import BlockCache, IOOptions, Store, open_store
 

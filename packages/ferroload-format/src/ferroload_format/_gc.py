@@ -14,20 +14,20 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ferroload_format._commit import ensure_published, retire_replaced_parts
 from ferroload_format._layer_parts import PARTITION_META, PARTITION_RE
-from ferroload_format._manifest import (
+from ferroload_format._manifest import Manifest
+from ferroload_format._paths import (
     IDS_DIR,
     INDEX_DIR,
     LAYERS_DIR,
     SHARD_LISTS_DIR,
     SHARDS_DIR,
     STAGING_DIR,
-    Manifest,
-    ShardList,
     version_path,
 )
 from ferroload_format._plugins import resolve_uri
+from ferroload_format._publish import ensure_published, retire_replaced_parts
+from ferroload_format._records import ShardList
 from ferroload_format._shard_lists import read_shard_list
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import ObjectInfo, Store, StoreError, open_store

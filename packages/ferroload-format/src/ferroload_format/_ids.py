@@ -25,7 +25,9 @@ import pyarrow.parquet as pq
 import xxhash
 
 from ferroload_format._index import write_part
-from ferroload_format._manifest import IDS_DIR, IdRun, Manifest
+from ferroload_format._manifest import Manifest
+from ferroload_format._paths import IDS_DIR
+from ferroload_format._records import IdRun
 from ferroload_store import ObjectNotFoundError, RangeFile, Store
 
 logger = logging.getLogger(__name__)

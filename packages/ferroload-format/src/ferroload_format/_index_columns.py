@@ -28,8 +28,9 @@ from ferroload_format._index_rows import (
     shard_codes_at,
     take_rows,
 )
-from ferroload_format._manifest import LayerInfo, Manifest, Modality, ShardInfo
+from ferroload_format._manifest import Manifest
 from ferroload_format._part_files import PartFiles, read_part_table
+from ferroload_format._records import LayerInfo, Modality, ShardInfo
 from ferroload_format._rowgroups import GroupCache, default_cache_bytes
 from ferroload_format._shard_lists import shards_of
 from ferroload_format._tar import BLOCK

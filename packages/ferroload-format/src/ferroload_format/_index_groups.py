@@ -14,7 +14,7 @@ import xxhash
 
 from ferroload_format._errors import ManifestError
 from ferroload_format._index_arrays import ModalityArrays, numpy_column, typed_column
-from ferroload_format._manifest import IndexPart, LayerInfo, Manifest
+from ferroload_format._manifest import Manifest
 from ferroload_format._part_files import (
     Opened,
     PartFiles,
@@ -24,6 +24,7 @@ from ferroload_format._part_files import (
     own_file,
     read_chunks,
 )
+from ferroload_format._records import IndexPart, LayerInfo
 from ferroload_format._rowgroups import SCAN_SHARE, GroupCache, RowPlan, plan_rows
 from ferroload_format._shard_lists import shards_of
 from ferroload_store import Store

@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from ferroload_format._index_arrays import ModalityArrays, absent_values, arrow_array
 from ferroload_format._index_groups import GroupReader
-from ferroload_format._manifest import LayerInfo
 from ferroload_format._part_files import open_part
+from ferroload_format._records import LayerInfo
 
 
 def take_rows(

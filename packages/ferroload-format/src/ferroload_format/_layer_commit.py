@@ -17,12 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ferroload_format import _commit
-from ferroload_format._commit import (
-    MAX_COMMIT_ATTEMPTS,
-    claim_version,
-    ensure_published,
-    replaced_before,
-)
+from ferroload_format._commit import MAX_COMMIT_ATTEMPTS, claim_version
 from ferroload_format._errors import (
     CommitConflictError,
     IncompleteLayerError,
@@ -37,17 +32,11 @@ from ferroload_format._layer_parts import (
     partition_shard,
     staged_partition_path,
 )
-from ferroload_format._manifest import (
-    IndexPart,
-    LayerInfo,
-    Manifest,
-    ShardInfo,
-    layer_dir,
-    layer_part_path,
-    layer_staging_dir,
-    utc_now,
-)
+from ferroload_format._manifest import Manifest, utc_now
 from ferroload_format._names import RESERVED_COLUMNS, new_txn_id
+from ferroload_format._paths import layer_dir, layer_part_path, layer_staging_dir
+from ferroload_format._publish import ensure_published, replaced_before
+from ferroload_format._records import IndexPart, LayerInfo, ShardInfo
 from ferroload_format._versions import read_manifest, write_hint
 from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store
 

@@ -27,7 +27,6 @@ from ferroload_format._errors import (
 )
 from ferroload_format._index import MODALITY_TYPE
 from ferroload_format._index_arrays import arrow_array, numpy_column
-from ferroload_format._manifest import Modality, ShardInfo, check_shard_paths, layer_staging_dir
 from ferroload_format._names import (
     MAX_MEMBER_NAME,
     MODALITY_RE,
@@ -35,6 +34,8 @@ from ferroload_format._names import (
     is_reserved,
     member_name,
 )
+from ferroload_format._paths import layer_staging_dir
+from ferroload_format._records import Modality, ShardInfo, check_shard_paths
 from ferroload_format._types import (
     INT64_MAX,
     INT64_MIN,

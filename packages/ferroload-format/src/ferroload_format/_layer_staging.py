@@ -19,8 +19,9 @@ from ferroload_format import _commit
 from ferroload_format._index import MODALITY_TYPE, write_part
 from ferroload_format._index_arrays import arrow_array
 from ferroload_format._layer_parts import PARTITION_META, LayerSchema, staged_partition_path
-from ferroload_format._manifest import ShardInfo, layer_shard_paths
 from ferroload_format._names import member_name, new_txn_id
+from ferroload_format._paths import layer_shard_paths
+from ferroload_format._records import ShardInfo
 from ferroload_format._shard_sequence import write_side_index
 from ferroload_format._tar import ShardWriter
 from ferroload_store import Store

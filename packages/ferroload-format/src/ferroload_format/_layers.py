@@ -37,7 +37,8 @@ from ferroload_format._layer_parts import (
     check_modalities,
 )
 from ferroload_format._layer_staging import stage_partition
-from ferroload_format._manifest import Manifest, Modality
+from ferroload_format._manifest import Manifest
+from ferroload_format._records import Modality
 from ferroload_format._versions import read_manifest
 from ferroload_store import Store
 

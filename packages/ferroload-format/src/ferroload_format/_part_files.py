@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ferroload_format._errors import ManifestError
-from ferroload_format._manifest import IndexPart
+from ferroload_format._records import IndexPart
 from ferroload_store import ObjectNotFoundError, RangeFile, Store
 
 #: Threads that read the row groups of one large read (16 groups each) side by side.

@@ -13,26 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import xxhash
 
-from ferroload_core import UnsafePathError
+from ferroload_core import LRU, UnsafePathError
 from ferroload_format._errors import ManifestError
-from ferroload_format._manifest import (
-    MAX_INT64,
-    MAX_MANIFEST_DEPTH,
-    Manifest,
-    ShardInfo,
-    ShardList,
-    check_json_depth,
-    check_shard_paths,
-    shard_list_path,
-    version_path,
-)
+from ferroload_format._manifest import MAX_MANIFEST_DEPTH, Manifest
+from ferroload_format._paths import shard_list_path, version_path
+from ferroload_format._record_json import check_json_depth
+from ferroload_format._records import ShardInfo, ShardList, check_shard_paths
 from ferroload_format._tiers import MERGE_FACTOR, newest_taken
 from ferroload_store import ObjectNotFoundError, Store, StoreError
 
@@ -52,9 +43,8 @@ MAX_SHARD_LIST_BYTES = 1 << 31
 CACHE_SHARDS = 1 << 19
 
 _ENCODE = json.JSONEncoder().encode
-_cache: OrderedDict[tuple[str, str, int, str, int], tuple[ShardInfo, ...]] = OrderedDict()
-_cached = 0
-_lock = threading.Lock()
+#: Lists read, by (store, path, size, checksum, shards), weighed by their shard records.
+_cache: LRU[tuple[str, str, int, str, int], tuple[ShardInfo, ...]] = LRU(CACHE_SHARDS, weigh=len)
 
 
 def checksum(data: bytes) -> str:
@@ -90,27 +80,12 @@ def _key(store: Store, lst: ShardList) -> tuple[str, str, int, str, int]:
 
 
 def _remember(store: Store, lst: ShardList, shards: tuple[ShardInfo, ...]) -> None:
-    global _cached
-    if len(shards) > CACHE_SHARDS:
-        return
-    with _lock:
-        key = _key(store, lst)
-        if key in _cache:
-            _cache.move_to_end(key)
-            return
-        _cache[key] = shards
-        _cached += len(shards)
-        while _cached > CACHE_SHARDS and _cache:
-            _, old = _cache.popitem(last=False)
-            _cached -= len(old)
+    _cache.put(_key(store, lst), shards)
 
 
 def forget_cached_lists() -> None:
     """Empty the cache of lists read (tests; a process that wants the memory back)."""
-    global _cached
-    with _lock:
-        _cache.clear()
-        _cached = 0
+    _cache.clear()
 
 
 def read_shard_list(
@@ -132,11 +107,9 @@ def read_shard_list(
         UnsafePathError: for a record whose path could leave the root.
     """
     if cached:
-        with _lock:
-            got = _cache.get(_key(store, lst))
-            if got is not None:
-                _cache.move_to_end(_key(store, lst))
-                return got
+        got = _cache.get(_key(store, lst))
+        if got is not None:
+            return got
     where = f"shard list {lst.path} of {manifest_uri or store.uri}"
 
     def bad(why: str) -> ManifestError:
@@ -185,8 +158,9 @@ def _parse(data: bytes, lst: ShardList, where: str, bad: Any) -> tuple[ShardInfo
     if not isinstance(raws, list) or len(raws) != len(lines):
         raws = [_line(line, i, bad) for i, line in enumerate(lines)]  # finds the bad line
     out = []
+    plain = ShardInfo.from_plain_json  # the Writer's records, without the general parser
     for i, raw in enumerate(raws):
-        shard = _fast_shard(raw)
+        shard = plain(raw)
         if shard is None:
             key = f"line {i + 1}"
             try:
@@ -206,25 +180,6 @@ def _line(line: bytes, i: int, bad: Any) -> Any:
         raise bad(f"line {i + 1} nests deeper than {MAX_MANIFEST_DEPTH} levels") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad(f"line {i + 1} is not JSON: {exc}") from exc
-
-
-_SHARD_KEYS = frozenset(("path", "side_index", "size", "num_samples", "num_members", "version"))
-
-
-def _fast_shard(raw: Any) -> ShardInfo | None:
-    """The record as the Writer writes it (exactly its six fields, of the right types),
-    without the general parser's per-field loop; None for anything else, which goes
-    through `ShardInfo.from_json` (and its errors)."""
-    if type(raw) is not dict or raw.keys() != _SHARD_KEYS:
-        return None
-    path, side, size = raw["path"], raw["side_index"], raw["size"]
-    samples, members, version = raw["num_samples"], raw["num_members"], raw["version"]
-    if not (type(path) is str and type(side) is str):
-        return None
-    for v in (size, samples, members, version):
-        if type(v) is not int or not 0 <= v <= MAX_INT64:
-            return None
-    return ShardInfo(path, side, size, samples, members, version)
 
 
 def read_shard_lists(store: Store, manifest: Manifest) -> tuple[ShardInfo, ...]:

@@ -17,8 +17,9 @@ from ferroload_format._errors import (
     UndeclaredModalityError,
 )
 from ferroload_format._index import write_part
-from ferroload_format._manifest import Modality, ShardInfo, shard_paths
 from ferroload_format._names import MAX_MEMBER_NAME, member_name
+from ferroload_format._paths import shard_paths
+from ferroload_format._records import Modality, ShardInfo
 from ferroload_format._tar import END_OF_ARCHIVE, ShardMembers, ShardWriter
 from ferroload_store import Store
 

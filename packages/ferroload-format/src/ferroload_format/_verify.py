@@ -18,9 +18,10 @@ from ferroload_core import (
 from ferroload_format._errors import ManifestError
 from ferroload_format._index_arrays import ModalityArrays
 from ferroload_format._index_columns import IndexColumns
-from ferroload_format._manifest import Manifest, ShardInfo
+from ferroload_format._manifest import Manifest
 from ferroload_format._names import member_name
 from ferroload_format._part_files import read_part_table
+from ferroload_format._records import ShardInfo
 from ferroload_format._shard_lists import shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_format._verify_index import (

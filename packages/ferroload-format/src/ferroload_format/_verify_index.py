@@ -11,8 +11,10 @@ import pyarrow.compute as pc
 from ferroload_core import UnsafePathError
 from ferroload_format._errors import FormatError, ManifestError
 from ferroload_format._index_columns import IndexColumns
-from ferroload_format._manifest import IndexPart, LayerInfo, Manifest, version_path
+from ferroload_format._manifest import Manifest
 from ferroload_format._part_files import open_part
+from ferroload_format._paths import version_path
+from ferroload_format._records import IndexPart, LayerInfo
 from ferroload_format._shard_lists import read_shard_list
 from ferroload_format._verify_report import Problem, VerifyReport
 from ferroload_store import Store, StoreError

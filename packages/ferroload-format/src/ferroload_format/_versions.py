@@ -11,13 +11,8 @@ from ferroload_format._errors import (
     NotADatasetError,
     VersionNotFoundError,
 )
-from ferroload_format._manifest import (
-    LATEST_HINT,
-    VERSIONS_DIR,
-    Manifest,
-    parse_version_path,
-    version_path,
-)
+from ferroload_format._manifest import Manifest
+from ferroload_format._paths import LATEST_HINT, VERSIONS_DIR, parse_version_path, version_path
 from ferroload_store import ObjectNotFoundError, Store
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from ferroload_format import _commit
-from ferroload_format._commit import PendingCommit, commit
+from ferroload_format._commit import commit
 from ferroload_format._errors import (
     DatasetNameError,
     DatasetNotFoundError,
@@ -21,7 +21,7 @@ from ferroload_format._errors import (
     WriterClosedError,
 )
 from ferroload_format._index import ROW_GROUP_SIZE, IndexBuilder
-from ferroload_format._manifest import Manifest, Modality, staged_part_path
+from ferroload_format._manifest import Manifest
 from ferroload_format._names import (
     RESERVED_COLUMNS,
     check_column_name,
@@ -29,6 +29,9 @@ from ferroload_format._names import (
     check_sample_id,
     new_txn_id,
 )
+from ferroload_format._paths import staged_part_path
+from ferroload_format._pending import PendingCommit
+from ferroload_format._records import Modality
 from ferroload_format._shard_sequence import ShardSequence, sample_members
 from ferroload_format._tar import BLOCK, padding
 from ferroload_format._types import MAX_METADATA_DEPTH, type_depth, type_name, type_to_json
