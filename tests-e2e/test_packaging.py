@@ -45,6 +45,11 @@ PACKAGES = {
     "ferroload": ("ferroload", "packages/ferroload", {"torch", "ray", "av", "lightning"}),
     "ferroload-cli": ("ferroload_cli", "apps/ferroload-cli", {"torch", "ray", "lightning"}),
     "ferroload-catalog": ("ferroload_catalog", "apps/ferroload-catalog", {"torch", "ray", "av"}),
+    "ferroload-testing": (
+        "ferroload_testing",
+        "packages/ferroload-testing",
+        {"numpy", "torch", "ray", "av", "duckdb", "pyarrow"},
+    ),
 }
 HEAVY_MODULES = {"torch", "ray", "av", "lightning"}
 
@@ -96,6 +101,12 @@ TEST_TOOLS = {
 # (with PYTHONDONTWRITEBYTECODE set, each interpreter would compile every import again);
 # for the others compiling the environment costs more than it saves (measured).
 COMPILE_BYTECODE = {"ferroload-cli"}
+# The test helpers (MotoServer, FaultProxy): a development package that no package requires,
+# installed from its folder next to the test tools; its own tests point a store at moto.
+TESTING = "packages/ferroload-testing"
+WORKSPACE_TEST_TOOLS = {
+    "ferroload-testing": ["packages/ferroload-core", "packages/ferroload-store"]
+}
 CASES = [(dist, "pillow-simd") for dist in PACKAGES] + [("ferroload-codec", "pillow")]
 
 
@@ -134,6 +145,9 @@ def test_package_installs_and_passes_its_tests_alone(
     tools = [f"{name}=={version(name)}" for name in ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis")]  # fmt: skip
     tools.append(f"moto[server]=={version('moto')}")  # the S3 server the s3 tests start
     tools += [f"{name}=={version(name)}" for name in TEST_TOOLS.get(dist, [])]
+    if folder != TESTING:
+        tools.append(str(ROOT / TESTING))
+    tools += [str(ROOT / path) for path in WORKSPACE_TEST_TOOLS.get(dist, [])]
     if dist in NEEDS_PIL:
         tools.append(f"pillow-simd=={version('pillow-simd')}" if pil == "pillow-simd" else "pillow")
     # --no-config: the workspace's override, which drops pillow, must not apply here
