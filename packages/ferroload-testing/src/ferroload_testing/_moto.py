@@ -10,10 +10,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
-from ferroload_testing._loopback import LOCALHOST, free_port
+from ferroload_testing._loopback import LOCALHOST, LoopbackService, free_port
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ run_simple(host, port, serialized_writes, threaded=True, request_handler=MotoReq
 """
 
 
-class MotoServer:
+class MotoServer(LoopbackService):
     """moto's S3 server in a child process, on 127.0.0.1 and a free port.
 
     Starts on `start()` or when entering the `with` block, and waits until it answers.
@@ -88,7 +87,7 @@ class MotoServer:
         if self._proc is None:
             raise RuntimeError("the moto server is not running; call start() first")
 
-    def start(self) -> MotoServer:
+    def start(self) -> Self:
         """Start the server and wait until it answers (a no-op when it runs already).
 
         Raises:
@@ -191,17 +190,6 @@ class MotoServer:
             "AWS_ALLOW_HTTP": "true",
             "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
         }
-
-    def __enter__(self) -> MotoServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = f"port {self._port}" if self._proc is not None else "stopped"

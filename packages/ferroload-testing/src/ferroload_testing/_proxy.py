@@ -7,13 +7,12 @@ import random
 import socket
 import threading
 import time
-from types import TracebackType
-from typing import Literal
+from typing import Literal, Self
 
 import h11
 
 from ferroload_testing._http import Peer, PeerClosedError, close_socket
-from ferroload_testing._loopback import LOCALHOST
+from ferroload_testing._loopback import LOCALHOST, LoopbackService
 from ferroload_testing._stats import Counters, InFlight, ProxyStats
 
 _Fate = Literal["forward", "error", "drop", "lose"]
@@ -28,7 +27,7 @@ _ERROR_HEADERS = [
 ]
 
 
-class FaultProxy:
+class FaultProxy(LoopbackService):
     """An HTTP/1.1 reverse proxy on 127.0.0.1 that adds latency and injects faults.
 
     Each request gets one fate, decided by one draw `r = random.Random(seed).random()` in
@@ -106,7 +105,7 @@ class FaultProxy:
         host, port = self.address
         return f"http://{host}:{port}"
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         """Listen on a free port and start accepting connections."""
         if self._listener is not None:
             return self
@@ -136,17 +135,6 @@ class FaultProxy:
             close_socket(sock)
         if self._acceptor is not None:
             self._acceptor.join(timeout=5)
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # ------------------------------------------------------------------ counters
 
