@@ -31,6 +31,7 @@ from ferroload_loader._options import (
     check_build_options,
     field_options,
     make_sampler,
+    take_options,
 )
 from ferroload_loader._prefetch import BatchItems, Prefetcher
 from ferroload_loader._readahead import ReadAhead
@@ -365,7 +366,7 @@ def make_loader(
             loader does not know, `normalize` with uint8, bfloat16 with numpy output, …).
         ColumnNotFoundError: for a field the dataset lacks.
     """
-    o = LoaderOptions.take("make_loader", options, keywords)
+    o = take_options("make_loader", options, keywords)
     assert o.batch_size is not None  # take() requires it
     resolved = resolve_source(
         source, where=o.where, storage_options=o.storage_options, cache=o.cache

@@ -2,7 +2,7 @@
 
 `make_loader`, the torch adapters (`FerroTorchDataset`, `FerroIterableDataset`) and
 `FerroDataModule` take these options, as keywords or as one `options=LoaderOptions(...)`;
-each checks them here (`LoaderOptions.take`) and builds its fields and sampler from
+each takes them through `take_options` and builds its fields and sampler from
 them (`field_options`, `make_sampler`), so an option means the same everywhere.
 """
 
@@ -161,60 +161,59 @@ class LoaderOptions:
             check_batch_size(self.batch_size)
         check_build_options(self.out, self.on_error, self.prefetch_bytes, self.readahead_bytes)
 
-    @classmethod
-    def take(
-        cls,
-        caller: str,
-        options: LoaderOptions | None,
-        keywords: Mapping[str, Any],
-        *,
-        refused: Mapping[str, str] | None = None,
-        needs_batch_size: bool = True,
-    ) -> LoaderOptions:
-        """The options an entry point was given: `options`, or its keyword arguments.
-
-        Raises:
-            TypeError: for both `options` and keywords, an unknown keyword, a keyword in
-                `refused` (option -> what to do instead), or no batch size when needed.
-            ValueError: for `options` with a `refused` option set, or an invalid value.
-        """
-        refused = refused or {}
-        if options is not None:
-            if keywords:
-                names = ", ".join(f"{k}=" for k in keywords)
-                raise TypeError(
-                    f"{caller}() takes options=LoaderOptions(...) or keyword options, not "
-                    f"both (got options= and {names}); change a copy with "
-                    "dataclasses.replace(options, ...)"
-                )
-            if not isinstance(options, LoaderOptions):
-                raise TypeError(
-                    f"{caller}(options=...) takes a LoaderOptions, got {type(options).__name__}"
-                )
-            for name, instead in refused.items():
-                if getattr(options, name) != _DEFAULTS[name]:
-                    raise ValueError(
-                        f"{caller} does not take {name} (its options have "
-                        f"{name}={getattr(options, name)!r}): {instead}"
-                    )
-            taken = options
-        else:
-            for name in keywords:
-                if name not in _DEFAULTS:
-                    raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
-                if name in refused:
-                    raise TypeError(f"{caller}() does not take {name}=: {refused[name]}")
-            taken = cls(**keywords)
-        if needs_batch_size and taken.batch_size is None:
-            raise TypeError(
-                f"{caller}() missing 1 required keyword-only argument: 'batch_size'"
-                if options is None
-                else f"{caller}() needs a batch size: LoaderOptions(batch_size=...)"
-            )
-        return taken
-
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(LoaderOptions)}
+
+
+def take_options(
+    caller: str,
+    options: LoaderOptions | None,
+    keywords: Mapping[str, Any],
+    *,
+    refused: Mapping[str, str] | None = None,
+    needs_batch_size: bool = True,
+) -> LoaderOptions:
+    """The options entry point `caller` was given: `options`, or its keyword arguments.
+
+    Raises:
+        TypeError: for both `options` and keywords, an unknown keyword, a keyword in
+            `refused` (option -> what to do instead), or no batch size when needed.
+        ValueError: for `options` with a `refused` option set, or an invalid value.
+    """
+    refused = refused or {}
+    if options is not None:
+        if keywords:
+            names = ", ".join(f"{k}=" for k in keywords)
+            raise TypeError(
+                f"{caller}() takes options=LoaderOptions(...) or keyword options, not "
+                f"both (got options= and {names}); change a copy with "
+                "dataclasses.replace(options, ...)"
+            )
+        if not isinstance(options, LoaderOptions):
+            raise TypeError(
+                f"{caller}(options=...) takes a LoaderOptions, got {type(options).__name__}"
+            )
+        for name, instead in refused.items():
+            if getattr(options, name) != _DEFAULTS[name]:
+                raise ValueError(
+                    f"{caller} does not take {name} (its options have "
+                    f"{name}={getattr(options, name)!r}): {instead}"
+                )
+        taken = options
+    else:
+        for name in keywords:
+            if name not in _DEFAULTS:
+                raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+            if name in refused:
+                raise TypeError(f"{caller}() does not take {name}=: {refused[name]}")
+        taken = LoaderOptions(**keywords)
+    if needs_batch_size and taken.batch_size is None:
+        raise TypeError(
+            f"{caller}() missing 1 required keyword-only argument: 'batch_size'"
+            if options is None
+            else f"{caller}() needs a batch size: LoaderOptions(batch_size=...)"
+        )
+    return taken
 
 
 class SamplerKeywords(TypedDict, total=False):

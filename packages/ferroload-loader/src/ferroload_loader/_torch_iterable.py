@@ -28,7 +28,7 @@ from ferroload_loader._batch import (
 )
 from ferroload_loader._fields import OnError
 from ferroload_loader._loader import check_state, to_torch
-from ferroload_loader._options import LoaderKeywords, LoaderOptions, make_sampler
+from ferroload_loader._options import LoaderKeywords, LoaderOptions, make_sampler, take_options
 from ferroload_loader._sampler import RankItems
 from ferroload_loader._torch_process import TORCH_REFUSED, PerProcess
 from ferroload_loader._torch_shared import MAX_WORKERS, Passes, check_seed
@@ -130,7 +130,7 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         options: LoaderOptions | None = None,
         **keywords: Unpack[LoaderKeywords],
     ) -> None:
-        o = LoaderOptions.take("FerroIterableDataset", options, keywords, refused=TORCH_REFUSED)
+        o = take_options("FerroIterableDataset", options, keywords, refused=TORCH_REFUSED)
         assert o.batch_size is not None  # take() requires it
         check_seed(o.seed)
         self.transform = None if o.transform is None else BatchTransform(o.transform)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ferroload_format import Manifest
     from ferroload_store import Store
 
-#: Options the torch datasets refuse (`LoaderOptions.take`), and what to do instead.
+#: Options the torch datasets refuse (`take_options`), and what to do instead.
 TORCH_REFUSED = {
     "out": "the torch datasets always yield torch tensors",
     "pin_memory": "pass pin_memory to the DataLoader",

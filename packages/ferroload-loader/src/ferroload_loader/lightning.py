@@ -28,11 +28,16 @@ except ImportError as exc:  # pragma: no cover  (exercised only without the extr
 from ferroload_loader._augment import RandomResizedCrop
 from ferroload_loader._fields import Crop
 from ferroload_loader._loader import FerroLoader, make_loader
-from ferroload_loader._options import LoaderKeywords, LoaderOptions, check_batch_size
+from ferroload_loader._options import (
+    LoaderKeywords,
+    LoaderOptions,
+    check_batch_size,
+    take_options,
+)
 
 __all__ = ["FerroDataModule", "LightningLoader"]
 
-#: Options the data module refuses (`LoaderOptions.take`), and what to do instead.
+#: Options the data module refuses (`take_options`), and what to do instead.
 _REFUSED = {
     "out": "its loaders yield torch tensors",
     "rank": "the trainer sets the rank",
@@ -194,7 +199,7 @@ class FerroDataModule(LightningDataModule):
         **keywords: Unpack[LoaderKeywords],
     ) -> None:
         super().__init__()
-        o = LoaderOptions.take("FerroDataModule", options, keywords, refused=_REFUSED)
+        o = take_options("FerroDataModule", options, keywords, refused=_REFUSED)
         assert o.batch_size is not None  # take() requires it
         if val_batch_size is not None:
             check_batch_size(val_batch_size, "val_batch_size")

@@ -36,6 +36,7 @@ from ferroload_loader._options import (
     LoaderOptions,
     SamplerKeywords,
     make_sampler,
+    take_options,
 )
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._torch_iterable import FerroBatch, FerroIterableDataset
@@ -124,7 +125,7 @@ class FerroTorchDataset(PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         options: LoaderOptions | None = None,
         **keywords: Unpack[LoaderKeywords],
     ) -> None:
-        o = LoaderOptions.take(
+        o = take_options(
             "FerroTorchDataset", options, keywords, refused=_MAP_REFUSED, needs_batch_size=False
         )
         check_seed(o.seed)
