@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import webdataset as wds
 from _meta import git_commit, pkg_version, utc_now, write_json
+from _peers import write_ferroload
 from _report import goal, goals_table, table
 
 import ferroload
@@ -99,15 +100,6 @@ def _quiet_hf() -> None:
 
 
 # --------------------------------------------------------------------------- writers
-
-
-def write_ferroload(samples: Samples, root: Path) -> None:
-    """The quickstart way: one Writer, one declared modality, an int label as metadata."""
-    w = ferroload.Writer(root, samples.name)
-    w.declare("image", samples.ext, "tensor", "image")
-    for key, payload, label in zip(samples.keys, samples.payloads, samples.labels, strict=True):
-        w.add(key, {"image": payload}, {"label": label})
-    w.close()
 
 
 def write_webdataset(samples: Samples, root: Path, *, mtime: float | None = None) -> None:
