@@ -327,6 +327,11 @@ class Writer:
 
     # ----------------------------------------------------------------- finishing
 
+    def _finish_shard(self) -> None:
+        """Finish the current shard now (closed, its side index written), as `close`
+        does first."""
+        self._shards.finish()
+
     def _check_open(self) -> None:
         if self._closed:
             raise WriterClosedError(f"the writer of {self.uri} is closed", uri=self.uri)
@@ -359,7 +364,7 @@ class Writer:
                 self._closed = True
                 logger.info("nothing was added to %s; no version committed", self.uri)
                 return None
-            self._shards.finish()
+            self._finish_shard()
             _commit._checkpoint("shards-written")
             pending = PendingCommit(
                 name=self.name,
