@@ -89,7 +89,15 @@ from ferroload_format import (
     WriterClosedError,
     gc,
 )
-from ferroload_loader import FerroLoader, Mixture, RandomResizedCrop, Sampler, make_loader, mix
+from ferroload_loader import (
+    FerroLoader,
+    LoaderOptions,
+    Mixture,
+    RandomResizedCrop,
+    Sampler,
+    make_loader,
+    mix,
+)
 from ferroload_map import (
     ExecutorUnavailableError,
     LocalExecutor,
@@ -161,6 +169,7 @@ __all__ = [
     "LayerExistsError",
     "LayerInfo",
     "LayerWriter",
+    "LoaderOptions",
     "LocalExecutor",
     "ManifestError",
     "MapError",
