@@ -226,6 +226,7 @@ API_PAGES = {
     "ferroload_convert": "convert.md",
     "ferroload_cli": "cli.md",
     "ferroload_catalog": "catalog.md",
+    "ferroload_testing": "testing.md",
 }
 
 
