@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from ferroload_core import FerroloadError
+from ferroload_core import ContextError
 
 
-class CatalogError(FerroloadError):
+class CatalogError(ContextError):
     """Base of the catalog's errors.
 
     Attributes:
         name: the catalog entry involved, if any.
     """
 
-    def __init__(self, message: str, *, name: str | None = None) -> None:
-        self.name = name
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        # KeyError would quote the message; every catalog error prints it as written.
-        return str(self.args[0]) if self.args else ""
+    name: str | None = None
 
 
 class InvalidCatalogNameError(CatalogError, ValueError):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ferroload_core import FerroloadError
+from ferroload_core import ContextError
 
 
-class ConvertError(FerroloadError):
+class ConvertError(ContextError):
     """Base of the convert errors; carries the context that explains them.
 
     Attributes:
@@ -19,28 +17,11 @@ class ConvertError(FerroloadError):
         uri: the dataset involved (the destination of an import, the source of an export).
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | None = None,
-        member: str | None = None,
-        row: int | None = None,
-        column: str | None = None,
-        uri: str | None = None,
-        **extra: Any,
-    ) -> None:
-        self.path = path
-        self.member = member
-        self.row = row
-        self.column = column
-        self.uri = uri
-        for key, value in extra.items():
-            setattr(self, key, value)
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+    path: str | None = None
+    member: str | None = None
+    row: int | None = None
+    column: str | None = None
+    uri: str | None = None
 
     @property
     def where(self) -> str:

@@ -1,7 +1,8 @@
 """ferroload-core: what every ferroload package shares, with no dependencies.
 
 - `FerroloadError`: the root of every error ferroload raises. Each concrete error also
-  subclasses the builtin a caller would catch without knowing ferroload.
+  subclasses the builtin a caller would catch without knowing ferroload. `ContextError`:
+  one that carries its context (uri, path, sample id, …) as attributes.
 - `available_cpus()`: the cores this process may run on (thread pool defaults).
 - `check_relative_path()`: the one rule for paths read from a dataset; it raises
   `UnsafePathError` for a path that could leave the dataset root.
@@ -14,7 +15,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ferroload_core._core import FerroloadError, available_cpus
+from ferroload_core._core import ContextError, FerroloadError, available_cpus
 from ferroload_core._lru import LRU
 from ferroload_core._magic import JPEG_SOF_MARKERS, PNG_MAGIC, sniff_ext, sniff_image
 from ferroload_core._paths import UnsafePathError, check_relative_path
@@ -36,6 +37,7 @@ __all__ = [
     "JPEG_SOF_MARKERS",
     "LRU",
     "PNG_MAGIC",
+    "ContextError",
     "FerroloadError",
     "ProgressArg",
     "ProgressCallback",

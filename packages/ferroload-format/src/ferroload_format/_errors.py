@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ferroload_store import FerroloadError
+from ferroload_core import ContextError
 
 
-class FormatError(FerroloadError):
+class FormatError(ContextError):
     """Base of the format layer's errors; carries the context that explains them.
 
     Attributes:
@@ -17,26 +15,10 @@ class FormatError(FerroloadError):
         column: the modality or metadata column involved.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        uri: str | None = None,
-        shard: str | None = None,
-        sample_id: str | None = None,
-        column: str | None = None,
-        **extra: Any,
-    ) -> None:
-        self.uri = uri
-        self.shard = shard
-        self.sample_id = sample_id
-        self.column = column
-        for key, value in extra.items():
-            setattr(self, key, value)
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+    uri: str | None = None
+    shard: str | None = None
+    sample_id: str | None = None
+    column: str | None = None
 
 
 class DatasetNotFoundError(FormatError, FileNotFoundError):

@@ -2,39 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ferroload_core import FerroloadError
+from ferroload_core import ContextError, FerroloadError
 
 
-class _ContextError(FerroloadError):
-    """Carries the context of a map failure as attributes (None when it does not apply)."""
+class _MapContextError(ContextError):
+    """The context a map failure carries (None where it does not apply)."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        uri: str | None = None,
-        layer: str | None = None,
-        sample_id: str | None = None,
-        column: str | None = None,
-        partition: int | None = None,
-        **extra: Any,
-    ) -> None:
-        self.uri = uri
-        self.layer = layer
-        self.sample_id = sample_id
-        self.column = column
-        self.partition = partition
-        for key, value in extra.items():
-            setattr(self, key, value)
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+    uri: str | None = None
+    layer: str | None = None
+    sample_id: str | None = None
+    column: str | None = None
+    partition: int | None = None
 
 
-class MapSpecError(_ContextError, ValueError):
+class MapSpecError(_MapContextError, ValueError):
     """A map that cannot start: an unknown output type, a function whose identity cannot
     be computed (pass `version=`), a bad option.
 
@@ -45,7 +26,7 @@ class MapSpecError(_ContextError, ValueError):
     """
 
 
-class MapError(_ContextError, RuntimeError):
+class MapError(_MapContextError, RuntimeError):
     """`fn` failed on a batch (or a sample could not be decoded for it).
 
     Attributes:
