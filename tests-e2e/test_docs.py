@@ -186,6 +186,12 @@ for attr in exported:
     if home is None or not (home.__name__ == name or home.__name__.startswith(name + ".")):
         continue
     tests += [t for t in finder.find(obj, f"{name}.{attr}", module=home) if t.examples]
+    # a public class's methods inherited from a base of the package (DatasetBase): the
+    # finder reads only the class's own __dict__
+    for base in inspect.getmro(obj)[1:] if inspect.isclass(obj) else ():
+        where = inspect.getmodule(base)
+        if where is not None and where.__name__.startswith(name + "."):
+            tests += [t for t in finder.find(base, f"{name}.{attr}", module=where) if t.examples]
 tests = list({t.name: t for t in tests}.values())  # a module's own classes come up twice
 runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
 for test in tests:
