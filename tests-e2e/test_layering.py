@@ -305,3 +305,41 @@ def test_the_checks_see_what_they_must(tmp_path: Path) -> None:
     ]
     cyc = {"a": {"b": "x:1"}, "b": {"c": "x:2"}, "c": {"a": "x:3"}, "d": {"a": "x:4"}}
     assert sorted(map(sorted, strongly_connected(cyc))) == [["a", "b", "c"], ["d"]]
+
+
+MODULES_MARK = "<!-- modules: one list per package (read by tests-e2e/test_layering.py) -->"
+MODULES_END = "<!-- end of modules -->"
+
+
+def listed_modules(text: str) -> dict[str, set[str]]:
+    """docs/architecture.md's module lists: package -> the modules it names (`### `pkg``
+    headings, then one `- `module`: what it holds` line each)."""
+    assert MODULES_MARK in text and MODULES_END in text, "the module lists lost their marks"
+    body = text.split(MODULES_MARK, 1)[1].split(MODULES_END, 1)[0]
+    listed: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in body.splitlines():
+        if heading := re.match(r"### `([a-z_]+)`", line):
+            current = listed.setdefault(heading.group(1), set())
+        elif item := re.match(r"- `([A-Za-z0-9_.]+)`: \S", line):
+            assert current is not None, f"module line before any package: {line!r}"
+            current.add(item.group(1))
+    return listed
+
+
+def test_the_picture_lists_every_module_and_each_opens_with_a_sentence() -> None:
+    listed = listed_modules(ARCHITECTURE.read_text(encoding="utf-8"))
+    problems: list[str] = []
+    for package, folder in packages().items():
+        actual = set()
+        for path in sorted(folder.rglob("*.py")):
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            if not re.match(r"[^\n]+?[.:]", doc.replace("\n", " ")):
+                problems.append(f"{path.relative_to(ROOT)} does not open with a sentence")
+            name = ".".join(path.relative_to(folder).with_suffix("").parts)
+            if not name.endswith("__init__") and name != "__main__":
+                actual.add(name)
+        mine = listed.get(package, set())
+        problems += [f"{package}.{m} is not in docs/architecture.md" for m in actual - mine]
+        problems += [f"docs/architecture.md lists {package}.{m}, gone" for m in mine - actual]
+    assert not problems, "\n".join(sorted(problems))
