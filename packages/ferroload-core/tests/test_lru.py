@@ -18,6 +18,8 @@ def test_count_bound_evicts_least_recently_used() -> None:
     assert cache.held() == ["a", "c"]
     assert cache.get("b") is None
     assert len(cache) == 2 and "a" in cache and "b" not in cache
+    assert cache.values() == [1, 3]  # looking does not reorder
+    assert cache.held() == ["a", "c"]
 
 
 def test_weight_bound_and_replacing_a_key() -> None:
@@ -68,5 +70,4 @@ def test_threads_keep_the_weight_consistent() -> None:
     for t in threads:
         t.join()
     assert cache.weight <= 64
-    values = [cache.get(k) for k in cache.held()]
-    assert cache.weight == sum(v % 3 + 1 for v in values if v is not None)
+    assert cache.weight == sum(v % 3 + 1 for v in cache.values())

@@ -107,3 +107,8 @@ class LRU(Generic[K, V]):
         """The keys held, least recently used first."""
         with self._lock:
             return list(self._entries)
+
+    def values(self) -> list[V]:
+        """The values held, least recently used first (their order is left as it is)."""
+        with self._lock:
+            return [entry[0] for entry in self._entries.values()]

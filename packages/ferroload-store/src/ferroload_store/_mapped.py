@@ -184,11 +184,8 @@ class MappedFiles:
             return
         with self._lock:
             self._touched_bytes = 0
-            # held() lists least recently used first, and each get() moves its entry to
-            # the end: getting them all in that order leaves the order as it was.
-            for path in self._fds.held():
-                f = self._fds.get(path)
-                if f is not None and f.mapped is not None:
+            for f in self._fds.values():
+                if f.mapped is not None:
                     with suppress(OSError, ValueError):
                         f.mapped.madvise(mmap.MADV_DONTNEED)
             self._stats.add(mapped_trims=1)
