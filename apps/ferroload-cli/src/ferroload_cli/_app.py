@@ -56,6 +56,14 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+def command_group(name: str, help: str) -> typer.Typer:
+    """A `ferroload <name> …` group of commands, registered on `app`."""
+    group = typer.Typer(help=help, no_args_is_help=True, rich_markup_mode="rich")
+    app.add_typer(group, name=name)
+    return group
+
+
 Uri = Annotated[
     str,
     typer.Argument(

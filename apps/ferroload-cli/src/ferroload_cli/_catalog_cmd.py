@@ -7,16 +7,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ferroload_cli import _render as r
-from ferroload_cli._app import Json, StorageOptions, app, examples, shown_uri, storage_options
+from ferroload_cli._app import (
+    Json,
+    StorageOptions,
+    command_group,
+    examples,
+    shown_uri,
+    storage_options,
+)
 
 if TYPE_CHECKING:  # imported when a command runs: `ferroload --help` stays fast
     from ferroload_catalog import CatalogEntry
 
-catalog_app = typer.Typer(
-    help="The dataset catalog: names for dataset URIs (FERROLOAD_CATALOG overrides the file).",
-    no_args_is_help=True,
+catalog_app = command_group(
+    "catalog",
+    "The dataset catalog: names for dataset URIs (FERROLOAD_CATALOG overrides the file).",
 )
-app.add_typer(catalog_app, name="catalog")
 
 Name = Annotated[str, typer.Argument(help="the entry's name (catalog:NAME opens it)")]
 Tags = Annotated[

@@ -17,7 +17,7 @@ from ferroload_cli._app import (
     Json,
     Overwrite,
     StorageOptions,
-    app,
+    command_group,
     examples,
     progress_arg,
     shown_uri,
@@ -30,12 +30,10 @@ from ferroload_cli._app import (
 if TYPE_CHECKING:
     from ferroload_convert import ImportReport
 
-import_app = typer.Typer(
-    help="Bring existing data into a ferroload dataset (bytes copied as they are).",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
+import_app = command_group(
+    "import",
+    "Bring existing data into a ferroload dataset (bytes copied as they are).",
 )
-app.add_typer(import_app, name="import")
 
 
 class OnError(StrEnum):

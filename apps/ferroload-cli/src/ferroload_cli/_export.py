@@ -11,7 +11,7 @@ from ferroload_cli import _render as r
 from ferroload_cli._app import (
     Json,
     StorageOptions,
-    app,
+    command_group,
     examples,
     open_dataset,
     progress_arg,
@@ -23,12 +23,10 @@ if TYPE_CHECKING:
     import ferroload
     from ferroload_convert import ExportReport
 
-export_app = typer.Typer(
-    help="Write a ferroload dataset out in another layout.",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
+export_app = command_group(
+    "export",
+    "Write a ferroload dataset out in another layout.",
 )
-app.add_typer(export_app, name="export")
 
 
 class Metadata(StrEnum):

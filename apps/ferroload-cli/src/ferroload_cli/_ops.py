@@ -17,6 +17,7 @@ from ferroload_cli._app import (
     StorageOptions,
     Uri,
     app,
+    command_group,
     examples,
     open_dataset,
     progress_arg,
@@ -211,12 +212,10 @@ def compact(uri: Uri, json: Json = False, storage_option: StorageOptions = None)
 
 # --------------------------------------------------------------------------- cache
 
-cache_app = typer.Typer(
-    help="The local block cache of remote datasets (FERROLOAD_CACHE_DIR, FERROLOAD_CACHE_SIZE).",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
+cache_app = command_group(
+    "cache",
+    "The local block cache of remote datasets (FERROLOAD_CACHE_DIR, FERROLOAD_CACHE_SIZE).",
 )
-app.add_typer(cache_app, name="cache")
 
 CacheDir = Annotated[
     Path | None,
