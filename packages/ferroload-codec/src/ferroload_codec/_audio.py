@@ -23,14 +23,15 @@ from ferroload_codec._sndfile import (
     FORMAT_NAMES,
     SF_ERR_NO_STREAM,
     SF_ERR_UNRECOGNISED_FORMAT,
+    SNDFILE_FORMATS,
     Frames,
     load_soundfile,
     read_frames,
     resample,
-    sniff_audio,
     wav_missing_bytes,
 )
 from ferroload_codec._sniff import as_buffer
+from ferroload_core import sniff_audio
 
 logger = logging.getLogger(__name__)
 
@@ -185,9 +186,10 @@ class AudioDecoder:
             raise
         except Exception as exc:  # LibsndfileError mostly; any kind on bad headers
             code = getattr(exc, "code", None)
-            if code == SF_ERR_UNRECOGNISED_FORMAT and hint is None:
+            if code == SF_ERR_UNRECOGNISED_FORMAT and hint not in SNDFILE_FORMATS:
+                seen = hint or f"starts with {bytes(buf[:8])!r}"
                 raise UnsupportedFormatError(
-                    f"not an audio format libsndfile reads (starts with {bytes(buf[:8])!r})",
+                    f"not an audio format libsndfile reads ({seen})",
                     sample_id=sid,
                 ) from None
             detail = getattr(exc, "error_string", None) or str(exc)

@@ -22,6 +22,8 @@ Frames: TypeAlias = npt.NDArray[np.float32]  # (frames, channels), as libsndfile
 RESAMPLE_QUALITY = "HQ"
 # Containers where libsndfile's seek is sample-accurate (checked against a full decode).
 EXACT_SEEK = frozenset({"WAV", "WAVEX", "W64", "RF64", "AIFF", "AU", "CAF", "FLAC"})
+#: The formats of `ferroload_core.sniff_audio` libsndfile decodes (not AAC, M4A).
+SNDFILE_FORMATS = frozenset({"wav", "flac", "ogg", "aiff", "mp3"})
 FORMAT_NAMES = {"WAV": "wav", "WAVEX": "wav", "RF64": "wav", "W64": "wav", "OGG": "ogg"}
 _CHUNK_SAMPLES = 1 << 20  # whole files are decoded in pieces of 4 MiB, whatever the header says
 SF_ERR_UNRECOGNISED_FORMAT = 1
@@ -54,23 +56,6 @@ def load_soxr() -> Any:
             f"resampling audio needs soxr (pip install soxr): {exc}"
         ) from exc
     return soxr
-
-
-def sniff_audio(buf: bytes | bytearray | memoryview) -> str | None:
-    """The audio format the bytes start with (`wav`, `flac`, `ogg`, `aiff`, `mp3`), if any."""
-    head = bytes(buf[:12])
-    if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
-        return "wav"
-    if head[:4] == b"fLaC":
-        return "flac"
-    if head[:4] == b"OggS":
-        return "ogg"
-    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
-        return "aiff"
-    # ID3v2 tag, or an MPEG audio frame sync with a layer (ADTS AAC has layer bits 00)
-    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE6 > 0xE0):
-        return "mp3"
-    return None
 
 
 def wav_missing_bytes(buf: bytes | bytearray | memoryview) -> int:

@@ -7,7 +7,7 @@
 - `check_relative_path()`: the one rule for paths read from a dataset; it raises
   `UnsafePathError` for a path that could leave the dataset root.
 - `progress_reporter()`: the one way long calls resolve `progress=True | False | callable`.
-- `sniff_ext()`, `sniff_image()`: the one magic-byte table (what bytes are).
+- `sniff_ext()`, `sniff_image()`, `sniff_audio()`: the one magic-byte table (what bytes are).
 - `rank_from_env()`: rank and world size from torchrun's or a SLURM array's environment.
 - `backoff_delay()`: the wait before a retry (exponential, full jitter).
 - `LRU`: the one in-process least-recently-used cache (count or weight bound).
@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core._core import ContextError, FerroloadError, available_cpus
 from ferroload_core._lru import LRU
-from ferroload_core._magic import JPEG_SOF_MARKERS, PNG_MAGIC, sniff_ext, sniff_image
+from ferroload_core._magic import JPEG_SOF_MARKERS, PNG_MAGIC, sniff_audio, sniff_ext, sniff_image
 from ferroload_core._paths import UnsafePathError, check_relative_path
 from ferroload_core._progress import (
     ProgressArg,
@@ -49,6 +49,7 @@ __all__ = [
     "progress_reporter",
     "progress_wanted",
     "rank_from_env",
+    "sniff_audio",
     "sniff_ext",
     "sniff_image",
 ]

@@ -10,12 +10,15 @@ JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 #: The image formats `sniff_ext` knows, by the extension it returns.
 IMAGE_FORMATS = {"jpg": "jpeg", "png": "png", "gif": "gif", "webp": "webp", "bmp": "bmp",
                  "tiff": "tiff"}  # fmt: skip
+#: The audio formats `sniff_ext` knows (the extension it returns is the format's name).
+AUDIO_FORMATS = frozenset({"wav", "flac", "ogg", "aiff", "mp3", "aac", "m4a"})
 
 
 def sniff_ext(data: bytes | bytearray | memoryview | None) -> str | None:
     """The usual file extension of `data` from its magic bytes (`jpg`, `png`, `gif`,
-    `webp`, `bmp`, `tiff`, `wav`, `avi`, `flac`, `ogg`, `mp3`, `m4a`, `mp4`, `webm`,
-    `mkv`, `pdf`, `npy`), or None if unknown. Reads at most the first 64 bytes.
+    `webp`, `bmp`, `tiff`, `wav`, `avi`, `flac`, `ogg`, `aiff`, `mp3`, `aac`, `m4a`,
+    `mp4`, `webm`, `mkv`, `pdf`, `npy`), or None if unknown. Reads at most the first 64
+    bytes.
 
     Examples:
         >>> sniff_ext(b"\\xff\\xd8\\xff\\xe0..."), sniff_ext(b"fLaC..."), sniff_ext(b"hello")
@@ -32,6 +35,10 @@ def sniff_ext(data: bytes | bytearray | memoryview | None) -> str | None:
         return "gif"
     if head[:4] == b"RIFF":
         return {b"WEBP": "webp", b"WAVE": "wav", b"AVI ": "avi"}.get(head[8:12])
+    if head[:4] == b"RF64" and head[8:12] == b"WAVE":  # WAV over 4 GiB
+        return "wav"
+    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+        return "aiff"
     if head[:2] == b"BM":
         return "bmp"
     if head[:4] in (b"II*\x00", b"MM\x00*"):
@@ -40,8 +47,11 @@ def sniff_ext(data: bytes | bytearray | memoryview | None) -> str | None:
         return "flac"
     if head[:4] == b"OggS":
         return "ogg"
-    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+    # an ID3v2 tag, or an MPEG audio frame sync: layer bits 00 are ADTS AAC, others MPEG
+    if head[:3] == b"ID3" or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE6 > 0xE0):
         return "mp3"
+    if len(head) > 1 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0:
+        return "aac"
     if head[4:8] == b"ftyp":
         return "m4a" if head[8:12] in (b"M4A ", b"M4B ") else "mp4"
     if head[:4] == b"\x1a\x45\xdf\xa3":
@@ -63,3 +73,15 @@ def sniff_image(data: bytes | bytearray | memoryview | None) -> str | None:
     """
     ext = sniff_ext(data)
     return IMAGE_FORMATS.get(ext) if ext is not None else None
+
+
+def sniff_audio(data: bytes | bytearray | memoryview | None) -> str | None:
+    """The audio format `data` starts with (`wav`, `flac`, `ogg`, `aiff`, `mp3`, `aac`,
+    `m4a`), or None.
+
+    Examples:
+        >>> sniff_audio(b"fLaC..."), sniff_audio(b"RF64....WAVE"), sniff_audio(b"hi")
+        ('flac', 'wav', None)
+    """
+    ext = sniff_ext(data)
+    return ext if ext in AUDIO_FORMATS else None
