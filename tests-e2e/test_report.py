@@ -1,0 +1,114 @@
+"""The benchmark page is generated: benchmarks/report.py regenerates docs/benchmarks.md and
+its charts from the committed benchmarks/results/*.json, and the committed files must be
+exactly what it gives. Every benchmark script has its section."""
+
+from __future__ import annotations
+
+import hashlib
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+PAGE = ROOT / "docs" / "benchmarks.md"
+IMAGES = ROOT / "docs" / "images" / "benchmarks"
+REGENERATE = "uv run python benchmarks/report.py"
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    """benchmarks/report.py's namespace (it puts benchmarks/ on sys.path itself)."""
+    saved = list(sys.path)
+    try:
+        return runpy.run_path(str(BENCH / "report.py"), run_name="report")
+    finally:
+        sys.path[:] = saved
+
+
+@pytest.fixture(scope="module")
+def generated(report: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    code = report["main"](["--out", str(out / "benchmarks.md"), "--images", str(out / "images")])
+    assert code == 0
+    return out
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.png"))
+    }
+
+
+def test_committed_page_is_what_the_results_give(generated: Path) -> None:
+    assert PAGE.read_text() == (generated / "benchmarks.md").read_text(), (
+        f"docs/benchmarks.md is not what benchmarks/results/*.json give: run `{REGENERATE}`"
+    )
+
+
+def test_committed_charts_are_what_the_results_give(generated: Path) -> None:
+    fresh = _digests(generated / "images")
+    assert fresh, "the report drew no chart"
+    committed = _digests(IMAGES)
+    assert sorted(committed) == sorted(fresh), f"chart set differs: run `{REGENERATE}`"
+    changed = [name for name in fresh if committed[name] != fresh[name]]
+    assert not changed, f"charts differ from the results: {changed}; run `{REGENERATE}`"
+
+
+def test_every_chart_on_the_page_exists_and_every_chart_is_on_the_page(generated: Path) -> None:
+    page = (generated / "benchmarks.md").read_text()
+    names = {p.name for p in (generated / "images").glob("*.png")}
+    linked = {
+        line.split("](images/benchmarks/")[1].rstrip(")")
+        for line in page.splitlines()
+        if "](images/benchmarks/" in line
+    }
+    assert linked == names
+
+
+def test_every_benchmark_script_has_a_section(generated: Path) -> None:
+    page = (generated / "benchmarks.md").read_text()
+    headings = {line[3:].strip() for line in page.splitlines() if line.startswith("## ")}
+    scripts = sorted(p.stem for p in BENCH.glob("bench_*.py"))
+    assert {"bench_map", "bench_convert"} <= set(scripts)
+    missing = [s for s in scripts if s not in headings]
+    assert not missing, f"no section for {missing}"
+
+
+def test_every_result_file_is_shown(generated: Path) -> None:
+    page = (generated / "benchmarks.md").read_text()
+    for p in sorted((BENCH / "results").glob("*.json")):
+        assert f"`benchmarks/results/{p.name}`" in page, p.name
+
+
+def test_every_run_says_machine_commit_date_and_command(generated: Path) -> None:
+    page = (generated / "benchmarks.md").read_text()
+    runs = page.count("| file | `benchmarks/results/")
+    assert runs == len(list((BENCH / "results").glob("*.json")))
+    for field in ("machine", "commit", "date", "command"):
+        assert page.count(f"\n| {field} | ") == runs, field
+
+
+def test_a_script_without_results_says_how_to_produce_them(
+    report: dict[str, Any], tmp_path: Path
+) -> None:
+    """An empty results folder still gives every script a section, with its command."""
+    empty = tmp_path / "results"
+    empty.mkdir()
+    page, charts = report["render"](empty, tmp_path / "images")
+    assert charts == []
+    for s in report["scripts"]():
+        assert f"## {s}\n" in page
+        assert f"uv run python benchmarks/{s}.py\n" in page
+
+
+def test_check_mode_agrees(report: dict[str, Any], generated: Path) -> None:
+    assert report["main"](["--check", "--out", str(generated / "benchmarks.md")]) == 0
+    stale = generated / "stale.md"
+    stale.write_text("# Benchmarks\n")
+    assert report["main"](["--check", "--out", str(stale)]) == 1
