@@ -97,6 +97,8 @@ def lines(
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _save(fig, path)

@@ -378,6 +378,14 @@ def mib(v: float | None) -> float | None:
 
 # --- bench_augment --------------------------------------------------------------------
 
+_AUGMENT = {
+    "ferroload_plain": "ferroload (a): resize only, uint8 NHWC",
+    "ferroload_augment": "ferroload (b): crop, flip, float32, normalize",
+    "torchvision": "torchvision (c): v2 transforms, 2 workers",
+    "ferroload_augment_bf16": "ferroload (d): as (b), bfloat16",
+    "ferroload_augment_uint8": "ferroload (e): as (b), uint8 NCHW",
+}
+
 
 def bench_augment(results: list[Result], out: Path) -> Section:
     def body(r: Result, sec: Section) -> None:
@@ -406,12 +414,7 @@ def bench_augment(results: list[Result], out: Path) -> Section:
             title="Augmented, model-ready batches",
             ylabel="samples/s",
             groups=["best epoch"],
-            series=[
-                systems[k].get("label", k).split(" ", 1)[-1]
-                if k.startswith("ferroload")
-                else systems[k].get("label", k)
-                for k in keys
-            ],
+            series=[_AUGMENT.get(k, k) for k in keys],
             values=[[systems[k].get("samples_per_s")] for k in keys],
         )
         sec.charts.append("augment_throughput.png")
@@ -893,24 +896,7 @@ def bench_scale(results: list[Result], out: Path) -> Section:
                 rows,
             )
 
-    sec = _runs(results, body)
-    main = next((r for r in results if r.name == "bench_scale"), None)
-    t = (main.data.get("table", {}) if main else {}).get("meta")
-    if t:
-        charts.lines(
-            out / "scale_loader.png",
-            title="Loader time per sample against dataset size",
-            xlabel="samples (log)",
-            ylabel="µs per sample (log)",
-            x=t["n"],
-            logx=True,
-            logy=True,
-            series=["ferroload, shuffled", "ferroload, streaming"],
-            values=[t.get("per_sample_us", []), t.get("streaming_per_sample_us", [])],
-        )
-        sec.charts.append("scale_loader.png")
-        sec.lines += image("scale_loader.png", "loader time per sample at scale")
-    return sec
+    return _runs(results, body)
 
 
 # --- bench_scale_epoch ----------------------------------------------------------------
@@ -946,7 +932,34 @@ def bench_scale_epoch(results: list[Result], out: Path) -> Section:
             rows,
         )
 
-    return _runs(results, body)
+    sec = _runs(results, body)
+    main = next((r for r in results if r.name == "bench_scale_epoch"), None)
+    table = main.data.get("table", []) if main else []
+    ns = sorted({int(x["n"]) for x in table})
+    if ns:
+
+        def per_sample(streaming: bool) -> list[float | None]:
+            got = {
+                int(x["n"]): x.get("per_sample_us")
+                for x in table
+                if bool(x.get("streaming")) == streaming
+            }
+            return [got.get(n) for n in ns]
+
+        commit = main.meta.get("commit", "?") if main else "?"
+        charts.lines(
+            out / "scale_epoch.png",
+            title=f"One rank's whole epoch: time per sample (commit {commit})",
+            xlabel="samples in the dataset (log)",
+            ylabel="µs per sample",
+            x=[float(n) for n in ns],
+            logx=True,
+            series=["ferroload, shuffled", "ferroload, streaming"],
+            values=[per_sample(False), per_sample(True)],
+        )
+        sec.charts.append("scale_epoch.png")
+        sec.lines += image("scale_epoch.png", "time per sample over a whole epoch at scale")
+    return sec
 
 
 # --- a script without a renderer, and files without a script ----------------------------

@@ -59,6 +59,15 @@ def summary_line(path: Path) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
+def run_line(path: Path) -> str:
+    """How to run a script, from its own flags (a `--quick` smoke run where it has one)."""
+    line = f"Run it: `uv run python benchmarks/{path.name}`"
+    src = path.read_text()
+    if '"--quick"' in src or "run_parser(" in src:
+        line += f" (`uv run python benchmarks/{path.name} --quick`: a smoke run)"
+    return line + "; `--help` lists its options, `benchmarks/README.md` explains each figure."
+
+
 def owner(name: str, names: list[str]) -> str | None:
     """The script a result file belongs to: the longest script name that is the file's
     name or its prefix followed by `_` (bench_scale_epoch before bench_scale)."""
@@ -132,6 +141,7 @@ def render(
         lines += [f"## {s}", "", f"`benchmarks/{s}.py`: {summary_line(HERE / f'{s}.py')}", ""]
         if text.get(s):
             lines += [text[s], ""]
+        lines += [run_line(HERE / f"{s}.py"), ""]
         rs = by_script[s]
         if not rs:
             lines += [
