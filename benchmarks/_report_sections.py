@@ -341,7 +341,7 @@ def bench_loader(results: list[Result], out: Path) -> Section:
         names = list(sets)
         charts.grouped_bars(
             out / "loader_throughput.png",
-            title="Training loader throughput (2 CPU cores)",
+            title=f"Training loader throughput ({r.meta.get('cpu_count', '?')} CPUs)",
             ylabel="samples/s (log)",
             groups=[_set_name(s) for s in names],
             log=True,
