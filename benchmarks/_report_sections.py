@@ -30,6 +30,13 @@ def _set_name(s: str) -> str:
     return SETS.get(s, s)
 
 
+def _png(r: Result, base: str) -> str:
+    """A chart's file name: `base.png` for the script's main result file, with the
+    file's suffix for the others (`bench_format_quick.json` -> `format_write_quick.png`)."""
+    suffix = r.name[len(r.script) :] if r.name.startswith(r.script) else f"_{r.name}"
+    return f"{base}{suffix}.png"
+
+
 def _runs(results: list[Result], body: Callable[[Result, Section], None]) -> Section:
     """Each result: a heading (when there are several), its run facts, then `body`."""
     sec = Section()
@@ -159,7 +166,7 @@ def bench_format(results: list[Result], out: Path) -> Section:
         sec.lines += md_table(["set", "system", "MB", "this / ferroload"], rows, left=2)
         sets = list(ra)
         charts.grouped_bars(
-            out / "format_random_access.png",
+            out / _png(r, "format_random_access"),
             title="Random access: p50 and p99 latency",
             ylabel="µs per lookup (lower is better)",
             groups=[f"{s} p50" for s in sets] + [f"{s} p99" for s in sets],
@@ -176,7 +183,7 @@ def bench_format(results: list[Result], out: Path) -> Section:
         )
         zsets = list(size)
         charts.grouped_bars(
-            out / "format_storage.png",
+            out / _png(r, "format_storage"),
             title="Bytes on disk",
             ylabel="MB (lower is better)",
             groups=zsets,
@@ -185,7 +192,7 @@ def bench_format(results: list[Result], out: Path) -> Section:
         )
         wsets = list(write)
         charts.grouped_bars(
-            out / "format_write.png",
+            out / _png(r, "format_write"),
             title="Write throughput",
             ylabel="samples/s (log)",
             groups=wsets,
@@ -193,10 +200,14 @@ def bench_format(results: list[Result], out: Path) -> Section:
             log=True,
             values=[[write[s].get(k, {}).get("samples_per_s") for s in wsets] for k, _ in _WRITERS],
         )
-        sec.charts += ["format_write.png", "format_random_access.png", "format_storage.png"]
-        sec.lines += image("format_write.png", "write throughput")
-        sec.lines += image("format_random_access.png", "random-access latency")
-        sec.lines += image("format_storage.png", "bytes on disk")
+        sec.charts += [
+            _png(r, "format_write"),
+            _png(r, "format_random_access"),
+            _png(r, "format_storage"),
+        ]
+        sec.lines += image(_png(r, "format_write"), "write throughput")
+        sec.lines += image(_png(r, "format_random_access"), "random-access latency")
+        sec.lines += image(_png(r, "format_storage"), "bytes on disk")
 
     return _runs(results, body)
 
@@ -258,7 +269,7 @@ def bench_codec(results: list[Result], out: Path) -> Section:
             return None if x is None else x.get("images_per_s")
 
         charts.grouped_bars(
-            out / "codec_threads.png",
+            out / _png(r, "codec_threads"),
             title="Decode + resize: thread scaling against Pillow",
             ylabel="images/s (log)",
             groups=names,
@@ -276,8 +287,8 @@ def bench_codec(results: list[Result], out: Path) -> Section:
                 [rate(k, f"stock_{cases[k].get('baseline')}") for k in names],
             ],
         )
-        sec.charts.append("codec_threads.png")
-        sec.lines += image("codec_threads.png", "decode thread scaling")
+        sec.charts.append(_png(r, "codec_threads"))
+        sec.lines += image(_png(r, "codec_threads"), "decode thread scaling")
 
     return _runs(results, body)
 
@@ -340,7 +351,7 @@ def bench_loader(results: list[Result], out: Path) -> Section:
             )
         names = list(sets)
         charts.grouped_bars(
-            out / "loader_throughput.png",
+            out / _png(r, "loader_throughput"),
             title=f"Training loader throughput ({r.meta.get('cpu_count', '?')} CPUs)",
             ylabel="samples/s (log)",
             groups=[_set_name(s) for s in names],
@@ -352,7 +363,7 @@ def bench_loader(results: list[Result], out: Path) -> Section:
             ],
         )
         charts.grouped_bars(
-            out / "loader_memory.png",
+            out / _png(r, "loader_memory"),
             title="Peak memory of the whole process tree (PSS)",
             ylabel="MiB (lower is better)",
             groups=[_set_name(s) for s in names],
@@ -365,9 +376,9 @@ def bench_loader(results: list[Result], out: Path) -> Section:
                 for k, _ in _LOADER
             ],
         )
-        sec.charts += ["loader_throughput.png", "loader_memory.png"]
-        sec.lines += image("loader_throughput.png", "loader throughput")
-        sec.lines += image("loader_memory.png", "loader peak memory")
+        sec.charts += [_png(r, "loader_throughput"), _png(r, "loader_memory")]
+        sec.lines += image(_png(r, "loader_throughput"), "loader throughput")
+        sec.lines += image(_png(r, "loader_memory"), "loader peak memory")
 
     return _runs(results, body)
 
@@ -410,15 +421,15 @@ def bench_augment(results: list[Result], out: Path) -> Section:
         )
         keys = list(systems)
         charts.grouped_bars(
-            out / "augment_throughput.png",
+            out / _png(r, "augment_throughput"),
             title="Augmented, model-ready batches",
             ylabel="samples/s",
             groups=["best epoch"],
             series=[_AUGMENT.get(k, k) for k in keys],
             values=[[systems[k].get("samples_per_s")] for k in keys],
         )
-        sec.charts.append("augment_throughput.png")
-        sec.lines += image("augment_throughput.png", "augmentation throughput")
+        sec.charts.append(_png(r, "augment_throughput"))
+        sec.lines += image(_png(r, "augment_throughput"), "augmentation throughput")
 
     return _runs(results, body)
 
@@ -548,7 +559,7 @@ def bench_store(results: list[Result], out: Path) -> Section:
             return None
 
         charts.grouped_bars(
-            out / "store_throughput.png",
+            out / _png(r, "store_throughput"),
             title="One epoch from S3 through a 20 ms proxy",
             ylabel="samples/s (log)",
             groups=[_set_name(s) for s in names],
@@ -562,7 +573,7 @@ def bench_store(results: list[Result], out: Path) -> Section:
             if not lab.startswith("ferroload, local") and not lab.startswith("ferroload, warm")
         ]
         charts.grouped_bars(
-            out / "store_requests.png",
+            out / _png(r, "store_requests"),
             title="Requests per 1,000 samples (warm epochs from the cache: none)",
             ylabel="GET requests (log)",
             groups=[_set_name(s) for s in names],
@@ -571,17 +582,21 @@ def bench_store(results: list[Result], out: Path) -> Section:
             values=[[pick(s, lab, "req") for s in names] for lab in remote],
         )
         charts.grouped_bars(
-            out / "store_bytes.png",
+            out / _png(r, "store_bytes"),
             title="Bytes read from the store per 1,000 samples",
             ylabel="MB",
             groups=[_set_name(s) for s in names],
             series=remote,
             values=[[pick(s, lab, "bytes") for s in names] for lab in remote],
         )
-        sec.charts += ["store_throughput.png", "store_requests.png", "store_bytes.png"]
-        sec.lines += image("store_throughput.png", "remote throughput")
-        sec.lines += image("store_requests.png", "remote requests")
-        sec.lines += image("store_bytes.png", "remote bytes")
+        sec.charts += [
+            _png(r, "store_throughput"),
+            _png(r, "store_requests"),
+            _png(r, "store_bytes"),
+        ]
+        sec.lines += image(_png(r, "store_throughput"), "remote throughput")
+        sec.lines += image(_png(r, "store_requests"), "remote requests")
+        sec.lines += image(_png(r, "store_bytes"), "remote bytes")
 
     return _runs(results, body)
 
@@ -688,15 +703,15 @@ def bench_map(results: list[Result], out: Path) -> Section:
         )
         keys = list(systems)
         charts.grouped_bars(
-            out / "map_throughput.png",
+            out / _png(r, "map_throughput"),
             title="Adding two computed columns",
             ylabel="samples/s",
             groups=["samples/s"],
             series=[_MAP.get(k, k) for k in keys],
             values=[[systems[k].get("samples_per_s")] for k in keys],
         )
-        sec.charts.append("map_throughput.png")
-        sec.lines += image("map_throughput.png", "map throughput")
+        sec.charts.append(_png(r, "map_throughput"))
+        sec.lines += image(_png(r, "map_throughput"), "map throughput")
 
     return _runs(results, body)
 

@@ -112,3 +112,21 @@ def test_check_mode_agrees(report: dict[str, Any], generated: Path) -> None:
     stale = generated / "stale.md"
     stale.write_text("# Benchmarks\n")
     assert report["main"](["--check", "--out", str(stale)]) == 1
+
+
+def test_each_result_file_of_a_script_gets_its_own_charts(
+    report: dict[str, Any], tmp_path: Path
+) -> None:
+    """A quick run committed beside the full one is shown too, with charts of its own."""
+    results = tmp_path / "results"
+    results.mkdir()
+    full = (BENCH / "results" / "bench_map.json").read_text()
+    (results / "bench_map.json").write_text(full)
+    (results / "bench_map_quick.json").write_text(full.replace('"full"', '"quick"'))
+    page, charts = report["render"](results, tmp_path / "images")
+    assert charts == ["map_throughput.png", "map_throughput_quick.png"]
+    assert "--quick --json" not in page  # the quick file's default name needs no --json
+    assert "`uv run python benchmarks/bench_map.py --quick`" in page
+    for name in charts:
+        assert f"](images/benchmarks/{name})" in page
+        assert (tmp_path / "images" / name).stat().st_size > 0
