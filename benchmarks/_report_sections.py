@@ -747,7 +747,7 @@ def bench_appends(results: list[Result], out: Path) -> Section:
                 sig(1000 * d.get("append_stats", {}).get("median_s", 0)),
                 num(d.get("all_appends_s")),
                 num(man.get("parts")),
-                mb(man.get("bytes")),
+                sig(man["bytes"] / 1e3) if "bytes" in man else "-",
                 sig(d.get("compact_s")),
                 sig(1000 * d.get("read_appended", {}).get("total", 0)),
                 sig(1000 * d.get("read_compacted", {}).get("total", 0)),
@@ -769,7 +769,7 @@ def bench_appends(results: list[Result], out: Path) -> Section:
             "median append ms",
             "all appends s",
             "index parts",
-            "manifest MB",
+            "manifest kB",
             "compact s",
             "read after appends ms",
             "read compacted ms",
@@ -838,7 +838,7 @@ def bench_scale(results: list[Result], out: Path) -> Section:
             rows = [
                 [
                     num(m.get("shards")),
-                    mb(m.get("manifest_bytes")),
+                    sig(m["manifest_bytes"] / 1e3) if "manifest_bytes" in m else "-",
                     num(m.get("inline_shards")) if "inline_shards" in m else "-",
                     num(m.get("shard_lists")) if "shard_lists" in m else "-",
                     sig(1000 * m["open_s"]),
@@ -849,7 +849,7 @@ def bench_scale(results: list[Result], out: Path) -> Section:
             sec.lines += md_table(
                 [
                     "shards",
-                    "manifest MB",
+                    "manifest kB",
                     "inline shards",
                     "shard lists",
                     "open ms",
