@@ -11,8 +11,9 @@ which it does not run. This test walks the page's blocks in order, in one fresh 
   print: each of its lines, with `…` standing for anything and runs of spaces for one,
   must equal a line of their output, in order.
 
-The block cache and the catalog go to the test's folder, and the terminal is 100 columns
-wide, as when the excerpts were taken.
+The block cache and the catalog go to the test's folder, and the output is plain text 100
+columns wide, as when the excerpts were taken (`FERROLOAD_CACHE_SIZE`, `FORCE_COLOR` are
+unset for the commands).
 """
 
 from __future__ import annotations
@@ -120,8 +121,11 @@ def test_cli_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         "FERROLOAD_CATALOG": str(tmp_path / "catalog.duckdb"),
         "FERROLOAD_PROGRESS": "0",
         "COLUMNS": "100",
+        "NO_COLOR": "1",
+        "TERM": "dumb",
     }
-    env.pop("FERROLOAD_CACHE_SIZE", None)
+    for name in ("FERROLOAD_CACHE_SIZE", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        env.pop(name, None)  # the excerpts are plain text, cut at 100 columns
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "__docs__"}
     output: str | None = None  # of the last bash block, until a text block reads it
