@@ -128,6 +128,8 @@ def run_facts(r: Result) -> list[str]:
     meta = r.meta
     if meta.get("command"):
         command = f"`{meta['command']}`"
+    elif not r.script:
+        command = "not recorded (and no `bench_*.py` in `benchmarks/` matches the file's name)"
     else:
         command = f"`{derived_command(r)}` (not recorded in the file: derived by the report)"
     start = meta.get("loadavg_start", meta.get("loadavg_before"))

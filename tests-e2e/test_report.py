@@ -130,3 +130,20 @@ def test_each_result_file_of_a_script_gets_its_own_charts(
     for name in charts:
         assert f"](images/benchmarks/{name})" in page
         assert (tmp_path / "images" / name).stat().st_size > 0
+
+
+def test_a_result_file_without_its_script_is_still_shown(
+    report: dict[str, Any], tmp_path: Path
+) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "bench_gone.json").write_text(
+        '{"meta": {"git_commit": "abc1234", "started_at": "2026-01-01T00:00:00Z"},'
+        ' "goals": [{"goal": "fast", "value": "2.00x", "pass": true}]}\n'
+    )
+    page, _ = report["render"](results, tmp_path / "images")
+    other = page.split("## Other results", 1)[1]
+    assert "`benchmarks/results/bench_gone.json`" in other
+    assert "| commit | abc1234 |" in other
+    assert "| fast | 2.00x | PASS |" in other
+    assert "| command | not recorded (and no `bench_*.py`" in other  # nothing invented
