@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,35 @@ def owner(name: str, names: list[str]) -> str | None:
     return best
 
 
+def git_ignored(paths: list[Path]) -> set[Path]:
+    """The paths git ignores (local `--quick` runs, `results/*_quick.json`), so that the
+    page is what the committed results give; none when git is not at hand."""
+    if not paths:
+        return set()
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(paths[0].parent), "check-ignore", "--stdin"],
+            input="\n".join(p.name for p in paths),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if out.returncode not in (0, 1):  # 1: nothing ignored; 128: not a repository
+        return set()
+    return {paths[0].parent / line for line in out.stdout.splitlines() if line}
+
+
 def load(results_dir: Path, names: list[str]) -> list[Result]:
-    """Every result file, sorted by name, with the script it belongs to ("" if none)."""
+    """Every result file that git does not ignore, sorted by name, with the script it
+    belongs to ("" if none)."""
     out = []
-    for p in sorted(results_dir.glob("*.json")):
+    files = sorted(results_dir.glob("*.json"))
+    skip = git_ignored(files)
+    for p in files:
+        if p in skip:
+            continue
         data: Any = json.loads(p.read_text())
         if not isinstance(data, dict):
             data = {"value": data}
