@@ -37,6 +37,7 @@ import io
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,8 @@ def train(
         saved = torch.load(resume_from, weights_only=False)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
-        loader.load_state_dict(saved["loader"])
+        if saved["loader"] is not None:
+            loader.load_state_dict(saved["loader"])
         torch.set_rng_state(saved["torch_rng"])
         losses, step, start_epoch = saved["losses"], saved["step"], saved["epoch"]
     model.train()
@@ -179,15 +181,19 @@ def train(
             step += 1
             if step == stop_at:
                 assert save_to is not None
+                epoch_done = step % len(loader) == 0
                 torch.save(
                     {
                         "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(),
-                        "loader": loader.state_dict(),
+                        # At the end of an epoch the next one starts from its beginning
+                        # (set_epoch): no loader position to save. A position saved there
+                        # by StatefulDataLoader with workers would resume as an empty pass.
+                        "loader": None if epoch_done else loader.state_dict(),
                         "torch_rng": torch.get_rng_state(),
                         "losses": losses,
                         "step": step,
-                        "epoch": epoch,
+                        "epoch": epoch + 1 if epoch_done else epoch,
                     },
                     save_to,
                 )
@@ -218,6 +224,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", help="write the losses and the weights' hash here (JSON)")
     args = parser.parse_args(argv)
 
+    # torchdata's StatefulDataLoader calls a torch function deprecated in recent torch
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(args.torch_threads)
     with tempfile.TemporaryDirectory(prefix="ferroload-deterministic-") as scratch:
