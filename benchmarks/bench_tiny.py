@@ -1,0 +1,218 @@
+"""The loader against its own codec on tiny samples: 32x32 PNG (and 32x32 JPEG q90) + int label.
+
+Each epoch runs in a fresh process. Both kinds of process first import torch and the
+ferroload package they use (a training script has torch imported anyway; the import alone,
+~1.4 s here, would dwarf an epoch of 20,000 tiny samples: it is reported as `import_s`), then
+the epoch is timed from there to its last batch, start-up included (opening the dataset,
+`make_loader`, the decoder's threads):
+
+1. codec: `ImageDecoder.decode_batch` over the payloads in memory (read from a pickle), in
+   batches of 256, with the loader's thread count (every available CPU);
+2. loader: `make_loader(..., out="torch")` over the same images written as a ferroload
+   dataset, batches of 256, one full epoch.
+
+The two kinds of process take turns (A B B A ...), `rounds` of each; the figure is
+loader samples/s over codec samples/s, from the median epochs (and from the best ones), and
+from the whole processes' times too (imports included).
+
+Run it from the repository root:
+
+    uv run python benchmarks/bench_tiny.py            # 20,000 samples, 5 rounds
+    uv run python benchmarks/bench_tiny.py --quick    # smoke run (2,000 samples, 1 round)
+
+Timings are never asserted on: goals are reported as PASS / FAIL.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T_START = time.perf_counter()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+from _harness import finish_run, log, run_meta, run_parser, start_run  # noqa: E402
+from _meta import loadavg  # noqa: E402
+
+SEED = 20261219
+BATCH = 256
+SIDE = 32
+GOALS = {"png": 0.9, "jpg": 0.95}  # loader over codec, at least
+FULL_N, FULL_ROUNDS = 20_000, 5
+QUICK_N, QUICK_ROUNDS = 2_000, 1
+
+
+# --------------------------------------------------------------------------- children
+
+
+def _child_codec(root: Path) -> dict[str, Any]:
+    import torch  # noqa: F401  (as in the loader's process)
+
+    from ferroload_codec import ImageDecoder
+
+    with open(root / "payloads.pkl", "rb") as f:
+        payloads: list[bytes] = pickle.load(f)
+    t_epoch = time.perf_counter()
+    dec = ImageDecoder((SIDE, SIDE))  # the loader's defaults: exact, bilinear, every CPU
+    n = 0
+    for i in range(0, len(payloads), BATCH):
+        n += len(dec.decode_batch(payloads[i : i + BATCH]).images)
+    dec.close()
+    return {"n": n, "t_epoch": t_epoch}
+
+
+def _child_loader(root: Path) -> dict[str, Any]:
+    import torch  # noqa: F401  (what out="torch" needs; imported by any training script)
+
+    from ferroload_loader import make_loader
+
+    t_epoch = time.perf_counter()
+    dl = make_loader(
+        str(root / "ferroload"),
+        batch_size=BATCH,
+        images=["image"],
+        meta=["label"],
+        resize=(SIDE, SIDE),
+        out="torch",
+        seed=0,
+    )
+    n = 0
+    for b in dl:
+        n += int(b["image"].shape[0])
+    dl.close()
+    return {"n": n, "t_epoch": t_epoch}
+
+
+def _child(kind: str, root: Path) -> None:
+    got = _child_codec(root) if kind == "codec" else _child_loader(root)
+    t_end = time.perf_counter()
+    print(
+        json.dumps(
+            {
+                "n": got["n"],
+                "process_s": t_end - _T_START,
+                "epoch_s": t_end - got["t_epoch"],
+                "import_s": got["t_epoch"] - _T_START,
+            }
+        )
+    )
+
+
+def _run_child(kind: str, root: Path) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, "--workdir", str(root)]
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"{kind} child failed: {res.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    out["loadavg"] = loadavg()
+    return out
+
+
+# --------------------------------------------------------------------------- one set
+
+
+def _write(fmt: str, n: int, root: Path) -> dict[str, Any]:
+    import _peers
+    from _data import encode_natural
+
+    samples = encode_natural(f"tiny-{fmt}", n, fmt=fmt, seed=SEED, size=SIDE)
+    root.mkdir(parents=True, exist_ok=True)
+    _peers.write_ferroload(samples, root / "ferroload")
+    with open(root / "payloads.pkl", "wb") as f:
+        pickle.dump(samples.payloads, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return {"samples": n, "avg_bytes": samples.payload_bytes / n}
+
+
+def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
+    """Write the set, then `rounds` interleaved fresh-process epochs of each kind."""
+    log(f"{fmt}: encoding and writing {n} samples (not timed) ...")
+    out: dict[str, Any] = _write(fmt, n, root)
+    runs: dict[str, list[dict[str, Any]]] = {"codec": [], "loader": []}
+    for r in range(rounds):
+        for kind in ("codec", "loader") if r % 2 == 0 else ("loader", "codec"):
+            got = _run_child(kind, root)
+            if got["n"] != n:
+                raise RuntimeError(f"{kind} delivered {got['n']} samples, not {n}")
+            runs[kind].append(got)
+            log(
+                f"  {fmt} round {r} {kind}: epoch {got['epoch_s']:.3f} s "
+                f"(process {got['process_s']:.3f} s), load {got['loadavg']}"
+            )
+    for kind, rs in runs.items():
+        ep = [x["epoch_s"] for x in rs]
+        proc = [x["process_s"] for x in rs]
+        out[kind] = {
+            "runs": rs,
+            "median_epoch_s": float(np.median(ep)),
+            "best_epoch_s": min(ep),
+            "median_process_s": float(np.median(proc)),
+            "samples_per_s": n / float(np.median(ep)),
+            "best_samples_per_s": n / min(ep),
+            "process_samples_per_s": n / float(np.median(proc)),
+        }
+    c, lo = out["codec"], out["loader"]
+    out["loader_over_codec"] = lo["samples_per_s"] / c["samples_per_s"]
+    out["loader_over_codec_best"] = lo["best_samples_per_s"] / c["best_samples_per_s"]
+    out["loader_over_codec_process"] = lo["process_samples_per_s"] / c["process_samples_per_s"]
+    return out
+
+
+def render(res: dict[str, Any]) -> str:
+    lines = ["set    codec/s  loader/s  ratio (median epochs)  best   whole process"]
+    for fmt, s in res["sets"].items():
+        lines.append(
+            f"{fmt:4s} {s['codec']['samples_per_s']:9.0f} {s['loader']['samples_per_s']:9.0f}"
+            f"  {s['loader_over_codec']:.3f}{'':18s}{s['loader_over_codec_best']:.3f}"
+            f"  {s['loader_over_codec_process']:.3f}"
+        )
+    lines.append("GOALS")
+    lines.extend(
+        f"  {'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']:.3f}" for g in res["goals"]
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = run_parser(__doc__, "bench_tiny", quick="smoke run (2,000 samples, 1 round)")
+    p.add_argument("--child", choices=("codec", "loader"), help="(internal) one timed epoch")
+    p.add_argument("--rounds", type=int, default=None, help="epochs of each kind")
+    p.add_argument("--fmt", choices=("png", "jpg", "both"), default="both")
+    args = p.parse_args(argv)
+    if args.child:
+        _child(args.child, Path(args.workdir))
+        return {}
+    from ferroload_core import available_cpus
+
+    run = start_run(args, "bench_tiny", "tiny-run-{mode}")
+    n = QUICK_N if args.quick else FULL_N
+    rounds = args.rounds or (QUICK_ROUNDS if args.quick else FULL_ROUNDS)
+    fmts = ("png", "jpg") if args.fmt == "both" else (args.fmt,)
+    meta = {**run_meta(run, available_cpus()), "samples": n, "rounds": rounds, "batch": BATCH}
+    res: dict[str, Any] = {"meta": meta, "sets": {}}
+    for fmt in fmts:
+        res["sets"][fmt] = bench_fmt(fmt, n, rounds, run.run_dir / fmt)
+    res["goals"] = [
+        {
+            "goal": f"tiny 32x32 {fmt.upper()}: loader >= {GOALS[fmt]}x the codec (fresh "
+            "processes, start-up included, medians)",
+            "value": s["loader_over_codec"],
+            "pass": s["loader_over_codec"] >= GOALS[fmt],
+        }
+        for fmt, s in res["sets"].items()
+    ]
+    finish_run(res, run, render)
+    return res
+
+
+if __name__ == "__main__":
+    main()
