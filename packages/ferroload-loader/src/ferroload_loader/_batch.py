@@ -11,7 +11,15 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ferroload_loader._fields import BatchState, Field, OnError, Share, read_index
+from ferroload_loader._fields import (
+    BatchState,
+    Field,
+    OnError,
+    Share,
+    read_index,
+    whole_share,
+)
+from ferroload_loader._fields import item_seeds as item_seeds  # its home was this module
 from ferroload_loader._source import ResolvedSource
 
 logger = logging.getLogger(__name__)
@@ -221,24 +229,6 @@ def _nbytes(shares: Sequence[Share]) -> int:
     return total
 
 
-_MASK64 = (1 << 64) - 1
-
-
-def item_seeds(seed: int, epoch: int, items: npt.NDArray[np.int64]) -> list[int]:
-    """A seed per item for its random choices (image crops and flips, audio crops, video
-    clips, a transform's generator): a pure function of (seed, epoch, item), so an item
-    gets the same crop whoever decodes it."""
-    x = (np.asarray(items, dtype=np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) & _MASK64)) ^ (
-        np.uint64((epoch * 0xBF58476D1CE4E5B9) & _MASK64)
-    )
-    # splitmix64 finaliser
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
-    return [int(v) for v in x.tolist()]
-
-
 def prepare_batch(
     source: ResolvedSource,
     fields: Sequence[Field],
@@ -258,15 +248,19 @@ def prepare_batch(
     shares = window.shares(index, items) if window is not None and index is not None else None
     if shares is None:
         shares = read_index(source, fields, items)
-    sample_ids: list[str] = [""] * len(items)
-    for s in shares:
-        ids = s.columns["sample_id"].to_pylist()
-        for k, sid in zip(s.slots.tolist(), ids, strict=True):
-            sample_ids[k] = sid
+    sample_ids: list[str]
+    if whole_share(shares, len(items)):  # one dataset: the ids in batch order already
+        sample_ids = shares[0].columns["sample_id"].to_pylist()
+    else:
+        sample_ids = [""] * len(items)
+        for s in shares:
+            ids = s.columns["sample_id"].to_pylist()
+            for k, sid in zip(s.slots.tolist(), ids, strict=True):
+                sample_ids[k] = sid
     batch = BatchState(
         items=items,
         sample_ids=sample_ids,
-        seeds=item_seeds(seed, epoch, items),
+        seed_epoch=(seed, epoch),
         ok=np.ones(len(items), dtype=np.bool_),
         shares=shares,
     )

@@ -88,19 +88,58 @@ def read_index(
     return shares
 
 
+def whole_share(shares: Sequence[Share], n: int) -> bool:
+    """Whether `shares` is one share holding all `n` items of a batch in batch order
+    (its slots `0..n-1`: one dataset), so that its arrays are the batch's as they are."""
+    if len(shares) != 1:
+        return False
+    slots = shares[0].slots
+    return len(slots) == n and (n == 0 or bool(np.array_equal(slots, np.arange(n))))
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def item_seeds(seed: int, epoch: int, items: npt.NDArray[np.int64]) -> list[int]:
+    """A seed per item for its random choices (image crops and flips, audio crops, video
+    clips, a transform's generator): a pure function of (seed, epoch, item), so an item
+    gets the same crop whoever decodes it."""
+    x = (np.asarray(items, dtype=np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) & _MASK64)) ^ (
+        np.uint64((epoch * 0xBF58476D1CE4E5B9) & _MASK64)
+    )
+    # splitmix64 finaliser
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return [int(v) for v in x.tolist()]
+
+
 @dataclass
 class BatchState:
-    """A batch being built: its items, their ids, which of them failed and why."""
+    """A batch being built: its items, their ids, which of them failed and why.
+
+    The items' seeds (`item_seeds` of `seed_epoch` and the items) are computed the first
+    time `seeds` is read: most batches (no random choices, no transform) never need them.
+    """
 
     items: npt.NDArray[np.int64]
     sample_ids: list[str]
-    seeds: list[int]
+    seed_epoch: tuple[int, int]
     ok: npt.NDArray[np.bool_]
     shares: list[Share] = field(default_factory=list)
     errors: list[DecodeError] = field(default_factory=list)
     columns: dict[str, Any] = field(default_factory=dict)
     payloads: dict[str, list[Any]] = field(default_factory=dict)
     meanwhile: Callable[[], None] | None = None
+    _seeds: list[int] | None = field(default=None, repr=False)
+
+    @property
+    def seeds(self) -> list[int]:
+        """One seed per item for its random choices (`item_seeds`)."""
+        if self._seeds is None:
+            self._seeds = item_seeds(*self.seed_epoch, self.items)
+        return self._seeds
 
     def take_meanwhile(self) -> Callable[[], None] | None:
         """The work to overlap with this batch's decoding (given to one decoder only)."""
@@ -115,7 +154,15 @@ class BatchState:
 def _payloads(batch: BatchState, source: ResolvedSource, name: str) -> list[Any]:
     """Each item's payload of modality `name` (zero-copy views; None where absent), read
     at the locations the batch's shares hold."""
-    out: list[Any] = [None] * len(batch.items)
+    n = len(batch.items)
+    if whole_share(batch.shares, n):  # one dataset: its views in batch order already
+        s = batch.shares[0]
+        ds = source.datasets[s.d]
+        views = ds.read(s.pos, name, copy=False, locations=s.locations.get(name))
+        if len(views) != n:
+            raise ValueError(f"{len(views)} payloads read for {n} items")
+        return list(views)
+    out: list[Any] = [None] * n
     for s in batch.shares:
         ds = source.datasets[s.d]
         views = ds.read(s.pos, name, copy=False, locations=s.locations.get(name))
@@ -184,6 +231,12 @@ class _DecodedField(Field):
         payloads = batch.payloads.pop(self.name)
         n = len(payloads)
         out = self.buffers.empty((n, *self.shape), self.dtype)
+        if None not in payloads:  # every item has one (a C-level scan)
+            self.decode(payloads, out, batch, np.arange(n))
+            batch.columns[self.name] = out
+            if self.with_mask:
+                batch.columns[f"{self.name}_present"] = np.ones(n, dtype=np.bool_)
+            return
         present = np.fromiter((p is not None for p in payloads), dtype=np.bool_, count=n)
         idx = np.flatnonzero(present)
         if len(idx) == n:
@@ -224,9 +277,14 @@ class ImageField(_DecodedField):
     def decode(
         self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
     ) -> None:
-        rows = slots.tolist()
-        ids = [batch.sample_ids[i] for i in rows]
-        seeds = [batch.seeds[i] for i in rows] if self.decoder.needs_seeds else None
+        # `slots` are distinct and increasing: as many as the batch's items is all of them
+        if len(slots) == len(batch.sample_ids):
+            ids = batch.sample_ids
+            seeds = batch.seeds if self.decoder.needs_seeds else None
+        else:
+            rows = slots.tolist()
+            ids = [batch.sample_ids[i] for i in rows]
+            seeds = [batch.seeds[i] for i in rows] if self.decoder.needs_seeds else None
         res = self.decoder.decode_batch(
             payloads, out=out, sample_ids=ids, on_error="skip", meanwhile=batch.take_meanwhile(),
             seeds=seeds,
