@@ -10,6 +10,7 @@ a Feistel network over the next power of two, cycle-walked into range.
 from __future__ import annotations
 
 import numpy as np
+import numpy.random  # loaded with the module: numpy would at the first order (~5 ms)
 import numpy.typing as npt
 
 Order = npt.NDArray[np.int64]

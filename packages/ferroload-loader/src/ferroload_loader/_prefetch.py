@@ -99,9 +99,13 @@ class Prefetcher:
     batch i+1 (ids, metadata, payload views: `prepare`), then joins the decoding. Reading
     thus overlaps decoding without an extra runnable thread (which would slow decoding
     by about 10% on a machine whose cores the decoders already fill). The first batch is
-    handed over before batch 1 is read, so that it waits for its own reads only. Built
-    batches wait within a byte budget (one is always allowed when none is waiting).
+    handed over before batch 1 is read, so that it waits for its own reads only (and,
+    for at most `FIRST_HANDOVER_S`, until the consumer has taken it). Built batches wait
+    within a byte budget (one is always allowed when none is waiting).
     """
+
+    #: Longest wait for the consumer to take the first batch before batch 1 is read.
+    FIRST_HANDOVER_S = 0.005
 
     def __init__(
         self,
@@ -195,10 +199,20 @@ class Prefetcher:
             if isinstance(result, BaseException):
                 return
             if meanwhile is None:
+                self._hand_over()
                 read_next()
             # finish_batch always runs its meanwhile
             state = upcoming[0] if upcoming else None
             items = following[0] if following else None
+
+    def _hand_over(self) -> None:
+        """Let a waiting consumer take the first batch before the second is read: woken,
+        it needs the GIL, which this thread's Python work on the next batch's reads would
+        hold for up to the interpreter's switch interval (5 ms). Waits until the batch is
+        taken, at most `FIRST_HANDOVER_S`."""
+        with self._cond:
+            if self._queue and not self._stopped:
+                self._cond.wait(self.FIRST_HANDOVER_S)
 
     def take(self) -> tuple[dict[str, Any], list[DecodeError], int]:
         """The next batch, its decode errors and the number of items it was built from."""
