@@ -6,6 +6,8 @@ import abc
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_not
 from typing import Any, Literal
 
 import numpy as np
@@ -231,13 +233,9 @@ class _DecodedField(Field):
         payloads = batch.payloads.pop(self.name)
         n = len(payloads)
         out = self.buffers.empty((n, *self.shape), self.dtype)
-        if None not in payloads:  # every item has one (a C-level scan)
-            self.decode(payloads, out, batch, np.arange(n))
-            batch.columns[self.name] = out
-            if self.with_mask:
-                batch.columns[f"{self.name}_present"] = np.ones(n, dtype=np.bool_)
-            return
-        present = np.fromiter((p is not None for p in payloads), dtype=np.bool_, count=n)
+        # identity tests in C (`None in payloads` would compare each memoryview with
+        # None, ~0.2 us an item; a generator costs twice this)
+        present = np.fromiter(map(is_not, payloads, repeat(None)), dtype=np.bool_, count=n)
         idx = np.flatnonzero(present)
         if len(idx) == n:
             self.decode(payloads, out, batch, np.arange(n))
