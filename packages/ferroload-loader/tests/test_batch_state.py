@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ferroload_loader import make_loader, mix
-from ferroload_loader._batch import finish_batch, item_seeds, prepare_batch
-from ferroload_loader._fields import BatchState
-from ferroload_loader._fields import item_seeds as fields_item_seeds
+from ferroload_loader._batch import finish_batch, prepare_batch
+from ferroload_loader._fields import BatchState, item_seeds
 
 from .conftest import MakeDataset, decoded_index
 
@@ -53,4 +52,3 @@ def test_item_seeds_are_computed_when_read_and_equal_item_seeds() -> None:
     assert state.seeds == item_seeds(3, 4, items)
     assert state.seeds is state.seeds  # computed once
     assert all(type(s) is int for s in state.seeds)
-    assert item_seeds is fields_item_seeds

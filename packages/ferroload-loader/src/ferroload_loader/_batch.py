@@ -19,7 +19,6 @@ from ferroload_loader._fields import (
     read_index,
     whole_share,
 )
-from ferroload_loader._fields import item_seeds as item_seeds  # its home was this module
 from ferroload_loader._source import ResolvedSource
 
 logger = logging.getLogger(__name__)

@@ -22,11 +22,10 @@ from ferroload_loader._augment import BatchTransform
 from ferroload_loader._batch import (
     IndexWindow,
     finish_batch,
-    item_seeds,
     prepare_batch,
     window_options,
 )
-from ferroload_loader._fields import OnError
+from ferroload_loader._fields import OnError, item_seeds
 from ferroload_loader._loader import check_state, to_torch
 from ferroload_loader._options import LoaderKeywords, LoaderOptions, make_sampler, take_options
 from ferroload_loader._sampler import RankItems
