@@ -18,7 +18,7 @@ import numpy as np
 from ferroload_loader._augment import Layout, Normalize
 from ferroload_loader._fields import ColumnSpec, Crop, OnError
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
-from ferroload_loader._sampler import Sampler
+from ferroload_loader._sampler import Sampler, check_lanes
 from ferroload_loader._source import ResolvedSource
 from ferroload_store import BlockCache
 
@@ -159,6 +159,7 @@ class LoaderOptions:
     def __post_init__(self) -> None:
         if self.batch_size is not None:
             check_batch_size(self.batch_size)
+        check_lanes(self.lanes)  # checked whatever the mode (only streaming deals lanes)
         check_build_options(self.out, self.on_error, self.prefetch_bytes, self.readahead_bytes)
 
 
@@ -256,7 +257,7 @@ class LoaderKeywords(SamplerKeywords, total=False):
 
 
 def check_batch_size(batch_size: int, name: str = "batch_size") -> None:
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"{name} must be a positive int, got {batch_size!r}")
 
 

@@ -67,6 +67,12 @@ class RankItems:
         return self.items(k * batch_size, (k + 1) * batch_size)
 
 
+def check_lanes(lanes: int | None) -> None:
+    """Refuse `lanes` that is neither None nor a positive int (True is not a count)."""
+    if lanes is not None and (not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1):
+        raise ValueError(f"lanes must be a positive int, got {lanes!r}")
+
+
 class Sampler:
     """The item order of one rank: deterministic per (seed, epoch), elastic, resumable.
 
@@ -158,10 +164,7 @@ class Sampler:
             )
         if mode == "shard_block" and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
             raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer!r}")
-        if lanes is not None and (
-            not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1
-        ):
-            raise ValueError(f"lanes must be a positive int, got {lanes!r}")
+        check_lanes(lanes)
         if mode == "mixture" and (mixture_sizes is None or mixture_weights is None):
             raise ValueError("mixture mode needs mixture_sizes and mixture_weights")
         self.num_items = num_items
