@@ -52,7 +52,7 @@ def _sampler_settings(s: Sampler) -> dict[str, Any]:
     return {
         "num_items": s.num_items, "mode": s.mode, "seed": s.seed, "shuffle": s.shuffle,
         "shuffle_buffer": s.shuffle_buffer, "lanes": s.lanes, "rank": s.rank,
-        "world_size": s.world_size, "drop_last": s.drop_last,
+        "world_size": s.world_size, "drop_last": s.drop_last, "buckets": s._bucket_state(),
     }  # fmt: skip
 
 
@@ -172,6 +172,40 @@ def test_every_entry_point_forwards_every_option(make_dataset: MakeDataset) -> N
     _equal_batches(got, plain)
 
 
+def test_every_entry_point_forwards_bucket_by(make_dataset: MakeDataset) -> None:
+    """`bucket_by` and `buckets` reach the sampler of `make_loader`, `FerroIterableDataset`
+    and `FerroDataModule` (the same bucketed batches from one `LoaderOptions`);
+    `FerroTorchDataset` yields samples and refuses them."""
+    pytest.importorskip("torch")
+    pytest.importorskip("lightning")
+    from torch.utils.data import DataLoader
+
+    from ferroload_loader.lightning import FerroDataModule
+    from ferroload_loader.torch import FerroIterableDataset, FerroTorchDataset
+
+    uri = make_dataset(40, shard_size=2000)
+    o = dataclasses.replace(
+        SHARED, bucket_by="score * 2 + label", buckets=3, crop="shortest_edge", resize=6
+    )
+    base = make_loader(uri, options=o)
+    want = _loader_settings(base)
+    assert want["buckets"]["by"] == "score * 2 + label" and len(want["buckets"]["boundaries"]) == 2
+    assert want["buckets"]["group"] == 5 and want["buckets"]["span"] == 6
+    want_batches = list(base)
+    assert "image_size" in want_batches[0]
+    it = FerroIterableDataset(uri, options=o)
+    assert _sampler_settings(it._sampler) == {k: want[k] for k in _sampler_settings(it._sampler)}
+    _equal_batches(list(DataLoader(it, batch_size=None)), want_batches)
+    train = FerroDataModule(uri, options=o).train_dataloader()
+    assert _loader_settings(train) == want
+    _equal_batches(list(train), want_batches)
+    for option, value in {"bucket_by": "label", "buckets": 2}.items():
+        with pytest.raises(TypeError, match=rf"FerroTorchDataset\(\) does not take {option}="):
+            FerroTorchDataset(uri, meta=["label"], **{option: value})
+    with pytest.raises(ValueError, match="FerroTorchDataset does not take bucket_by"):
+        FerroTorchDataset(uri, options=LoaderOptions(meta=["label"], bucket_by="label", buckets=2))
+
+
 def test_the_adapters_take_lanes(make_dataset: MakeDataset) -> None:
     """`lanes=` reaches the sampler of every adapter, as it does `make_loader`'s."""
     pytest.importorskip("torch")
@@ -233,6 +267,21 @@ BAD = [
     ({"batch_size": True}, ValueError, "batch_size must be a positive int, got True"),
     ({"streaming": True, "shuffle_buffer": 0}, ValueError, "shuffle_buffer must be >= 1"),
     ({"seed": "7"}, ValueError, "seed must be an int"),
+    (
+        {"bucket_by": "label % 2", "buckets": 2},
+        ValueError,
+        r"bucket_by 'label % 2': unexpected '%'",
+    ),
+    ({"bucket_by": "label"}, ValueError, "bucket_by='label' needs buckets="),
+    ({"buckets": 2}, ValueError, "buckets= needs bucket_by="),
+    ({"bucket_by": "label", "buckets": [2, 1]}, ValueError, "must increase strictly"),
+    ({"bucket_by": "label", "buckets": 0}, ValueError, "buckets must be a positive int"),
+    (
+        {"bucket_by": "width*label", "buckets": 2},
+        ValueError,
+        r"bucket_by 'width\*label': .* has no column 'width'; its index columns are",
+    ),
+    ({"bucket_by": "name", "buckets": 2}, ValueError, "column 'name' .* is not numeric"),
 ]
 
 
@@ -243,8 +292,8 @@ def test_a_bad_value_gives_the_same_error_everywhere(
     uri = make_dataset(10)
     options = {"batch_size": 4, "meta": ["label"], **bad}
     for name, build in _entry_points().items():
-        if name == "FerroTorchDataset" and "batch_size" in bad:
-            continue  # a map-style dataset takes no batch size at all (below)
+        if name == "FerroTorchDataset" and {"batch_size", "bucket_by", "buckets"} & set(bad):
+            continue  # a map-style dataset takes no batch size nor buckets at all (below)
         with pytest.raises(error, match=message):
             build(uri, **options)
         if name != "FerroTorchDataset":

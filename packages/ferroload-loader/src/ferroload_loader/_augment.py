@@ -59,6 +59,7 @@ class RandomResizedCrop:
 #: `crop=` names and the decoder's resize mode for each.
 _CROP_MODES: dict[str | None, str] = {
     None: "exact", "center": "shorter", "pad": "longer", "random": "random",
+    "shortest_edge": "exact",  # at each image's own size (`PaddedImageField`)
 }  # fmt: skip
 
 
@@ -74,8 +75,8 @@ def crop_options(crop: Any) -> dict[str, Any]:
     if isinstance(crop, str | None) and crop in _CROP_MODES:
         return {"resize": _CROP_MODES[crop]}
     raise ValueError(
-        "crop must be None, 'center', 'pad', 'random' or a RandomResizedCrop(scale=, "
-        f"ratio=), got {crop!r}"
+        "crop must be None, 'center', 'pad', 'random', 'shortest_edge' or a "
+        f"RandomResizedCrop(scale=, ratio=), got {crop!r}"
     )
 
 

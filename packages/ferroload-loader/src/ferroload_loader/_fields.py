@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video
+from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video, image_info
 from ferroload_codec._pool import DecodePool
 from ferroload_format import (
     ColumnNotFoundError,
@@ -31,7 +31,7 @@ from ferroload_loader._source import ResolvedSource
 logger = logging.getLogger(__name__)
 
 OnError = Literal["raise", "skip", "warn"]
-Crop = Literal["center", "pad", "random"] | RandomResizedCrop | None
+Crop = Literal["center", "pad", "random", "shortest_edge"] | RandomResizedCrop | None
 ColumnSpec = Sequence[str] | Mapping[str, Mapping[str, Any]]
 
 
@@ -297,6 +297,102 @@ class ImageField(_DecodedField):
             columns[self.name] = torch.from_numpy(columns[self.name]).view(torch.bfloat16)
 
 
+class PaddedImageField(_DecodedField):
+    """An image modality with `crop="shortest_edge"`: each image keeps its aspect ratio,
+    its shorter side scaled to `size` (the longer one rounded to whole pixels), and the
+    batch is as large as its largest image, padded with zeros at the bottom and right;
+    `<name>_size` holds each image's `(height, width)` (int32; `(0, 0)` for none). Each
+    image is decoded straight into its place by a decoder of its own output size."""
+
+    #: Decoders kept per output size (beyond this, the cache starts again).
+    CACHE = 4096
+
+    def __init__(
+        self, name: str, size: int, options: Mapping[str, Any], pool: DecodePool,
+        torch_dtype: str | None = None,
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.size = size
+        self.options = {**options, "resize": "exact"}
+        self.pool = pool
+        self.torch_dtype = torch_dtype
+        probe = ImageDecoder(size, threads=1, **self.options)
+        self.decoder = probe  # its repr names the options (the output size varies)
+        self.channels, self.dtype, self.chw = probe.channels, probe.dtype, probe.layout == "CHW"
+        self.shape = (size, 2 * size, self.channels)  # for the budget: an aspect ratio of 2
+        self._decoders: dict[tuple[int, int], ImageDecoder] = {}
+
+    def target(self, width: int, height: int) -> tuple[int, int]:
+        """The `(height, width)` an image of this size is resized to."""
+        s = self.size
+        if height <= width:
+            return s, max(1, round(width * s / height))
+        return max(1, round(height * s / width)), s
+
+    def _decoder(self, hw: tuple[int, int]) -> ImageDecoder:
+        dec = self._decoders.get(hw)
+        if dec is None:
+            if len(self._decoders) >= self.CACHE:
+                self._decoders.clear()
+            dec = self._decoders[hw] = ImageDecoder(hw, threads=1, **self.options)
+        return dec
+
+    def fill(self, batch: BatchState) -> None:
+        payloads = batch.payloads.pop(self.name)
+        n = len(payloads)
+        sizes = np.zeros((n, 2), dtype=np.int32)
+        errors: list[DecodeError | None] = [None] * n
+        for i, p in enumerate(payloads):
+            if p is not None:
+                try:
+                    info = image_info(p, sample_id=batch.sample_ids[i])
+                except DecodeError as exc:
+                    errors[i] = exc
+                    continue
+                sizes[i] = self.target(info.width, info.height)
+        h, w = (int(v) for v in sizes.max(axis=0)) if n else (0, 0)
+        shape = (n, self.channels, h, w) if self.chw else (n, h, w, self.channels)
+        out = np.zeros(shape, dtype=self.dtype)
+        needs_seeds = self.decoder.needs_seeds
+        seeds = batch.seeds if needs_seeds else None
+
+        def one(i: int) -> None:
+            hi, wi = sizes[i].tolist()
+            if not hi or errors[i] is not None:
+                return
+            view = out[i, :, :hi, :wi] if self.chw else out[i, :hi, :wi]
+            try:
+                self._decoder((hi, wi)).decode(
+                    payloads[i], out=view, sample_id=batch.sample_ids[i],
+                    seed=None if seeds is None else seeds[i],
+                )  # fmt: skip
+            except DecodeError as exc:
+                errors[i] = exc
+                view[...] = 0
+
+        self.pool.run(n, one, meanwhile=batch.take_meanwhile())
+        failed = [i for i, e in enumerate(errors) if e is not None]
+        if failed:
+            batch.fail(np.asarray(failed, dtype=np.int64), [e for e in errors if e is not None])
+            sizes[failed] = 0
+        batch.columns[self.name] = out
+        batch.columns[f"{self.name}_size"] = sizes
+        if self.with_mask:
+            present = np.fromiter(map(is_not, payloads, repeat(None)), dtype=np.bool_, count=n)
+            batch.columns[f"{self.name}_present"] = present
+
+    def decode(
+        self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
+    ) -> None:  # fill() decodes each image at its own size
+        raise NotImplementedError
+
+    def finish(self, columns: dict[str, Any]) -> None:
+        if self.torch_dtype == "bfloat16":
+            import torch
+
+            columns[self.name] = torch.from_numpy(columns[self.name]).view(torch.bfloat16)
+
+
 class AudioField(_DecodedField):
     """An audio modality decoded to (N, channels, length)."""
 
@@ -342,8 +438,12 @@ class VideoField(_DecodedField):
         self, payloads: list[Any], out: Any, batch: BatchState, slots: npt.NDArray[np.int64]
     ) -> None:
         failed: list[tuple[int, DecodeError]] = []
+        # Longest first (by payload size, which follows a clip's length): the threads
+        # then finish the batch together instead of one decoding a long clip alone.
+        order = sorted(range(len(payloads)), key=lambda i: -len(payloads[i]))
 
-        def one(i: int) -> None:
+        def one(n: int) -> None:
+            i = order[n]
             k = int(slots[i])
             try:
                 got = decode_video(
@@ -442,6 +542,15 @@ def build_fields(
     for name, opts in _named(images, "images"):
         kwargs, torch_dtype = image_options(crop, hflip, layout, dtype, normalize, opts)
         kwargs = {"size": resize, **kwargs}
+        if crop == "shortest_edge":
+            size = kwargs.pop("size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise ValueError(
+                    f"crop='shortest_edge' scales each image's shorter side to resize=, an "
+                    f"int; got resize={size!r}"
+                )
+            fields.append(PaddedImageField(name, size, kwargs, pool, torch_dtype))
+            continue
         if kwargs["size"] is None:
             raise ValueError(
                 f"image field {name!r} needs an output size: pass resize=(h, w) (batches hold "

@@ -345,7 +345,8 @@ def make_loader(
             `batch_size`, `images`, `audio`, `video`, `meta`, `resize`, `crop`, `hflip`,
             `layout`, `dtype`, `normalize`, `transform`, `out`, `shuffle`, `seed`,
             `drop_last`, `where`, `threads`, `prefetch_bytes`, `readahead_bytes`,
-            `streaming`, `shuffle_buffer`, `lanes`, `pin_memory`, `on_error`, `rank`,
+            `streaming`, `shuffle_buffer`, `lanes`, `bucket_by`, `buckets`,
+            `pin_memory`, `on_error`, `rank`,
             `world_size`, `storage_options`, `cache`.
 
     Examples:

@@ -16,6 +16,7 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 
 from ferroload_loader._augment import Layout, Normalize
+from ferroload_loader._buckets import Buckets, check_buckets, make_plan
 from ferroload_loader._fields import ColumnSpec, Crop, OnError
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
 from ferroload_loader._sampler import Sampler, check_lanes
@@ -88,10 +89,18 @@ class LoaderOptions:
         streaming: read shard by shard: shards in a shuffled order, then a seeded shuffle
             within windows of `shuffle_buffer` items of that stream.
         shuffle_buffer: items per streaming shuffle window (default 65,536; the first
-            windows are smaller: 128 items, doubling).
+            windows are smaller: 128 items, doubling); with `bucket_by`, also the span
+            of the epoch's order within which batches are grouped by bucket.
         lanes: streaming: the order is dealt out in this many pieces of disjoint shards
             (default: the world size, so that each rank reads shards of its own; 1: the
             same order whatever the world size). A resumed state keeps its own.
+        bucket_by: size-bucketed batches: an index column, or an arithmetic expression
+            over index columns (`"width*height"`, `"width/height"`: names, numbers,
+            `+ - * /`, parentheses); every batch then holds items of one bucket (see
+            docs/loader.md, "Size-bucketed batches"). Needs `buckets`.
+        buckets: with `bucket_by`: the boundaries (increasing numbers; bucket `i` holds
+            `boundaries[i-1] <= value < boundaries[i]`), or a count of buckets with
+            quantile boundaries computed from the values.
         pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
         on_error: per-sample decode failures: `raise`, or leave the sample out of its
             batch (`skip`), also logging it (`warn`); counted in `loader.stats`.
@@ -103,9 +112,10 @@ class LoaderOptions:
             `Dataset.open` (`"default"`, a `ferroload_store.BlockCache`, or None).
 
     Raises:
-        ValueError: for a `batch_size`, `out`, `on_error`, `prefetch_bytes` or
-            `readahead_bytes` out of range (the other options are checked against the
-            dataset when a loader is built).
+        ValueError: for a `batch_size`, `out`, `on_error`, `prefetch_bytes`,
+            `readahead_bytes`, `bucket_by` or `buckets` out of range (the other options,
+            and the columns `bucket_by` reads, are checked against the dataset when a
+            loader is built).
 
     Examples:
         >>> import dataclasses
@@ -149,6 +159,8 @@ class LoaderOptions:
     streaming: bool = False
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     lanes: int | None = None
+    bucket_by: str | None = None
+    buckets: Buckets | None = None
     pin_memory: bool = False
     on_error: OnError = "raise"
     rank: int | None = None
@@ -161,6 +173,7 @@ class LoaderOptions:
             check_batch_size(self.batch_size)
         check_lanes(self.lanes)  # checked whatever the mode (only streaming deals lanes)
         check_build_options(self.out, self.on_error, self.prefetch_bytes, self.readahead_bytes)
+        check_buckets(self.bucket_by, self.buckets)
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(LoaderOptions)}
@@ -252,6 +265,8 @@ class LoaderKeywords(SamplerKeywords, total=False):
     readahead_bytes: int
     pin_memory: bool
     on_error: OnError
+    bucket_by: str | None
+    buckets: Buckets | None
     storage_options: Mapping[str, Any] | None
     cache: BlockCache | Literal["default"] | None
 
@@ -290,6 +305,16 @@ def make_sampler(source: ResolvedSource, options: LoaderOptions) -> Sampler:
         "shuffle": o.shuffle, "seed": o.seed, "drop_last": o.drop_last, "rank": o.rank,
         "world_size": o.world_size,
     }  # fmt: skip
+    plan = None
+    if o.bucket_by is not None:
+        if source.mixture is not None:
+            raise ValueError("bucket_by= does not apply to mix(): mixtures draw items")
+        if o.batch_size is None:
+            raise ValueError("bucket_by= groups batches: it needs a batch_size")
+        assert o.buckets is not None  # LoaderOptions checked it
+        plan = make_plan(source.datasets, o.bucket_by, o.buckets, o.batch_size)
+        common["buckets"] = plan
+        common["shuffle_buffer"] = o.shuffle_buffer
     if source.mixture is not None:
         if o.streaming:
             raise ValueError("streaming=True does not apply to mix(): mixtures draw items")
@@ -313,6 +338,6 @@ def make_sampler(source: ResolvedSource, options: LoaderOptions) -> Sampler:
         )
         return Sampler(
             source.num_items, mode="shard_block", shard_runs=runs,
-            shuffle_buffer=o.shuffle_buffer, lanes=o.lanes, **common,
+            lanes=o.lanes, **{"shuffle_buffer": o.shuffle_buffer, **common},
         )  # fmt: skip
     return Sampler(source.num_items, mode="permutation", **common)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from ferroload_loader._buckets import BucketOrder, BucketPlan
 from ferroload_loader._dist import resolve_rank
 from ferroload_loader._order import (
     DEFAULT_SHUFFLE_BUFFER,
@@ -116,6 +117,12 @@ class Sampler:
             shard of a window. A state restored by `load_state_dict` brings its own.
         mixture_sizes: items in each source of a mixture (`mixture` mode).
         mixture_weights: the sources' probabilities (`mixture` mode).
+        buckets: size-bucketed batches (`BucketPlan`, from `bucket_by=`): the order is
+            regrouped (`BucketOrder`) so that each run of `batch_size × world_size`
+            positions holds items of one bucket, in spans of `shuffle_buffer` items of
+            the usual order; a state resumes only with the same grouping. With
+            `drop_last`, the items that fill no whole group of their bucket are left out
+            of the epoch (`epoch_items`), so every batch is full and of one bucket.
         drop_last: drop the tail that does not fill every rank equally (else pad it by
             wrapping around).
         rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
@@ -145,6 +152,7 @@ class Sampler:
         lanes: int | None = None,
         mixture_sizes: list[int] | None = None,
         mixture_weights: npt.NDArray[np.float64] | None = None,
+        buckets: BucketPlan | None = None,
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
@@ -162,11 +170,15 @@ class Sampler:
                 "shard_block mode needs shard_runs (Dataset.shard_runs()) or shard_of with "
                 "one shard per item"
             )
-        if mode == "shard_block" and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
+        if (mode == "shard_block" or buckets is not None) and (
+            not isinstance(shuffle_buffer, int) or shuffle_buffer < 1
+        ):
             raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer!r}")
         check_lanes(lanes)
         if mode == "mixture" and (mixture_sizes is None or mixture_weights is None):
             raise ValueError("mixture mode needs mixture_sizes and mixture_weights")
+        if buckets is not None and (mode == "mixture" or len(buckets.ids) != num_items):
+            raise ValueError("bucketed batches need one bucket per item, and no mixture")
         self.num_items = num_items
         self.shuffle = shuffle
         self.seed = seed
@@ -178,6 +190,7 @@ class Sampler:
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._lanes_given = lanes is not None
         self.lanes = lanes if lanes is not None else self.world_size
+        self.buckets = buckets
         self.epoch = 0
         self.consumed = 0
         # load_state_dict since the last pass began: the next pass starts where it says
@@ -209,8 +222,34 @@ class Sampler:
             order = MixtureOrder(sizes, weights, n, seed, epoch, self.shuffle)
         else:
             order = SequentialOrder(n)
+        if self.buckets is not None:
+            order = BucketOrder(
+                order, self.buckets.ids, self.bucket_group, self.shuffle_buffer, seed, epoch,
+                shuffle=self.shuffle, length=self.epoch_items,
+            )  # fmt: skip
         self._cache = ((epoch, self.seed), order)
         return order
+
+    @property
+    def bucket_group(self) -> int:
+        """Items of one bucket in a row of the bucketed order: a batch on every rank
+        (`batch_size × world_size`); 0 without buckets."""
+        return 0 if self.buckets is None else self.buckets.batch_size * self.world_size
+
+    @property
+    def epoch_items(self) -> int:
+        """Items of the epoch's global order: `num_items`, less, with bucketed batches
+        and `drop_last`, each bucket's items that fill no whole group."""
+        if self.buckets is None or not self.drop_last:
+            return self.num_items
+        g = self.bucket_group
+        counts = np.bincount(self.buckets.ids, minlength=self.buckets.count)
+        return self.num_items - int((counts % g).sum())
+
+    def _bucket_state(self) -> dict[str, Any] | None:
+        if self.buckets is None:
+            return None
+        return self.buckets.describe(self.bucket_group, self.shuffle_buffer)
 
     def global_order(self, epoch: int | None = None) -> Order:
         """Every item id of `epoch` (default: the current one), in order, for all ranks
@@ -221,7 +260,7 @@ class Sampler:
         """This rank's items for the rest of the epoch (from the current position),
         computed on demand."""
         return RankItems(
-            self.order(), min(self.consumed, self.num_items), self.rank, self.world_size,
+            self.order(), min(self.consumed, self.epoch_items), self.rank, self.world_size,
             self.drop_last,
         )  # fmt: skip
 
@@ -258,12 +297,13 @@ class Sampler:
 
     def __len__(self) -> int:
         """Items of a whole epoch on this rank (torch's convention); see `remaining()`."""
-        n, w = self.num_items, self.world_size
+        n, w = self.epoch_items, self.world_size
         return n // w if self.drop_last else -(-n // w)
 
     def remaining(self) -> int:
         """Items this rank still has in the current epoch."""
-        rest, w = self.num_items - min(self.consumed, self.num_items), self.world_size
+        n, w = self.epoch_items, self.world_size
+        rest = n - min(self.consumed, n)
         return rest // w if self.drop_last else -(-rest // w)
 
     # ------------------------------------------------------------------ progress
@@ -304,7 +344,7 @@ class Sampler:
 
     def advance(self, items_per_rank: int) -> None:
         """Record that every rank used `items_per_rank` more items of its share."""
-        self.consumed = min(self.num_items, self.consumed + items_per_rank * self.world_size)
+        self.consumed = min(self.epoch_items, self.consumed + items_per_rank * self.world_size)
 
     def _move(self, epoch: int, consumed: int) -> None:
         """Every change of epoch goes through here (subclasses hear of it)."""
@@ -326,6 +366,7 @@ class Sampler:
             "num_items": self.num_items,
             "mode": self.mode,
             **({"lanes": self.lanes} if self.mode == "shard_block" else {}),
+            **({"buckets": self._bucket_state()} if self.buckets is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -354,6 +395,7 @@ class Sampler:
                 f"this state is for {state['num_items']} items in {state['mode']!r} order; "
                 f"this sampler has {self.num_items} items in {self.mode!r} order"
             )
+        self._check_buckets(state.get("buckets"))
         if self.mode == "shard_block":
             lanes = state.get("lanes", 1)
             if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
@@ -368,6 +410,31 @@ class Sampler:
         self._cache = None
         self._move(int(state["epoch"]), int(state["consumed"]))
         self._resume, self._finished = True, False
+
+    def _check_buckets(self, saved: Any) -> None:
+        """Refuse a state whose bucketing differs from this sampler's (its positions
+        count items of another order)."""
+        mine = self._bucket_state()
+        if saved == mine:
+            return
+        if mine is None or saved is None:
+            raise ValueError(
+                "this state is of a "
+                + ("bucketed" if saved is not None else "plain")
+                + " order (bucket_by=); this sampler's is "
+                + ("bucketed" if mine is not None else "plain")
+                + ": resume with the bucket_by= and buckets= of the run that saved it"
+            )
+        if saved.get("group") != mine["group"]:
+            raise ValueError(
+                f"this state's bucketed order groups {saved.get('group')} items a batch "
+                f"(batch_size x world_size); this sampler groups {mine['group']}: resume "
+                "bucketed batches with the same batch size on as many ranks"
+            )
+        raise ValueError(
+            f"this state's bucketing ({saved}) differs from this sampler's ({mine}): resume "
+            "with the bucket_by=, buckets= and shuffle_buffer= of the run that saved it"
+        )
 
     def __repr__(self) -> str:
         return (

@@ -51,6 +51,10 @@ _MAP_REFUSED = {
     "batch_size": "it yields single samples: DataLoader(batch_size=...) batches them",
     "transform": "a per-batch transform belongs in DataLoader's collate_fn here (or use "
     "FerroIterableDataset(transform=...))",
+    "bucket_by": "it yields single samples, which DataLoader batches: bucketed batches come "
+    "from FerroIterableDataset(bucket_by=...) or make_loader(bucket_by=...)",
+    "buckets": "it yields single samples, which DataLoader batches: bucketed batches come "
+    "from FerroIterableDataset(buckets=...) or make_loader(buckets=...)",
 }
 
 
