@@ -19,7 +19,13 @@ import numpy.typing as npt
 
 from ferroload_codec import DecodeError
 from ferroload_loader._augment import BatchTransform
-from ferroload_loader._batch import IndexWindow, finish_batch, prepare_batch, window_options
+from ferroload_loader._batch import (
+    IndexWindow,
+    finish_batch,
+    payload_bytes,
+    prepare_batch,
+    window_options,
+)
 from ferroload_loader._fields import BatchState, Field, OnError, build_fields
 from ferroload_loader._options import (
     DEFAULT_PREFETCH_BYTES,
@@ -41,25 +47,84 @@ from ferroload_loader._source import ResolvedSource, resolve_source
 
 @dataclass
 class LoaderStats:
-    """Counters of a loader since it was created.
+    """Counters of a loader since it was created, and where its time went.
+
+    Always on: a few clock readings per batch, none per sample. The stages of a batch
+    are timed where they run: `prepare_seconds` (ids, metadata, payload locations and
+    views: the index window, range planning, reads), `decode_seconds` (decoding into the
+    batch arrays, on the decode pool; the prepare of the next batch, which runs in the
+    meanwhile on the same thread, is not counted twice) and `collate_seconds` (leaving
+    failed items out, finishing columns, the torch conversion and a `transform`) on the
+    prefetch thread; `wait_seconds` on the consumer's (waiting for the next batch) and
+    `blocked_seconds` on the prefetch thread's (a built batch waiting for room within
+    `prefetch_bytes`, or for the consumer to take the first batch). `build_seconds` is
+    decode and collate together (the prefetch thread's busy time is `build_seconds +
+    prepare_seconds`).
 
     Attributes:
         batches: batches delivered.
         samples: samples delivered.
         skipped: samples left out by `on_error="skip"`/`"warn"`.
         skipped_ids: their sample ids (the most recent 1000).
-        build_seconds: time spent building batches (reading and decoding).
+        bytes_read: encoded payload bytes of the batches prepared (decoded modalities).
+        prepared: batches prepared (read ahead: may run ahead of `batches`).
+        prepare_seconds: time reading batches' index entries and payloads.
+        decode_seconds: time decoding batches (the decode pool's wall time).
+        collate_seconds: time finishing batches after decoding (failed items left out,
+            torch conversion, the transform).
+        build_seconds: `decode_seconds + collate_seconds`.
         wait_seconds: time the consumer waited for a batch (0 when the loader keeps up).
+        blocked_seconds: time the prefetch thread waited with a built batch (the
+            consumer is slower: the loader keeps up).
+        first_batch_seconds: from the latest pass's first `next()` to its first batch.
         peak_prefetch_bytes: the most bytes of built batches held at once.
+
+    Examples:
+        >>> from ferroload_format import Writer
+        >>> with Writer("memory://docs/stats-example", "demo") as w:
+        ...     for i in range(10):
+        ...         w.add(f"s{i}", None, {"label": i})
+        >>> dl = make_loader("memory://docs/stats-example", batch_size=4, meta=["label"],
+        ...                  out="numpy")
+        >>> _ = list(dl)
+        >>> st = dl.stats
+        >>> st.batches, st.samples, st.prepared
+        (3, 10, 3)
+        >>> st.build_seconds == st.decode_seconds + st.collate_seconds
+        True
     """
 
     batches: int = 0
     samples: int = 0
     skipped: int = 0
     skipped_ids: deque[str] = field(default_factory=lambda: deque(maxlen=1000))
-    build_seconds: float = 0.0
+    bytes_read: int = 0
+    prepared: int = 0
+    prepare_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    collate_seconds: float = 0.0
     wait_seconds: float = 0.0
+    blocked_seconds: float = 0.0
+    first_batch_seconds: float = 0.0
     peak_prefetch_bytes: int = 0
+
+    @property
+    def build_seconds(self) -> float:
+        """Decoding and collating: `decode_seconds + collate_seconds`."""
+        return self.decode_seconds + self.collate_seconds
+
+    def per_batch(self) -> dict[str, float]:
+        """Each stage's seconds per batch delivered (0 before the first batch): prepare,
+        decode, collate, wait and blocked."""
+        n = self.batches
+        stages = {
+            "prepare": self.prepare_seconds,
+            "decode": self.decode_seconds,
+            "collate": self.collate_seconds,
+            "wait": self.wait_seconds,
+            "blocked": self.blocked_seconds,
+        }
+        return {k: (v / n if n else 0.0) for k, v in stages.items()}
 
 
 class FerroLoader:
@@ -180,6 +245,7 @@ class FerroLoader:
         The pass starts at the first `next()`, not at `iter()`: Lightning creates a
         resumed run's iterator before it calls `set_epoch`.
         """
+        t_pass = time.perf_counter()
         self._begin_pass()
         count, batch_of = self._rank_batches()
         self.close()
@@ -194,17 +260,23 @@ class FerroLoader:
             self, count, batch_of, self.sampler.seed, self.sampler.epoch, readahead, window
         )
         self._worker = worker
+        stats = self.stats
+        first = True
         try:
             for _ in range(count):
                 t0 = time.perf_counter()
                 batch, errors, n_items = worker.take()
-                self.stats.wait_seconds += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                stats.wait_seconds += t1 - t0
+                if first:
+                    stats.first_batch_seconds = t1 - t_pass
+                    first = False
                 self.sampler.advance(n_items)
-                self.stats.batches += 1
-                self.stats.samples += len(batch["sample_id"])
+                stats.batches += 1
+                stats.samples += len(batch["sample_id"])
                 if errors:
-                    self.stats.skipped += len(errors)
-                    self.stats.skipped_ids.extend(e.sample_id for e in errors if e.sample_id)
+                    stats.skipped += len(errors)
+                    stats.skipped_ids.extend(e.sample_id for e in errors if e.sample_id)
                 yield batch
             self.sampler.end_pass()
         finally:
@@ -248,22 +320,53 @@ class FerroLoader:
         window: IndexWindow | None = None,
         index: int | None = None,
     ) -> BatchState:
-        return prepare_batch(
-            self.source, self.fields, items, seed=seed, epoch=epoch, window=window, index=index
-        )
+        t0 = time.perf_counter()
+        try:
+            state = prepare_batch(
+                self.source, self.fields, items, seed=seed, epoch=epoch, window=window,
+                index=index,
+            )  # fmt: skip
+        finally:
+            self.stats.prepare_seconds += time.perf_counter() - t0
+        self.stats.prepared += 1
+        self.stats.bytes_read += payload_bytes(state.shares)
+        return state
 
     def _finish(
         self, state: BatchState, meanwhile: Callable[[], None] | None = None
     ) -> tuple[dict[str, Any], list[DecodeError]]:
+        # the meanwhile (the next batch's prepare) runs inside the decoding: its time is
+        # the prepare's, not the decode's
+        inner: list[float] = [0.0]
+        timed: Callable[[], None] | None = None
+        if meanwhile is not None:
+            work = meanwhile
+
+            def timed_work() -> None:
+                t = time.perf_counter()
+                try:
+                    work()
+                finally:
+                    inner[0] += time.perf_counter() - t
+
+            timed = timed_work
+
+        stats = self.stats
+        clock: list[float] = []
         t0 = time.perf_counter()
-        batch, errors = finish_batch(
-            state, self.fields, on_error=self.on_error, meanwhile=meanwhile
-        )
-        if self.out == "torch":
-            batch = to_torch(batch, pin=self.pin_memory)
-        if self.transform is not None:
-            batch = self.transform(batch, state.seeds)
-        self.stats.build_seconds += time.perf_counter() - t0
+        try:
+            batch, errors = finish_batch(
+                state, self.fields, on_error=self.on_error, meanwhile=timed, clock=clock
+            )
+            if self.out == "torch":
+                batch = to_torch(batch, pin=self.pin_memory)
+            if self.transform is not None:
+                batch = self.transform(batch, state.seeds)
+        finally:
+            t2 = time.perf_counter()
+            t1 = clock[0] if clock else t2
+            stats.decode_seconds += max(0.0, t1 - t0 - inner[0])
+            stats.collate_seconds += t2 - t1
         return batch, errors
 
     def estimate_bytes(self, items: int | npt.NDArray[np.int64]) -> int:

@@ -7,6 +7,7 @@ reads and decodes the batches of one pass on its thread, within a byte budget.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ from ferroload_loader._sampler import RankItems
 
 class _PeakStats(Protocol):
     peak_prefetch_bytes: int
+    blocked_seconds: float
 
 
 class BatchBuilder(Protocol):
@@ -160,8 +162,11 @@ class Prefetcher:
             n_items = len(items) if items is not None else 0
             cost = self._loader.estimate_bytes(n_items)
             with self._cond:
-                while not self._stopped and self._queue and self._bytes + cost > budget:
-                    self._cond.wait()
+                if not self._stopped and self._queue and self._bytes + cost > budget:
+                    t0 = time.perf_counter()
+                    while not self._stopped and self._queue and self._bytes + cost > budget:
+                        self._cond.wait()
+                    self._loader.stats.blocked_seconds += time.perf_counter() - t0
                 if self._stopped:
                     return
             upcoming: list[Any] = []
@@ -212,7 +217,9 @@ class Prefetcher:
         taken, at most `FIRST_HANDOVER_S`."""
         with self._cond:
             if self._queue and not self._stopped:
+                t0 = time.perf_counter()
                 self._cond.wait(self.FIRST_HANDOVER_S)
+                self._loader.stats.blocked_seconds += time.perf_counter() - t0
 
     def take(self) -> tuple[dict[str, Any], list[DecodeError], int]:
         """The next batch, its decode errors and the number of items it was built from."""

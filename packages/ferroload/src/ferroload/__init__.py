@@ -92,6 +92,7 @@ from ferroload_format import (
 from ferroload_loader import (
     FerroLoader,
     LoaderOptions,
+    LoaderStats,
     Mixture,
     RandomResizedCrop,
     Sampler,
@@ -170,6 +171,7 @@ __all__ = [
     "LayerInfo",
     "LayerWriter",
     "LoaderOptions",
+    "LoaderStats",
     "LocalExecutor",
     "ManifestError",
     "MapError",
