@@ -8,10 +8,12 @@ Every optional library is imported on first use, never at `import ferroload_code
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib
 import logging
 import os
+import sys
 import threading
 import warnings
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
@@ -69,31 +71,72 @@ def webp_fallback() -> Any:
     return mod if mod is not None and getattr(mod, "WEBP", None) and mod.WEBP.available else None
 
 
+#: The soname of libjpeg-turbo's TurboJPEG library on Linux.
+TURBOJPEG_SONAME = "libturbojpeg.so.0"
+# JPEG backends are looked up once, by one thread: the decode threads of a loader ask for
+# them together on the first JPEG, and PyTurboJPEG's search runs `ldconfig` (20-40 ms)
+_jpeg_lock = threading.Lock()
+
+
+def _turbojpeg_path(mod: ModuleType) -> str:
+    """The TurboJPEG library to load: on Linux the soname, when the dynamic loader finds
+    it (what `ctypes.util.find_library` would answer, from `ldconfig -p`, without running
+    `ldconfig`); else where PyTurboJPEG's own search finds it (raises when it cannot)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(TURBOJPEG_SONAME)
+        except OSError:
+            pass
+        else:
+            return TURBOJPEG_SONAME
+    finder = mod.TurboJPEG()  # raises when libturbojpeg cannot be loaded
+    return str(finder._TurboJPEG__find_turbojpeg())
+
+
 @functools.cache
-def turbojpeg() -> Turbo | None:
-    """libjpeg-turbo, as PyTurboJPEG finds it (None when the library is missing)."""
+def _turbojpeg() -> Turbo | None:
     mod = _optional("turbojpeg", "turbojpeg")
     if mod is None:
         return None
     try:
-        finder = mod.TurboJPEG()  # raises when libturbojpeg cannot be loaded
-        return Turbo(finder._TurboJPEG__find_turbojpeg())
+        return Turbo(_turbojpeg_path(mod))
     except (OSError, RuntimeError, AttributeError) as exc:
         logger.info("libturbojpeg not usable: %s", exc)
         return None
 
 
+def turbojpeg() -> Turbo | None:
+    """libjpeg-turbo where PyTurboJPEG is installed and the library is found (None
+    otherwise); looked up once."""
+    with _jpeg_lock:
+        return _turbojpeg()
+
+
 @functools.cache
-def simplejpeg() -> SimpleJpeg | None:
-    """The libjpeg-turbo bundled in simplejpeg's wheel (None when it is not installed)."""
+def _simplejpeg() -> SimpleJpeg | None:
     mod = _optional("simplejpeg", "simplejpeg")
     return SimpleJpeg(mod) if mod is not None else None
 
 
+def simplejpeg() -> SimpleJpeg | None:
+    """The libjpeg-turbo bundled in simplejpeg's wheel (None when it is not installed)."""
+    with _jpeg_lock:
+        return _simplejpeg()
+
+
+_jpeg_cache: list[JpegLib | None] = []
+
+
 def jpeg() -> JpegLib | None:
     """The JPEG fast path: the system's libjpeg-turbo (through PyTurboJPEG) where it is
-    installed, else the one simplejpeg bundles, else None (Pillow decodes)."""
-    return turbojpeg() or simplejpeg()
+    installed, else the one simplejpeg bundles, else None (Pillow decodes). Looked up
+    once, by the first caller (others wait for it)."""
+    if _jpeg_cache:
+        return _jpeg_cache[0]
+    with _jpeg_lock:
+        if not _jpeg_cache:
+            _jpeg_cache.append(_turbojpeg() or _simplejpeg())
+    return _jpeg_cache[0]
 
 
 @functools.cache
