@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ferroload_codec import _audio
 from ferroload_codec._audio import AudioDecoder, Crop, DecodedAudioBatch, decode_audio
 from ferroload_codec._errors import DecodeError, UnsupportedFormatError
+from ferroload_codec._sndfile import ByteReader
 from ferroload_core import FerroloadError
 
 sf = pytest.importorskip("soundfile")
@@ -287,27 +288,27 @@ def test_resampled_short_clip_is_padded_and_int16() -> None:
 # --------------------------------------------------------------------------- partial reads
 
 
-class CountingBytesIO(io.BytesIO):
-    """A BytesIO that counts the bytes libsndfile pulls through it."""
+class CountingReader(ByteReader):
+    """The decoder's reader, counting the bytes libsndfile pulls through it."""
 
     total = 0
 
-    def readinto(self, buffer: Any) -> int:
-        n = super().readinto(buffer)
-        CountingBytesIO.total += n
+    def readinto(self, out: Any) -> int:
+        n = super().readinto(out)
+        CountingReader.total += n
         return n
 
     def read(self, size: int | None = -1) -> bytes:
         data = super().read(size)
-        CountingBytesIO.total += len(data)
+        CountingReader.total += len(data)
         return data
 
 
-def bytes_read(monkeypatch: pytest.MonkeyPatch, data: bytes, **options: Any) -> int:
-    monkeypatch.setattr(_audio, "BytesIO", CountingBytesIO)
-    CountingBytesIO.total = 0
+def bytes_read(monkeypatch: pytest.MonkeyPatch, data: Any, **options: Any) -> int:
+    monkeypatch.setattr(_audio, "ByteReader", CountingReader)
+    CountingReader.total = 0
     decode_audio(data, **options)
-    return CountingBytesIO.total
+    return CountingReader.total
 
 
 @pytest.mark.parametrize(
@@ -331,6 +332,35 @@ def test_a_crop_reads_only_part_of_a_long_file(
     if fmt != "OGG":
         resampled = bytes_read(monkeypatch, data, length=16000, sample_rate=16000, seed=9)
         assert resampled < limit * len(data)
+    # a memoryview (what the loader hands over: a view of a mapped shard) is not copied
+    # whole either: the crop reads as little through a view as from bytes
+    assert bytes_read(monkeypatch, memoryview(data), length=rate, crop=crop, seed=5) == part
+
+
+def test_byte_reader_seeks_and_reads_like_bytesio() -> None:
+    data = bytes(range(256)) * 4
+    ours, ref = ByteReader(memoryview(data)), io.BytesIO(data)
+    assert ours.seekable()
+    steps: list[tuple[str, int, int]] = [
+        ("read", 10, 0), ("seek", 5, 1), ("into", 7, 0), ("seek", -3, 2), ("read", 10, 0),
+        ("seek", 5000, 0), ("read", 4, 0), ("into", 4, 0), ("seek", -9000, 1), ("read", -1, 0),
+        ("seek", -2000, 2), ("into", 2000, 0), ("seek", 100, 0), ("read", 0, 0),
+    ]  # fmt: skip
+    for op, arg, whence in steps:
+        if op == "seek":
+            assert ours.seek(arg, whence) == ref.seek(arg, whence)
+        elif op == "read":
+            assert ours.read(arg) == ref.read(arg)
+        else:
+            a, b = bytearray(arg), bytearray(arg)
+            assert ours.readinto(a) == ref.readinto(b)
+            assert a == b
+        assert ours.tell() == ref.tell()
+    for bad, message in (((-1, 0), "negative seek value -1"), ((0, 3), "invalid whence")):
+        with pytest.raises(ValueError, match=message):
+            ours.seek(*bad)
+        with pytest.raises(ValueError, match=message):
+            ref.seek(*bad)
 
 
 # --------------------------------------------------------------------------- batches

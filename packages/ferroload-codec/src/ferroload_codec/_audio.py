@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from io import BytesIO
 from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numpy as np
@@ -24,6 +23,7 @@ from ferroload_codec._sndfile import (
     SF_ERR_NO_STREAM,
     SF_ERR_UNRECOGNISED_FORMAT,
     SNDFILE_FORMATS,
+    ByteReader,
     Frames,
     load_soundfile,
     read_frames,
@@ -181,7 +181,7 @@ class AudioDecoder:
         sf = load_soundfile()
         hint = sniff_audio(buf)
         try:
-            f = sf.SoundFile(BytesIO(buf))
+            f = sf.SoundFile(ByteReader(buf))  # no copy of the whole clip
         except MemoryError:
             raise
         except Exception as exc:  # LibsndfileError mostly; any kind on bad headers
