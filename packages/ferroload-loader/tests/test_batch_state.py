@@ -8,7 +8,7 @@ import numpy as np
 
 from ferroload_loader import make_loader, mix
 from ferroload_loader._batch import finish_batch, prepare_batch
-from ferroload_loader._fields import BatchState, item_seeds
+from ferroload_loader._fields import BatchState, item_seeds, read_index, whole_share
 
 from .conftest import MakeDataset, decoded_index
 
@@ -52,3 +52,25 @@ def test_item_seeds_are_computed_when_read_and_equal_item_seeds() -> None:
     assert state.seeds == item_seeds(3, 4, items)
     assert state.seeds is state.seeds  # computed once
     assert all(type(s) is int for s in state.seeds)
+
+
+def test_whole_share_is_one_share_of_every_slot_in_order(make_dataset: MakeDataset) -> None:
+    """`whole_share` reads a share's first and last slot only: every way a loader makes
+    shares (one dataset, a mixture, a window's slices) gives distinct, increasing slots."""
+    a, b = make_dataset(20), make_dataset(20)
+    one = make_loader(a, batch_size=8, meta=["label"], out="numpy")
+    items = np.array([5, 1, 19, 0], dtype=np.int64)
+    shares = read_index(one.source, one.fields, items)
+    assert whole_share(shares, 4)
+    assert not whole_share(shares, 5)
+    assert whole_share(read_index(one.source, one.fields, items[:0]), 0)
+    both = make_loader(mix([a, b], [1, 1]), batch_size=8, meta=["label"], out="numpy")
+    split = read_index(both.source, both.fields, np.array([3, 25, 4, 30], dtype=np.int64))
+    assert len(split) == 2 and not whole_share(split, 4)
+    for s in split:
+        assert np.all(np.diff(s.slots) > 0)
+        assert not whole_share([s], len(s.slots))  # slots [0, 2] and [1, 3]
+    # a window's slice of a share: its slots counted from the batch's first
+    part = shares[0].slice(1, 3, 1)
+    assert part.slots.tolist() == [0, 1] and whole_share([part], 2)
+    assert not whole_share([shares[0].slice(1, 3, 0)], 2)  # slots [1, 2]

@@ -142,7 +142,9 @@ class IndexWindow:
                     self._read(i, stop, gen)
                 finally:
                     self._cond.acquire()
-        if got is None or not np.array_equal(got[0], items):
+        # the window holds the very arrays `batch_of` handed out (a `BatchItems` keeps
+        # them until prepared): identity first, the comparison only for other arrays
+        if got is None or (got[0] is not items and not np.array_equal(got[0], items)):
             return None
         return got[1]
 

@@ -41,7 +41,7 @@ class Share:
 
     Attributes:
         d: the dataset (an index into `ResolvedSource.datasets`).
-        slots: the items' places in the batch.
+        slots: the items' places in the batch (distinct and increasing).
         pos: their positions in the dataset.
         columns: `sample_id` and the metadata columns the batch reads, at `pos`.
         locations: the payload locations of each modality the batch decodes, at `pos`.
@@ -96,7 +96,9 @@ def whole_share(shares: Sequence[Share], n: int) -> bool:
     if len(shares) != 1:
         return False
     slots = shares[0].slots
-    return len(slots) == n and (n == 0 or bool(np.array_equal(slots, np.arange(n))))
+    # a share's slots are distinct and increasing (`Share`): n of them from 0 to n - 1
+    # are 0..n-1 (two element reads, not an array comparison: this runs twice a batch)
+    return len(slots) == n and (n == 0 or (int(slots[0]) == 0 and int(slots[-1]) == n - 1))
 
 
 _MASK64 = (1 << 64) - 1
