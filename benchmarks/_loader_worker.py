@@ -1,4 +1,4 @@
-"""The per-system worker processes of `bench_loader.py`: each builds one system's loader (ferroload, the codec alone, WebDataset, HF `datasets`) and runs its epochs on command.
+"""The per-system worker processes of `bench_loader.py`: each builds one system's loader (ferroload in-process or in DataLoader workers, the codec alone, WebDataset, HF `datasets`) and runs its epochs on command.
 
 `bench_loader.py --worker '<json spec>'` runs `worker(spec)`. Heavy imports (torch,
 ferroload, webdataset, datasets, PIL) stay inside the builders, so that each process loads
@@ -113,6 +113,30 @@ def _build_ferroload(spec: dict[str, Any]) -> _Epoch:
     return _Epoch(run, dl.close, dl)
 
 
+def _build_ferroload_workers(spec: dict[str, Any]) -> _Epoch:
+    from torch.utils.data import DataLoader
+
+    from ferroload_loader.torch import FerroIterableDataset
+
+    _INFO["api"] = "ferroload_loader.torch.FerroIterableDataset"
+    size, workers = spec["out"], spec["workers"]
+    ds = FerroIterableDataset(
+        spec["path"],
+        batch_size=spec["batch"],
+        images=["image"],
+        meta=["label"],
+        resize=(size, size),
+        seed=0,
+    )
+    dl = DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=True)
+
+    def run(epoch: int, check: bool) -> dict[str, Any]:
+        ds.set_epoch(epoch)
+        return _consume(dl, lambda b: (b["image"], b["label"]), check)
+
+    return _Epoch(run, lambda: shutdown(dl), ds)
+
+
 def _build_codec(spec: dict[str, Any]) -> _Epoch:
     from ferroload_codec import ImageDecoder
 
@@ -185,6 +209,7 @@ def _build_hf(spec: dict[str, Any]) -> _Epoch:
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], _Epoch]] = {
     "ferroload": _build_ferroload,
+    "ferroload_workers": _build_ferroload_workers,
     "codec": _build_codec,
     "wds": _build_wds,
     "hf": _build_hf,

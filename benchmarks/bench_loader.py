@@ -8,9 +8,10 @@ as a Hugging Face `save_to_disk` folder. Each system (and each of its configurat
 runs in its own fresh process: ferroload's `make_loader` (one process, its decode threads);
 WebDataset's pipeline through `wds.WebLoader` (a torch DataLoader) with 0 and 2 worker
 processes; `load_from_disk` + `set_transform` through a torch DataLoader with 0 and 2
-workers; and the codec alone (`ImageDecoder.decode_batch` over the bytes in memory), the
-ceiling of the loader. Every process runs a warm-up epoch (which also checks what it
-delivers), then the processes take turns, one full epoch each per round, best of N.
+workers; the codec alone (`ImageDecoder.decode_batch` over the bytes in memory), the
+ceiling of the loader; and ferroload's `FerroIterableDataset` in a torch DataLoader with 2
+persistent workers (`ferroload_w2`). Every process runs a warm-up epoch (which also checks
+what it delivers), then the processes take turns, one full epoch each per round, best of N.
 Peak memory comes from the process itself (`ru_maxrss`, its workers' too) and from the
 whole process tree (PSS, sampled). A last test stalls the consumer to measure what
 `prefetch_bytes` (64 MiB vs the default 512 MiB) holds at most.
@@ -68,6 +69,9 @@ GOAL_JPEG = 1.3  # the same, JPEG set, at least
 GOAL_CODEC = 0.85  # loader samples/s over the codec's own all-core images/s (JPEG), at least
 GOAL_PREFETCH_OVERHEAD = 64 * MiB  # peak RSS growth above prefetch_bytes, stalled consumer
 PREFETCH_BUDGETS = (64 * MiB, 512 * MiB)  # the test's small budget and the default
+GOAL_WORKERS_PEER = 1.5  # tiny: ferroload_w2 samples/s over the best 2-worker peer's, at least
+GOAL_WORKERS_MEMORY = 1.3  # ferroload_w2's tree peak PSS over in-process ferroload's, at most
+WORKERS = 2  # DataLoader workers of ferroload's worker-mode configuration
 JPEG_MEAN_TOLERANCE = 1.0  # |mean pixel - ferroload's| across systems (different resizers)
 
 
@@ -133,6 +137,15 @@ def _configs(
             {**fl, "prefetch_bytes": PREFETCH_BUDGETS[1]},
         ),
     ]
+    configs.append(
+        Config(
+            f"ferroload_w{WORKERS}",
+            f"ferroload FerroIterableDataset + DataLoader num_workers={WORKERS} (persistent)",
+            "workers",
+            {**fl, "system": "ferroload_workers", "workers": WORKERS},
+            WORKERS,
+        )
+    )
     if s.key == "jpeg":
         configs.append(
             Config(
@@ -398,6 +411,43 @@ def bench_set(
 # --------------------------------------------------------------------------- goals
 
 
+def _worker_goals(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """ferroload in DataLoader workers: against the best peer with as many workers (tiny),
+    and the process tree's peak memory against the in-process loader's (each set).
+
+    Memory is PSS, summed over the tree: a page shared by the main process and its forked
+    workers (torch's libraries and their relocated data, ~300 MiB, inherited at the fork)
+    counts once, split between them. Summed RSS would count it in every process, so any
+    DataLoader with 2 workers shows ~2x its main process there, peers included; it is
+    in the value for reference."""
+    goals = []
+    key = f"ferroload_w{WORKERS}"
+    st = res["sets"]["tiny"]
+    mine = st["configs"].get(key, {}).get("samples_per_s")
+    peers = {
+        k: r["samples_per_s"]
+        for k, r in st["configs"].items()
+        if r["kind"] == "peer" and r["workers"] == WORKERS and r.get("samples_per_s")
+    }
+    best = max(peers, key=lambda k: peers[k]) if peers else "none"
+    r = mine / peers[best] if mine and peers else None
+    name = f"tiny: {key} samples/s >= {GOAL_WORKERS_PEER}x the best {WORKERS}-worker peer ({best})"
+    goals.append(
+        goal(name, "-" if r is None else f"{r:.2f}x", r is not None and r >= GOAL_WORKERS_PEER)
+    )
+    for set_key, st in res["sets"].items():
+        cfg = st["configs"]
+        w, fl = cfg.get(key, {}).get("tree_peak") or {}, cfg["ferroload"].get("tree_peak") or {}
+        name = f"{set_key}: {key} tree peak PSS <= {GOAL_WORKERS_MEMORY}x in-process ferroload"
+        if not w.get("pss") or not fl.get("pss"):
+            goals.append(goal(name, "-", False))
+            continue
+        ratio = w["pss"] / fl["pss"]
+        value = f"{ratio:.2f}x (summed RSS {w['rss'] / fl['rss']:.2f}x)"
+        goals.append(goal(name, value, ratio <= GOAL_WORKERS_MEMORY))
+    return goals
+
+
 def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
     goals = []
     against = res["meta"]["peer_pillow"]
@@ -407,6 +457,7 @@ def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
         best = st.get("best_peer", "none")
         name = f"{key}: ferroload samples/s >= {target}x the best peer config ({best}, {against})"
         goals.append(goal(name, "-" if r is None else f"{r:.2f}x", r is not None and r >= target))
+    goals += _worker_goals(res)
     st = res["sets"]["jpeg"]
     r = st.get("loader_over_codec")
     name = f"jpeg: loader samples/s >= {GOAL_CODEC}x the codec's own all-core images/s"
@@ -443,6 +494,9 @@ CONFIGS_META = {
     "shuffle=True, num_workers=n, persistent_workers=n>0)",
     "transform": "torch.from_numpy(np.array(img.convert('RGB').resize((S, S), BILINEAR)))",
     "codec": "ImageDecoder((S, S)).decode_batch(chunk of B encoded images)",
+    "ferroload_workers": "FerroIterableDataset(path, batch_size=B, images=['image'], "
+    "meta=['label'], resize=(S, S), seed=0); DataLoader(ds, batch_size=None, "
+    "num_workers=2, persistent_workers=True); ds.set_epoch(e) per epoch",
 }
 DESCS = {"tiny": "32x32 PNG", "jpeg": "256x256 JPEG q90"}
 
