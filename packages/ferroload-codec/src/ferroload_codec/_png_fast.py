@@ -43,18 +43,20 @@ def same_size_png(
     def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
         kind = type(item)  # exact types only: this runs once per image
         # 57 bytes: the signature, IHDR, and empty IDAT and IEND chunks
-        if (kind is not bytes and kind is not memoryview) or len(item) < 57:
+        size = len(item)
+        if (kind is not bytes and kind is not memoryview) or size < 57:
             return False
-        if item[:16] != _PNG_HEAD:
-            return False
-        if unpack(">IIBB", item, 16) != (tw, th, 8, color):
+        # struct reads the header fields straight from the buffer: slicing a memoryview
+        # (a loader's payloads are views of mapped shards) and comparing the slice costs
+        # more than the whole unpack
+        head, width, height, depth, ctype, length, chunk = unpack(">16sIIBB7xI4s", item)
+        if head != _PNG_HEAD or width != tw or height != th or depth != 8 or ctype != color:
             return False
         # IHDR, one IDAT, IEND (what most encoders write for a small image) has no
         # compressed text or ICC profile; anything else is walked, and one that has
         # such chunks takes the general path, which drops them
-        length, chunk = unpack(">I4s", item, 33)
         iend = 49 + length
-        simple = chunk == b"IDAT" and item[iend : iend + 4] == b"IEND"
+        simple = chunk == b"IDAT" and iend + 4 <= size and unpack(">4s", item, iend)[0] == b"IEND"
         if not simple and strip(item) is not item:
             return False
         try:
