@@ -137,7 +137,7 @@ def test_columns_are_checked_against_the_index(make_sized: MakeSized, tmp_path: 
     with Writer(str(tmp_path / "text"), "text") as w:
         for i in range(4):
             w.add(f"s{i}", None, {"tag": f"t{i}", "zero": 0})
-    with pytest.raises(ValueError, match="column 'tag' .* is not numeric"):
+    with pytest.raises(ValueError, match=r"column 'tag' .* is not numeric"):
         make_loader(str(tmp_path / "text"), batch_size=2, bucket_by="tag", buckets=2, out="numpy")
     with pytest.raises(ValueError, match=r"bucket_by '1/zero' is not a finite number for 4 items"):
         make_loader(
@@ -239,14 +239,14 @@ def test_resume_mid_epoch_gives_the_uninterrupted_tail(make_sized: MakeSized) ->
     resumed.load_state_dict(state)
     assert [b["sample_id"] for b in resumed] == whole[7:]
     # a state of another grouping (or none) is refused
-    with pytest.raises(ValueError, match="groups 4 items a batch .* this sampler groups 8"):
+    with pytest.raises(ValueError, match=r"groups 4 items a batch .* this sampler groups 8"):
         make_loader(uri, batch_size=8, shuffle_buffer=16, **OPTS).load_state_dict(state)
     two = make_loader(uri, batch_size=2, world_size=2, rank=0, shuffle_buffer=16, **OPTS)
     two.load_state_dict(state)  # 2 x 2 = 4 items a group: the same order goes on
     with pytest.raises(ValueError, match="state is of a bucketed order"):
         make_loader(uri, batch_size=4, meta=["width"], out="numpy", seed=3).load_state_dict(state)
     other = make_loader(uri, batch_size=4, shuffle_buffer=16, **{**OPTS, "buckets": 3})
-    with pytest.raises(ValueError, match="bucketing .* differs"):
+    with pytest.raises(ValueError, match=r"bucketing .* differs"):
         other.load_state_dict(state)
 
 
@@ -340,3 +340,28 @@ def test_shortest_edge_options_and_failures(tmp_path: Path) -> None:
     assert chw["image"].shape == (1, 3, 8, 16) and chw["image"].dtype == np.float32
     with pytest.raises(ValueError, match="shorter side to resize=, an int"):
         make_loader(root, batch_size=1, images=["image"], resize=(8, 8), crop="shortest_edge")
+
+
+def test_iterable_dataset_restored_at_a_bucketed_epochs_end_moves_on(
+    make_sized: MakeSized,
+) -> None:
+    """With `drop_last`, a bucketed epoch ends before `num_items` (each bucket's remainder
+    is left out): a state saved there starts the next epoch, as `make_loader`'s does."""
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from ferroload_loader.torch import FerroIterableDataset
+
+    uri = make_sized(50)
+    kw = {"batch_size": 4, "meta": ["width", "height"], "bucket_by": "width/height",
+          "buckets": 3, "drop_last": True}  # fmt: skip
+    ds = FerroIterableDataset(uri, **kw)
+    first = [b["sample_id"] for b in DataLoader(ds, batch_size=None)]
+    state = ds.state_dict()
+    assert state["sampler"]["consumed"] < 50
+    again = FerroIterableDataset(uri, **kw)
+    again.load_state_dict(state)
+    resumed = [b["sample_id"] for b in DataLoader(again, batch_size=None)]
+    dl = make_loader(uri, out="numpy", **kw)
+    assert [b["sample_id"] for b in dl] == first
+    assert resumed == [b["sample_id"] for b in dl] and len(resumed) == len(first) > 0
