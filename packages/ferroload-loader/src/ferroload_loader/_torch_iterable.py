@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import os
+import secrets
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Unpack
 
@@ -30,7 +32,14 @@ from ferroload_loader._loader import check_state, to_torch
 from ferroload_loader._options import LoaderKeywords, LoaderOptions, make_sampler, take_options
 from ferroload_loader._sampler import RankItems
 from ferroload_loader._torch_process import TORCH_REFUSED, PerProcess
-from ferroload_loader._torch_shared import MAX_WORKERS, Passes, check_seed
+from ferroload_loader._torch_shared import (
+    MAX_WORKERS,
+    Passes,
+    SharedRing,
+    check_seed,
+    forget_rings,
+    pack,
+)
 
 
 class FerroBatch(dict[str, Any]):
@@ -41,6 +50,19 @@ class FerroBatch(dict[str, Any]):
     """
 
     __module__ = "ferroload_loader.torch"
+
+    def __copy__(self) -> FerroBatch:
+        return FerroBatch(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FerroBatch:
+        return FerroBatch(copy.deepcopy(dict(self), memo))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # pickling only (copies have their own methods: `pack` counts what it sends):
+        # in a DataLoader worker, ring slots as their numbers, small tensors inline
+        if torch.utils.data.get_worker_info() is None:
+            return FerroBatch, (dict(self),)
+        return FerroBatch, ({k: pack(v) for k, v in self.items()},)
 
 
 def _refuse_collate(batch: Any, *, collate_fn_map: Any = None) -> Any:
@@ -139,6 +161,9 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         self.on_error: OnError = o.on_error
         self._sampler = make_sampler(resolved, o)
         self._passes = Passes(o.seed)
+        # names this dataset's batch rings; the main process forgets them with it
+        self._uid = secrets.token_hex(8)
+        weakref.finalize(self, forget_rings, self._uid + ":")
         # a position restored inside a DataLoader worker (torchdata restores every
         # worker's own): (seed, epoch, consumed, batches to skip, worker, workers)
         self._local: tuple[int, int, int, int, int, int] | None = None
@@ -313,6 +338,8 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         give (see `Sampler`)."""
         worker, workers = self._worker()
         source, fields = self._runtime()
+        if torch.utils.data.get_worker_info() is not None:
+            self._use_rings(fields, worker)
         seed, epoch, consumed, skip = self._plan(worker, workers, begin=True)
         count, view = self._order(seed, epoch, consumed)
         self._pass = [seed, epoch, consumed, skip]
@@ -337,6 +364,12 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
             self._pass[3] += 1
             yield FerroBatch(out)
         self._passes.record(worker, epoch, finished=True)
+
+    def _use_rings(self, fields: list[Any], worker: int) -> None:
+        """Decode this worker's batches into shared memory (`SharedRing`), once."""
+        for f in fields:
+            if hasattr(f, "_buffers") and not isinstance(f._buffers, SharedRing):
+                f._buffers = SharedRing(f"{self._uid}:{worker}:{f.name}")
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
