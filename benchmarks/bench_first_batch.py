@@ -11,6 +11,13 @@ is a fresh interpreter (`--worker`) that times, separately:
 
 The page cache is warm: every file of the set is read once before the reps. Reps of the
 two sets are interleaved; the figures are medians. `--quick` runs fewer, smaller reps.
+
+Remote (`--remote`, on by default; `--no-remote` skips it): the same two sets uploaded
+to a real S3 API (`ferroload_testing.MotoServer` on 127.0.0.1) behind a `FaultProxy`
+that adds `REMOTE_DELAY` (20 ms, as `bench_store.py`) to every request, each rep a fresh
+interpreter with a fresh, empty block cache: `make_s` (opening the dataset: manifest
+and index requests) and `first_s` (the first batch's index window and payload blocks)
+from the server, cold. Reported, no goal.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +47,10 @@ SETS = {"tiny": ("png", 32, 32, 256), "jpeg": ("jpg", 256, 224, 64)}
 PREFETCH = 512 * 1024 * 1024
 
 
+REMOTE_DELAY = 0.020  # seconds the proxy adds to every request (bench_store.py's)
+BUCKET = "first-batch"
+
+
 def _worker(spec: dict[str, Any]) -> None:
     t0 = time.perf_counter()
     import torch  # noqa: F401  (out="torch" needs it; timed with the import)
@@ -47,6 +59,12 @@ def _worker(spec: dict[str, Any]) -> None:
 
     t1 = time.perf_counter()
     size = spec["out"]
+    remote: dict[str, Any] = {}
+    if "storage_options" in spec:  # a fresh, empty block cache: every block from the server
+        remote = {
+            "storage_options": spec["storage_options"],
+            "cache": ferroload.BlockCache(spec["cache_dir"], max_bytes=1 << 30),
+        }
     dl = ferroload.make_loader(
         spec["path"],
         batch_size=spec["batch"],
@@ -56,6 +74,7 @@ def _worker(spec: dict[str, Any]) -> None:
         out="torch",
         seed=0,
         prefetch_bytes=PREFETCH,
+        **remote,
     )
     t2 = time.perf_counter()
     batch = next(iter(dl))
@@ -77,7 +96,7 @@ def _warm(root: Path) -> int:
     return total
 
 
-def _run_one(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
+def _run_one(path: Path | str, spec: dict[str, Any]) -> dict[str, Any]:
     spec = {**spec, "path": str(path)}
     out = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(spec)],
@@ -102,12 +121,49 @@ def _write(name: str, n: int, root: Path) -> Path:
     return path
 
 
+def _remote(
+    paths: dict[str, Path], reps: int, root: Path
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Upload the sets to a moto S3 server behind a delaying proxy; time fresh-process
+    first batches from it, each with an empty block cache (reps interleaved)."""
+    from bench_store import ProxyProcess, _upload
+
+    from ferroload_testing import MotoServer
+
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
+    info: dict[str, Any] = {"delay_s": REMOTE_DELAY, "uploaded_bytes": {}}
+    with MotoServer() as s3:
+        direct = s3.storage_options(BUCKET)
+        proxy = ProxyProcess(*s3.address, REMOTE_DELAY)
+        try:
+            via_proxy = s3.storage_options(endpoint=proxy.endpoint)
+            for name, p in paths.items():
+                info["uploaded_bytes"][name] = _upload(p, f"s3://{BUCKET}/{name}", direct)
+            for r in range(reps):
+                for name in paths:
+                    _, _, out, batch = SETS[name]
+                    cache = Path(tempfile.mkdtemp(prefix=f"cache-{name}-{r}-", dir=root))
+                    spec = {"out": out, "batch": batch, "storage_options": via_proxy,
+                            "cache_dir": str(cache)}  # fmt: skip
+                    runs[name].append(_run_one(f"s3://{BUCKET}/{name}", spec))
+                    shutil.rmtree(cache, ignore_errors=True)
+        finally:
+            proxy.close()
+    return runs, info
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sets, fewer reps")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--dir", type=Path, default=None, help="reuse / keep the sets here")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--remote",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the first batch from an S3 server behind a 20 ms proxy",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker is not None:
@@ -149,6 +205,9 @@ def main() -> None:
         for name in counts:  # interleaved
             _, _, out, batch = SETS[name]
             runs[name].append(_run_one(paths[name], {"out": out, "batch": batch}))
+    remote_runs: dict[str, list[dict[str, Any]]] = {}
+    if args.remote:
+        remote_runs, meta["remote"] = _remote(paths, reps, root)
     meta["loadavg_end"] = loadavg()
     meta["total_s"] = time.perf_counter() - t0
     sets: dict[str, Any] = {}
@@ -168,7 +227,15 @@ def main() -> None:
             f"{name:5s} first batch {med['first_s'] * 1e3:7.1f} ms (goal {GOALS[name] * 1e3:.0f})"
             f"  make_loader {med['make_s'] * 1e3:6.1f} ms  import {med['import_s'] * 1e3:6.1f} ms"
         )
-    data = {"meta": meta, "sets": sets, "goals": goals}
+    remote: dict[str, Any] = {}
+    for name, rs in remote_runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in ("import_s", "make_s", "first_s")}
+        remote[name] = {"samples": counts[name], "batch": SETS[name][3], "median": med, "reps": rs}
+        print(
+            f"{name:5s} remote (S3 + {REMOTE_DELAY * 1e3:.0f} ms, cold cache): first batch "
+            f"{med['first_s'] * 1e3:7.1f} ms  make_loader {med['make_s'] * 1e3:6.1f} ms"
+        )
+    data = {"meta": meta, "sets": sets, "remote": remote, "goals": goals}
     write_json(args.out, data)
     if tmp is not None:
         tmp.cleanup()

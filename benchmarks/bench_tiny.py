@@ -9,7 +9,8 @@ the epoch is timed from there to its last batch, start-up included (opening the 
 1. codec: `ImageDecoder.decode_batch` over the payloads in memory (read from a pickle), in
    batches of 256, with the loader's thread count (every available CPU);
 2. loader: `make_loader(..., out="torch")` over the same images written as a ferroload
-   dataset, batches of 256, one full epoch.
+   dataset, batches of 256, one full epoch; its `LoaderStats` (time per batch in each
+   stage: prepare, decode, collate, wait, blocked; the first batch) are recorded with it.
 
 The two kinds of process take turns (A B B A ...), `rounds` of each; the figure is
 loader samples/s over codec samples/s, from the median epochs (and from the best ones), and
@@ -88,22 +89,24 @@ def _child_loader(root: Path) -> dict[str, Any]:
     for b in dl:
         n += int(b["image"].shape[0])
     dl.close()
-    return {"n": n, "t_epoch": t_epoch}
+    st = dl.stats
+    stats = {k: v for k, v in vars(st).items() if k != "skipped_ids"}
+    stats["per_batch_s"] = st.per_batch()
+    return {"n": n, "t_epoch": t_epoch, "stats": stats}
 
 
 def _child(kind: str, root: Path) -> None:
     got = _child_codec(root) if kind == "codec" else _child_loader(root)
     t_end = time.perf_counter()
-    print(
-        json.dumps(
-            {
-                "n": got["n"],
-                "process_s": t_end - _T_START,
-                "epoch_s": t_end - got["t_epoch"],
-                "import_s": got["t_epoch"] - _T_START,
-            }
-        )
-    )
+    out = {
+        "n": got["n"],
+        "process_s": t_end - _T_START,
+        "epoch_s": t_end - got["t_epoch"],
+        "import_s": got["t_epoch"] - _T_START,
+    }
+    if "stats" in got:  # the loader's LoaderStats: where its epoch went
+        out["loader_stats"] = got["stats"]
+    print(json.dumps(out))
 
 
 def _run_child(kind: str, root: Path) -> dict[str, Any]:
@@ -160,6 +163,9 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
             "best_samples_per_s": n / min(ep),
             "process_samples_per_s": n / float(np.median(proc)),
         }
+    # the LoaderStats of the loader's median epoch (per batch: prepare, decode, ...)
+    med_run = sorted(runs["loader"], key=lambda x: x["epoch_s"])[len(runs["loader"]) // 2]
+    out["loader"]["median_run_stats"] = med_run.get("loader_stats")
     c, lo = out["codec"], out["loader"]
     out["loader_over_codec"] = lo["samples_per_s"] / c["samples_per_s"]
     out["loader_over_codec_best"] = lo["best_samples_per_s"] / c["best_samples_per_s"]
@@ -175,6 +181,14 @@ def render(res: dict[str, Any]) -> str:
             f"  {s['loader_over_codec']:.3f}{'':18s}{s['loader_over_codec_best']:.3f}"
             f"  {s['loader_over_codec_process']:.3f}"
         )
+    for fmt, s in res["sets"].items():
+        st = s["loader"].get("median_run_stats")
+        if st:
+            parts = ", ".join(f"{k} {v * 1e6:.0f}" for k, v in st["per_batch_s"].items())
+            lines.append(
+                f"{fmt} loader, median epoch, us per batch (LoaderStats): {parts}; "
+                f"first batch {st['first_batch_seconds'] * 1e3:.0f} ms"
+            )
     lines.append("GOALS")
     lines.extend(
         f"  {'PASS' if g['pass'] else 'FAIL'}  {g['goal']}: {g['value']:.3f}" for g in res["goals"]
