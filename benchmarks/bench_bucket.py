@@ -103,7 +103,7 @@ def main() -> None:
         return
     run = start_run(args, NAME, "bucket-{mode}")
     n = 300 if args.quick else 3000
-    reps = args.reps or (2 if args.quick else 6)
+    reps = args.reps or (2 if args.quick else 8)
     root = run.run_dir / "set"
     log(f"writing {n} JPEGs")
     write_set(root, n)
