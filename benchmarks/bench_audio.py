@@ -37,6 +37,10 @@ the systems take turns in rotated order, `rounds` epochs each; the figures are m
     uv run python benchmarks/bench_audio.py --clips 2000    # fewer clips (disk space)
     uv run python benchmarks/bench_audio.py --quick         # smoke run (300 clips, 1 round)
 
+The three copies of 10,000 clips take ~32 GB (about 1.1 MB a clip, each system its own
+copy): check `df -h /tmp` first. `results/bench_audio.json` is a `--clips 3000` run on the
+shared 2-core development machine (other jobs ran beside it: see its load averages).
+
 Timings are never asserted on: the goal is reported as PASS / FAIL.
 """
 
@@ -329,8 +333,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     log(f"writing {n} clips (once; reused by later runs) ...")
     t0 = time.perf_counter()
     folder = write_all(n, SEED, args.data_dir, log)
+    flags = [a for a in (argv if argv is not None else sys.argv[1:]) if a]
     meta = {
         **run_meta(run, available_cpus()),
+        "command": " ".join(["uv run python benchmarks/bench_audio.py", *flags]),
         "clips": n,
         "rounds": rounds,
         "batch": BATCH,
