@@ -6,10 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +55,10 @@ PACKAGES = {
     ),
 }
 HEAVY_MODULES = {"torch", "ray", "av", "lightning"}
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
 def test_every_workspace_member_is_covered() -> None:
@@ -97,10 +104,6 @@ TEST_TOOLS = {
     "ferroload-convert": ["webdataset", "soundfile", "imagecodecs"],
     "ferroload-core": ["tqdm"],  # progress bars: core draws none itself, its tests do
 }
-# Packages whose tests start many interpreters get their bytecode compiled at install
-# (with PYTHONDONTWRITEBYTECODE set, each interpreter would compile every import again);
-# for the others compiling the environment costs more than it saves (measured).
-COMPILE_BYTECODE = {"ferroload-cli"}
 # The test helpers (MotoServer, FaultProxy): a development package that no package requires,
 # installed from its folder next to the test tools; its own tests point a store at moto.
 TESTING = "packages/ferroload-testing"
@@ -108,6 +111,23 @@ WORKSPACE_TEST_TOOLS = {
     "ferroload-testing": ["packages/ferroload-core", "packages/ferroload-store"]
 }
 CASES = [(dist, "pillow-simd") for dist in PACKAGES] + [("ferroload-codec", "pillow")]
+# How long each isolated run takes, relative (seconds measured serially at load ~12,
+# divided by ~2.2): tests-e2e's conftest.py starts the longest ones first, one list per
+# xdist worker, so that no worker is left alone with a long run at the end of the suite.
+# Only the order depends on them.
+COST = {
+    "ferroload-cli": 200,
+    "ferroload-format": 160,
+    "ferroload-map": 120,
+    "ferroload-loader": 90,
+    "ferroload-store": 80,
+    "ferroload-convert": 80,
+    "ferroload-codec": 70,
+    "ferroload": 50,
+    "ferroload-catalog": 40,
+    "ferroload-testing": 20,
+    "ferroload-core": 3,
+}
 
 
 def _run(*cmd: str, env: dict[str, str]) -> str:
@@ -118,18 +138,59 @@ def _run(*cmd: str, env: dict[str, str]) -> str:
     return res.stdout
 
 
+def _pip_install(uv: str, python: str, *args: str, env: dict[str, str]) -> None:
+    """`uv pip install` from uv's cache alone when it holds everything (the workspace's
+    sync filled it); from the registry otherwise (an empty cache: a fresh machine).
+    --no-config: the workspace's override, which drops pillow, must not apply here."""
+    cmd = (uv, "pip", "install", "--no-config", "--python", python, "--quiet", *args)
+    offline = subprocess.run((*cmd, "--offline"), cwd=ROOT, env=env, capture_output=True)
+    if offline.returncode != 0:
+        _run(*cmd, env=env)
+
+
+@pytest.fixture(scope="module")
+def local_wheels(uv: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The wheels of the workspace packages that isolated runs install from their folders
+    (the test helpers, and core and store for the helpers' own tests), built once for the
+    session: each xdist worker takes the first one's build (installing a folder builds
+    its wheel again every time, ~5 s)."""
+    folders = sorted({TESTING, *(p for ps in WORKSPACE_TEST_TOOLS.values() for p in ps)})
+    shared = tmp_path_factory.getbasetemp().parent  # the same for every xdist worker
+    out = shared / "isolated-wheels"
+    with FileLock(shared / "isolated-wheels.lock"):
+        if not (out / "done").exists():
+            env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+            for folder in folders:
+                _run(uv, "build", "--wheel", "--quiet", "--out-dir", str(out), folder, env=env)
+            (out / "done").touch()
+    wheels = {}
+    for folder in folders:
+        dist = _toml(ROOT / folder / "pyproject.toml")["project"]["name"]
+        (found,) = out.glob(f"{dist.replace('-', '_')}-*.whl")
+        wheels[folder] = str(found)
+    return wheels
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("dist", "pil"), CASES, ids=[f"{d}-{p}" for d, p in CASES])
+@pytest.mark.parametrize(
+    ("dist", "pil"),
+    [pytest.param(d, p, marks=pytest.mark.heavy(COST[d])) for d, p in CASES],
+    ids=[f"{d}-{p}" for d, p in CASES],
+)
 def test_package_installs_and_passes_its_tests_alone(
-    dist: str, pil: str, uv: str, tmp_path: Path
+    dist: str, pil: str, uv: str, local_wheels: dict[str, str], tmp_path: Path
 ) -> None:
     module, folder, forbidden = PACKAGES[dist]
     venv = tmp_path / "venv"
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv), "FERROLOAD_ALLOW_SKIPS": "1"}
     env.pop("UV_COMPILE_BYTECODE", None)
-    if dist in COMPILE_BYTECODE:
-        env["UV_COMPILE_BYTECODE"] = "1"
     env.pop("VIRTUAL_ENV", None)
+    # Bytecode: each module is compiled the first time an interpreter of this run imports
+    # it, then read back (the tests start many interpreters: workers, CLIs, moto servers).
+    # With PYTHONDONTWRITEBYTECODE set, each of them would compile every import again;
+    # compiling the whole environment at install costs more than it saves (measured).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "pycache")
     sync = [uv, "sync", "--frozen", "--package", dist, "--no-dev", "--quiet"]
     _run(*sync, env=env)
     python = str(venv / "bin" / "python")
@@ -146,12 +207,11 @@ def test_package_installs_and_passes_its_tests_alone(
     tools.append(f"moto[server]=={version('moto')}")  # the S3 server the s3 tests start
     tools += [f"{name}=={version(name)}" for name in TEST_TOOLS.get(dist, [])]
     if folder != TESTING:
-        tools.append(str(ROOT / TESTING))
-    tools += [str(ROOT / path) for path in WORKSPACE_TEST_TOOLS.get(dist, [])]
+        tools.append(local_wheels[TESTING])
+    tools += [local_wheels[path] for path in WORKSPACE_TEST_TOOLS.get(dist, [])]
     if dist in NEEDS_PIL:
         tools.append(f"pillow-simd=={version('pillow-simd')}" if pil == "pillow-simd" else "pillow")
-    # --no-config: the workspace's override, which drops pillow, must not apply here
-    _run(uv, "pip", "install", "--no-config", "--python", python, "--quiet", *tools, env=env)
+    _pip_install(uv, python, *tools, env=env)
     if pil == "pillow":
         assert "pillow-simd" not in _run(uv, "pip", "list", "--python", python, env=env).lower()
     _run(python, "-m", "pytest", folder + "/tests", "-q", "-p", "no:cacheprovider",
