@@ -346,14 +346,20 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         b = self.batch_size
         mine = range(worker + skip * workers, count, workers)  # this worker's batches
 
+        # a batch's items, computed once: by the index window reading it ahead (kept
+        # until the batch is built), else when the batch is built
+        ahead: dict[int, npt.NDArray[np.int64]] = {}
+
         def batch_of(i: int) -> npt.NDArray[np.int64]:
-            return view.batch(mine[i], b)
+            items = ahead[i] = view.batch(mine[i], b)
+            return items
 
         # the index entries of this worker's upcoming batches, read together
         most, growth = window_options(self._sampler.mode)
         window = IndexWindow(source, fields, batch_of, len(mine), max_items=most, growth=growth)
         for i in range(len(mine)):
-            chunk = batch_of(i)
+            got = ahead.pop(i, None)
+            chunk = view.batch(mine[i], b) if got is None else got
             state = prepare_batch(
                 source, fields, chunk, seed=seed, epoch=epoch, window=window, index=i
             )

@@ -12,6 +12,7 @@ import itertools
 import math
 import os
 import secrets
+import threading
 import weakref
 from typing import Any
 
@@ -215,9 +216,12 @@ class _Received:
         self.returned = returned
         self._returned = returned.numpy()
         self.bases: dict[int, torch.Tensor] = {}
+        # batches die in any thread (the training loop's, DataLoader's pin-memory one)
+        self._lock = threading.Lock()
 
     def give_back(self, slot: int) -> None:
-        self._returned[slot] += 1
+        with self._lock:
+            self._returned[slot] += 1
 
 
 class _Returned:
