@@ -183,6 +183,7 @@ def main() -> None:
         p = root / name
         marker = root / f"{name}.n"
         if not (marker.exists() and marker.read_text() == str(n)):
+            shutil.rmtree(p, ignore_errors=True)  # a set of another size (--quick) is replaced
             p = _write(name, n, root)
             marker.write_text(str(n))
         paths[name] = p
