@@ -20,7 +20,9 @@ from every clip and compares it with the expected frames (about 1 ms per clip, t
 work for every system).
 
 * ferroload: `make_loader(video={"video": {"num_frames": 8, "size": 224, "resize":
-  "shorter"}}, meta=["label"], out="torch")`, in-process, its default threads.
+  "shorter"}}, meta=["label"], out="torch")`, in-process, its default threads
+  (`--codec-threads N` adds `"codec_threads": N`: frame threads in the codec as well, more
+  CPU per clip but a larger share of a machine other processes keep busy).
 * WebDataset: `WebDataset(shards).to_tuple("mp4", "cls").map(decode)` in
   `DataLoader(batch_size=8, num_workers=2)`; `decode` is the PyAV code a user writes:
   open the bytes, `thread_type="AUTO"`, `stream.frames` for the count, decode frames in
@@ -174,7 +176,14 @@ def _loader(system: str, folder: Path, hf_mode: str) -> Any:
         return make_loader(
             str(folder / "ferroload"),
             batch_size=BATCH,
-            video={"video": {"num_frames": FRAMES, "size": OUT, "resize": "shorter"}},
+            video={
+                "video": {
+                    "num_frames": FRAMES,
+                    "size": OUT,
+                    "resize": "shorter",
+                    "codec_threads": int(os.environ.get("BENCH_VIDEO_CODEC_THREADS", "1")),
+                }
+            },
             meta=["label"],
             out="torch",
             shuffle=False,
@@ -420,6 +429,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default="seq",
         help="how the PyAV peers reach the frames: decode in order (default) or seek",
     )
+    p.add_argument(
+        "--codec-threads",
+        type=int,
+        default=1,
+        help="ferroload's decode_video codec_threads (default 1, the library's default)",
+    )
     args = p.parse_args(argv)
     if args.child:
         _child(args.child, args.data, args.check, args.hf)
@@ -436,7 +451,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     manifest = build(DATA_ROOT, n, SEED, SHARDS)
     folder = Path(manifest["folder"])
     log(f"  {folder} ({manifest['bytes'] / 1e6:.0f} MB, {time.perf_counter() - t0:.0f} s)")
-    base_env = {**os.environ, "BENCH_VIDEO_PEER": args.peer_decode}
+    base_env = {
+        **os.environ,
+        "BENCH_VIDEO_PEER": args.peer_decode,
+        "BENCH_VIDEO_CODEC_THREADS": str(args.codec_threads),
+    }
     base_env.pop("PYTHONPATH", None)
     tc_env, hf_how = torchcodec_env(DATA_ROOT)
     hf_mode = "torchcodec" if tc_env is not None else "pyav"
@@ -453,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "out": OUT,
         "dataloader_workers": WORKERS,
         "peer_decode": args.peer_decode,
+        "ferroload_codec_threads": args.codec_threads,
         "hf_decoding": hf_mode if tc_env is not None else f"pyav ({hf_how})",
         "data_bytes": manifest["bytes"],
         "clip_frames_total": sum(manifest["frames"]),

@@ -563,3 +563,32 @@ def test_damaged_videos_decode_or_raise_decode_error(
     del data[start : start + cut[1]]
     data = data[: max(1, int(keep * len(data)))] if keep < 1 else data
     _check_decodes_or_fails_cleanly(bytes(data))
+
+
+@pytest.mark.parametrize(("codec", "container", "fps", "bframes", "lossless"), CODECS)
+def test_codec_threads_give_the_same_frames(
+    codec: str, container: str, fps: int, bframes: int, lossless: bool
+) -> None:
+    data = video(
+        codec=codec, container=container, fps=fps, num_frames=50, bframes=bframes, lossless=lossless
+    )
+    for options in (
+        {"num_frames": 8},
+        {"num_frames": 1},
+        {"num_frames": 6, "sampling": "stride", "stride": 7},
+        {"num_frames": None, "sampling": "stride"},
+        {"num_frames": 5, "sampling": "random", "seed": 3},
+        {"num_frames": 4, "size": 24, "resize": "shorter"},
+    ):
+        one = decode_video(data, **options)  # type: ignore[arg-type]
+        for threads in (2, 3):
+            np.testing.assert_array_equal(
+                decode_video(data, codec_threads=threads, **options),  # type: ignore[arg-type]
+                one,
+            )
+
+
+def test_codec_threads_must_be_a_positive_int() -> None:
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="codec_threads must be"):
+            decode_video(b"", codec_threads=bad)  # type: ignore[arg-type]

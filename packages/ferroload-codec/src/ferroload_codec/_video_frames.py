@@ -95,12 +95,15 @@ def _open(av: Any, buf: bytes | bytearray | memoryview, sid: str | None) -> Any:
         raise _damaged(exc, "not a readable video container", sid) from None
 
 
-def _video_stream(container: Any, sid: str | None) -> Any:
+def _video_stream(container: Any, sid: str | None, codec_threads: int = 1) -> Any:
     streams = container.streams.video
     if not streams:
         raise DecodeError("the container has no video stream", sample_id=sid, format=_FORMAT)
     stream = streams[0]
-    stream.codec_context.thread_count = 1  # parallelism comes from the loader's threads
+    # one thread by default: parallelism comes from the loader's threads
+    stream.codec_context.thread_count = codec_threads
+    if codec_threads > 1:  # frame threads: the same frames, in the same order
+        stream.codec_context.thread_type = "FRAME"
     return stream
 
 
