@@ -111,22 +111,22 @@ WORKSPACE_TEST_TOOLS = {
     "ferroload-testing": ["packages/ferroload-core", "packages/ferroload-store"]
 }
 CASES = [(dist, "pillow-simd") for dist in PACKAGES] + [("ferroload-codec", "pillow")]
-# How long each isolated run takes, relative (seconds measured serially at load ~12,
-# divided by ~2.2): tests-e2e's conftest.py starts the longest ones first, one list per
-# xdist worker, so that no worker is left alone with a long run at the end of the suite.
-# Only the order depends on them.
+# How long each isolated run takes (seconds, serial, measured at load ~5 with the
+# bytecode cache below): tests-e2e's conftest.py starts the longest ones first, one list
+# per xdist worker, so that no worker is left alone with a long run at the end of the
+# suite. Only the order depends on them.
 COST = {
-    "ferroload-cli": 200,
-    "ferroload-format": 160,
-    "ferroload-map": 120,
-    "ferroload-loader": 90,
-    "ferroload-store": 80,
-    "ferroload-convert": 80,
-    "ferroload-codec": 70,
-    "ferroload": 50,
-    "ferroload-catalog": 40,
-    "ferroload-testing": 20,
-    "ferroload-core": 3,
+    "ferroload-format": 240,
+    "ferroload-cli": 140,
+    "ferroload-map": 70,
+    "ferroload-convert": 55,
+    "ferroload-loader": 45,
+    "ferroload-store": 45,
+    "ferroload-catalog": 30,
+    "ferroload-codec": 30,
+    "ferroload": 13,
+    "ferroload-testing": 10,
+    "ferroload-core": 7,
 }
 
 
