@@ -18,6 +18,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: the items that run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Start the heavy tests first, the longest first, spread over the xdist workers.
 
