@@ -298,6 +298,7 @@ def bench_codec(results: list[Result], out: Path) -> Section:
 _LOADER = [
     ("ferroload", "ferroload make_loader"),
     ("ferroload_prefetch64", "ferroload, prefetch 64 MiB"),
+    ("ferroload_w2", "ferroload, DataLoader 2 workers"),
     ("codec", "ferroload codec alone"),
     ("wds_w0", "WebDataset, 0 workers"),
     ("wds_w2", "WebDataset, 2 workers"),
