@@ -981,9 +981,50 @@ def bench_scale_epoch(results: list[Result], out: Path) -> Section:
 # --- a script without a renderer, and files without a script ----------------------------
 
 
+def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's numbers, booleans and short strings, with those of its `median` (or
+    `codec` / `loader`) sub-entries under a prefixed name; lists and other dicts left out."""
+    got: dict[str, Any] = {}
+    for k, v in entry.items():
+        if isinstance(v, dict) and k in ("median", "codec", "loader"):
+            prefix = "" if k == "median" else f"{k} "
+            got.update({prefix + a: b for a, b in _scalars(v).items()})
+        elif isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) <= 40):
+            got[k] = v
+    return got
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return num(v)
+    return sig(v) if isinstance(v, float) else str(v)
+
+
+def _tables(r: Result, sec: Section) -> None:
+    """Each top-level mapping of named entries (`systems`, `sets`, ...) as a table: one
+    row per entry, one column per figure the entries hold."""
+    for key, value in r.data.items():
+        if key in ("meta", "goals") or not isinstance(value, dict) or not value:
+            continue
+        if not all(isinstance(v, dict) for v in value.values()):
+            continue
+        rows = {name: _scalars(entry) for name, entry in value.items()}
+        cols = list(dict.fromkeys(c for row in rows.values() for c in row))
+        if not cols:
+            continue
+        sec.lines += [f"`{key}`:", ""]
+        sec.lines += md_table(
+            ["", *cols],
+            [[f"`{n}`", *(_cell(row.get(c, "-")) for c in cols)] for n, row in rows.items()],
+        )
+
+
 def generic(results: list[Result], out: Path) -> Section:
-    """Run facts and goals only: for a script this report does not know in detail."""
-    return _runs(results, lambda r, sec: None)
+    """Run facts, a table per mapping of named entries the results hold (systems, sets),
+    and goals: for a script this report does not know in detail."""
+    return _runs(results, _tables)
 
 
 RENDERERS: dict[str, Callable[[list[Result], Path], Section]] = {
