@@ -61,6 +61,7 @@ import time
 
 _T_START = time.perf_counter()
 
+import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
@@ -430,6 +431,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         help="how the PyAV peers reach the frames: decode in order (default) or seek",
     )
     p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DATA_ROOT,
+        help=f"where the generated clips are kept between runs (default {DATA_ROOT})",
+    )
+    p.add_argument(
+        "--torchcodec",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="HF decodes with torchcodec, installed beside the workspace (default); "
+        "--no-torchcodec: with PyAV in set_transform, nothing installed",
+    )
+    p.add_argument(
         "--codec-threads",
         type=int,
         default=1,
@@ -446,9 +460,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run = start_run(args, "bench_video", "video-run-{mode}")
     n = args.clips or (QUICK_N if args.quick else FULL_N)
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else FULL_ROUNDS)
-    log(f"clips: building or reusing {n} clips under {DATA_ROOT} ...")
+    log(f"clips: building or reusing {n} clips under {args.data_dir} ...")
     t0 = time.perf_counter()
-    manifest = build(DATA_ROOT, n, SEED, SHARDS)
+    manifest = build(args.data_dir, n, SEED, SHARDS)
     folder = Path(manifest["folder"])
     log(f"  {folder} ({manifest['bytes'] / 1e6:.0f} MB, {time.perf_counter() - t0:.0f} s)")
     base_env = {
@@ -457,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "BENCH_VIDEO_CODEC_THREADS": str(args.codec_threads),
     }
     base_env.pop("PYTHONPATH", None)
-    tc_env, hf_how = torchcodec_env(DATA_ROOT)
+    tc_env, hf_how = torchcodec_env(args.data_dir) if args.torchcodec else (None, "--no-torchcodec")
     hf_mode = "torchcodec" if tc_env is not None else "pyav"
     log(f"HF decodes with {hf_mode} ({hf_how})")
     envs = {"ferroload": base_env, "webdataset": base_env, "hf": base_env}

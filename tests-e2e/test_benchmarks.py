@@ -57,8 +57,11 @@ def test_bench_codec_quick_run_measures_every_figure(tmp_path: Path) -> None:
 def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
     data, _ = quick_run("bench_loader.py", tmp_path, "--no-stock")
     assert set(data) >= {"meta", "sets", "goals"}
-    assert len(data["goals"]) == 7
+    assert len(data["goals"]) == 10
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
+    # worker mode is measured: throughput against the peers' workers, memory against in-process
+    assert sum("ferroload_w2" in g["goal"] for g in data["goals"]) == 3
+    assert all("ferroload_w2" in s["configs"] for s in data["sets"].values())
     # whatever the timings, every system must deliver the same samples
     assert all(g["pass"] for g in data["goals"] if "same samples" in g["goal"])
 
@@ -122,3 +125,64 @@ def test_bench_convert_quick_run_measures_every_figure(tmp_path: Path) -> None:
         assert s["samples"] == data["meta"]["samples"] and s["samples_per_s"] > 0, name
         assert s["bytes"] >= data["meta"]["jpeg_bytes"], name  # every JPEG byte kept
     assert set(data["ratios"]) == {"ferroload_vs_hf", "ferroload_vs_webdataset", "workers_8_vs_1"}
+
+
+@pytest.mark.slow
+def test_bench_tiny_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    data, stdout = quick_run("bench_tiny.py", tmp_path, "--rounds", "1")
+    assert set(data["sets"]) == {"png", "jpg"}
+    for name, s in data["sets"].items():
+        assert s["loader"]["samples_per_s"] > 0 and s["codec"]["samples_per_s"] > 0, name
+        assert s["loader_over_codec"] > 0, name
+    assert len(data["goals"]) == 2 and "GOALS" in stdout
+
+
+@pytest.mark.slow
+def test_bench_first_batch_quick_run_measures_local_and_remote(tmp_path: Path) -> None:
+    out = tmp_path / "first.json"
+    cmd = [sys.executable, "benchmarks/bench_first_batch.py", "--quick", "--reps", "1",
+           "--dir", str(tmp_path / "sets"), "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    for where in ("sets", "remote"):  # local disk, and S3 behind the latency proxy
+        assert set(data[where]) == {"tiny", "jpeg"}
+        assert all(s["median"]["first_s"] > 0 for s in data[where].values()), where
+    assert len(data["goals"]) == 2
+
+
+@pytest.mark.slow
+def test_bench_bucket_quick_run_measures_every_figure(tmp_path: Path) -> None:
+    data, _ = quick_run("bench_bucket.py", tmp_path, "--reps", "1")
+    systems = data["systems"]
+    assert set(systems) == {"unbucketed", "bucketed"}
+    # whatever the timings, bucketing must leave fewer padded pixels in the batches
+    assert systems["bucketed"]["median"]["padded"] < systems["unbucketed"]["median"]["padded"]
+    assert len(data["goals"]) == 2
+
+
+@pytest.mark.slow
+def test_bench_audio_quick_run_checks_every_system(tmp_path: Path) -> None:
+    data, _ = quick_run(
+        "bench_audio.py", tmp_path, "--clips", "128", "--rounds", "1",
+        "--data-dir", str(tmp_path / "clips"),
+    )  # fmt: skip
+    assert set(data["systems"]) == {"ferroload", "wds", "hf"}
+    # every system's crops, labels, shapes and dtypes check out against the reference
+    assert all(c["ok"] for c in data["checks"].values()), data["checks"]
+    assert all(s["samples_per_s"] > 0 for s in data["systems"].values())
+
+
+@pytest.mark.slow
+def test_bench_video_quick_run_checks_every_system(tmp_path: Path) -> None:
+    data, _ = quick_run(
+        "bench_video.py", tmp_path, "--clips", "16", "--rounds", "1", "--no-torchcodec",
+        "--data-dir", str(tmp_path / "clips"),
+    )  # fmt: skip
+    systems = data["systems"]
+    assert set(systems) == {"ferroload", "webdataset", "hf"}
+    # every system delivers the expected frames (read back from the pixels) and labels
+    assert all(s["check"]["ok"] for s in systems.values()), {
+        k: s["check"] for k, s in systems.items()
+    }
+    assert all(s["clips_per_s"] > 0 for s in systems.values())
