@@ -283,6 +283,7 @@ def _edit_index(table: pa.Table, kind: str, arg: Any) -> pa.Table:
 @FUZZ
 @given(edit=index_edits(), fix_size=st.booleans())
 # found by this suite: a KeyError, an AttributeError and an ArrowNotImplementedError
+@pytest.mark.slow
 @example(edit=("drop", "sample_id"), fix_size=True)
 @example(edit=("drop", "shard"), fix_size=True)
 @example(edit=("retype", ("shard", pa.int32())), fix_size=True)
@@ -330,6 +331,7 @@ def _damage(path: Path, cut: int | None, flips: list[tuple[int, int]]) -> bool:
     return bytes(data) != before
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data(), target=st.sampled_from(["tar", "side_index"]))
 def test_damaged_shard_bytes_read_right_or_fail_clearly(

@@ -27,6 +27,7 @@ def append(uri: str, *ids: str) -> int | None:
     return w.close()
 
 
+@pytest.mark.slow
 def test_runs_stay_few_and_catch_every_duplicate(uri: str) -> None:
     n = 24
     for i in range(n):

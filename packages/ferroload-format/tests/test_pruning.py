@@ -107,6 +107,7 @@ def _term(rng: random.Random) -> str:
     return f"{column} {rng.choice(['=', '<>', '<', '<=', '>', '>='])} {c}"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("scan")
 def test_pruning_never_changes_the_answer(tmp_path: Path) -> None:
     ds = _write(str(tmp_path / "ds"))

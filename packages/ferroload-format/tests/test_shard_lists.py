@@ -102,6 +102,7 @@ def test_lists_and_parts_share_one_tiered_rule() -> None:
 # --------------------------------------------------------------------------- many appends
 
 
+@pytest.mark.slow
 def test_many_appends_keep_the_same_dataset(uri: str) -> None:
     n = 40
     for i in range(n):
@@ -559,6 +560,7 @@ def test_a_rebase_spills_again_on_top_of_the_version_that_won(
     assert list_files(store) == referenced_lists(store, [1, 2, 3])
 
 
+@pytest.mark.slow
 def test_two_writer_processes_append_across_spills(local_uri: str, tmp_path: Path) -> None:
     seed(local_uri, 2)
     race_writers(local_uri, tmp_path, 12, "--max-inline", "2")

@@ -78,6 +78,7 @@ def test_the_rule_merges_the_newest_parts_while_small_enough() -> None:
     assert tiered_merge([part(10**7, 1)], 10**7) == 0  # MAX_MERGE_ROWS
 
 
+@pytest.mark.slow
 def test_300_appends_leave_log_n_parts_with_the_same_rows(local_uri: str) -> None:
     n = 300
     versions_parts = []
@@ -244,6 +245,7 @@ def seed(uri: str, appends: int) -> None:
             w.add(f"base{k:05d}", {"image": f"payload-{k}".encode() * 20}, {"label": k % 5})
 
 
+@pytest.mark.slow
 def test_two_writer_processes_both_merge_and_both_land(local_uri: str, tmp_path: Path) -> None:
     seed(local_uri, 3)
     race_writers(local_uri, tmp_path, 2)
