@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -58,8 +60,15 @@ def test_help_lists_shell_completion() -> None:
 
 
 def test_show_completion_prints_a_script() -> None:
+    # `--show-completion` is a flag: the shell is the one it is run from (Typer looks for it
+    # among the parent processes), so run it from bash as a user would, whatever ran pytest
+    # (`; exit $?` keeps bash there: it would exec a lone command and leave no shell to find)
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed: no shell to print completion for")
+    command = f"{shlex.quote(sys.executable)} -m ferroload_cli --show-completion; exit $?"
     proc = subprocess.run(
-        [sys.executable, "-m", "ferroload_cli", "--show-completion", "bash"],
+        [bash, "-c", command],
         capture_output=True,
         text=True,
         timeout=120,
