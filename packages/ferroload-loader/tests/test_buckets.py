@@ -342,6 +342,26 @@ def test_shortest_edge_options_and_failures(tmp_path: Path) -> None:
         make_loader(root, batch_size=1, images=["image"], resize=(8, 8), crop="shortest_edge")
 
 
+def test_shortest_edge_refuses_an_image_that_would_pad_the_batch_huge(tmp_path: Path) -> None:
+    # a thin image (or a header claiming 65535x1) resized by its shorter side would be
+    # enormous, and the whole batch is padded to it: that image fails, the batch stays small
+    root = str(tmp_path / "thin")
+    thin = io.BytesIO()
+    Image.fromarray(np.zeros((1, 400, 3), dtype=np.uint8)).save(thin, "PNG")
+    with Writer(root, "thin") as w:
+        w.declare("image", "png", "tensor", "image")
+        w.add("ok", {"image": _jpeg(20, 40, 0)}, {"label": 0})
+        w.add("thin", {"image": thin.getvalue()}, {"label": 1})
+    kw = {"images": ["image"], "resize": 8, "crop": "shortest_edge", "shuffle": False}
+    b = next(iter(make_loader(root, batch_size=2, on_error="skip", out="numpy", **kw)))
+    assert b["sample_id"] == ["ok"] and b["image"].shape == (1, 8, 16, 3)
+    from ferroload_codec import DecodeError
+
+    with pytest.raises(DecodeError, match=r"400x1 image .* would be 3200x8") as got:
+        list(make_loader(root, batch_size=2, out="numpy", **kw))
+    assert got.value.sample_id == "thin"
+
+
 def test_iterable_dataset_restored_at_a_bucketed_epochs_end_moves_on(
     make_sized: MakeSized,
 ) -> None:

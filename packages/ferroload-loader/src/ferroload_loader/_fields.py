@@ -308,6 +308,11 @@ class PaddedImageField(_DecodedField):
 
     #: Decoders kept per output size (beyond this, the cache starts again).
     CACHE = 4096
+    #: The longest side an image may have after the resize, in multiples of `size`: the
+    #: whole batch is padded to its largest image, so one long, thin image (a header
+    #: saying 65535x1) would make every image of the batch gigabytes; such an image is a
+    #: `DecodeError` (`on_error` decides), as torchvision's `Resize(max_size=)` bounds it.
+    MAX_ASPECT = 16
 
     def __init__(
         self, name: str, size: int, options: Mapping[str, Any], pool: DecodePool,
@@ -348,10 +353,19 @@ class PaddedImageField(_DecodedField):
             if p is not None:
                 try:
                     info = image_info(p, sample_id=batch.sample_ids[i])
+                    hw = self.target(info.width, info.height)
+                    if max(hw) > self.MAX_ASPECT * self.size:
+                        raise DecodeError(
+                            f"a {info.width}x{info.height} image resized to shorter side "
+                            f"{self.size} would be {hw[1]}x{hw[0]}: more than "
+                            f"{self.MAX_ASPECT}x its shorter side (crop='shortest_edge' pads "
+                            f"the whole batch to its largest image)",
+                            sample_id=batch.sample_ids[i],
+                        )
                 except DecodeError as exc:
                     errors[i] = exc
                     continue
-                sizes[i] = self.target(info.width, info.height)
+                sizes[i] = hw
         h, w = (int(v) for v in sizes.max(axis=0)) if n else (0, 0)
         shape = (n, self.channels, h, w) if self.chw else (n, h, w, self.channels)
         out = np.zeros(shape, dtype=self.dtype)
