@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -213,3 +213,31 @@ def interleaved_epochs(
         if pair is not None and pair[0] in this and pair[1] in this:
             pairs.append(this[pair[0]] / this[pair[1]])
     return Rounds(checks, times, epochs, ref, pairs)
+
+
+def fresh_process_rounds(
+    kinds: Sequence[str],
+    rounds: int,
+    run: Callable[[str, int], dict[str, Any]],
+    n: int,
+    *,
+    order: Callable[[int], Sequence[str]] | None = None,
+    unit: str = "samples",
+) -> dict[str, list[dict[str, Any]]]:
+    """`rounds` rounds of one epoch of each kind, each `run(kind, round)` in a fresh
+    process answering at least `n` and `epoch_s`; in the order `order(round)` (default:
+    `kinds`, reversed every other round: A B B A ...). An epoch that does not deliver `n`
+    is an error. Returns each kind's answers, in round order."""
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for r in range(rounds):
+        this = order(r) if order is not None else (kinds if r % 2 == 0 else kinds[::-1])
+        for kind in this:
+            got = run(kind, r)
+            if got["n"] != n:
+                raise RuntimeError(f"{kind} delivered {got['n']} {unit}, not {n}")
+            runs[kind].append(got)
+            log(
+                f"  round {r + 1} {kind}: epoch {got['epoch_s']:.3f} s "
+                f"({n / got['epoch_s']:,.1f} {unit}/s), load {got.get('loadavg')}"
+            )
+    return runs

@@ -60,7 +60,14 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 from _audio_data import LENGTH, OUT_RATE, clip, clip_info, locate, reference  # noqa: E402
-from _harness import finish_run, log, run_meta, run_parser, start_run  # noqa: E402
+from _harness import (  # noqa: E402
+    finish_run,
+    fresh_process_rounds,
+    log,
+    run_meta,
+    run_parser,
+    start_run,
+)
 from _meta import loadavg  # noqa: E402
 
 SEED = 20261219
@@ -259,18 +266,10 @@ def bench(n: int, rounds: int, folder: Path, run_dir: Path) -> dict[str, Any]:
             f"{c['labels_bad']}, crop max diff {c['crop_max_diff']:.2e}, "
             f"{c['distinct_clips']} distinct clips), load {got['loadavg']}"
         )
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in SYSTEMS}
-    for r in range(rounds):
-        order = SYSTEMS[r % 3 :] + SYSTEMS[: r % 3]
-        for kind in order:
-            got = _run_child(kind, folder, r + 1)
-            if got["n"] != n:
-                raise RuntimeError(f"{kind} delivered {got['n']} samples, not {n}")
-            runs[kind].append(got)
-            log(
-                f"  round {r + 1} {kind}: epoch {got['epoch_s']:.2f} s "
-                f"({n / got['epoch_s']:.0f} samples/s), load {got['loadavg']}"
-            )
+    runs = fresh_process_rounds(
+        SYSTEMS, rounds, lambda k, r: _run_child(k, folder, r + 1), n,
+        order=lambda r: SYSTEMS[r % 3 :] + SYSTEMS[: r % 3],
+    )  # fmt: skip
     for kind, rs in runs.items():
         ep = [x["epoch_s"] for x in rs]
         res["systems"][kind] = {

@@ -40,7 +40,14 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _harness import finish_run, log, run_meta, run_parser, start_run  # noqa: E402
+from _harness import (  # noqa: E402
+    finish_run,
+    fresh_process_rounds,
+    log,
+    run_meta,
+    run_parser,
+    start_run,
+)
 from _meta import loadavg  # noqa: E402
 
 SEED = 20261219
@@ -140,17 +147,8 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
     """Write the set, then `rounds` interleaved fresh-process epochs of each kind."""
     log(f"{fmt}: encoding and writing {n} samples (not timed) ...")
     out: dict[str, Any] = _write(fmt, n, root)
-    runs: dict[str, list[dict[str, Any]]] = {"codec": [], "loader": []}
-    for r in range(rounds):
-        for kind in ("codec", "loader") if r % 2 == 0 else ("loader", "codec"):
-            got = _run_child(kind, root)
-            if got["n"] != n:
-                raise RuntimeError(f"{kind} delivered {got['n']} samples, not {n}")
-            runs[kind].append(got)
-            log(
-                f"  {fmt} round {r} {kind}: epoch {got['epoch_s']:.3f} s "
-                f"(process {got['process_s']:.3f} s), load {got['loadavg']}"
-            )
+    log(f"  {fmt}:")
+    runs = fresh_process_rounds(("codec", "loader"), rounds, lambda k, r: _run_child(k, root), n)
     for kind, rs in runs.items():
         ep = [x["epoch_s"] for x in rs]
         proc = [x["process_s"] for x in rs]

@@ -72,7 +72,14 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _harness import finish_run, log, run_meta, run_parser, start_run  # noqa: E402
+from _harness import (  # noqa: E402
+    finish_run,
+    fresh_process_rounds,
+    log,
+    run_meta,
+    run_parser,
+    start_run,
+)
 from _meta import loadavg, pkg_version  # noqa: E402
 
 SEED = 20261219
@@ -497,22 +504,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     }
     res: dict[str, Any] = {"meta": meta, "systems": {}}
     checks: dict[str, dict[str, Any]] = {}
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
-    for r in range(rounds):
-        for system in SYSTEMS if r % 2 == 0 else tuple(reversed(SYSTEMS)):
-            got = _run_child(system, folder, envs[system], check=True, hf_mode=hf_mode)
-            if got["n"] != n:
-                raise RuntimeError(f"{system} delivered {got['n']} clips, not {n}")
+
+    def one(system: str, r: int) -> dict[str, Any]:
+        got = _run_child(system, folder, envs[system], check=True, hf_mode=hf_mode)
+        if got["n"] == n:  # checked here; a wrong count is fresh_process_rounds' error
             check = _check(system, got, manifest)
             if system not in checks or not check["ok"]:
                 checks[system] = check
-            for k in ("frames", "labels", "order", "shapes"):
-                got.pop(k)
-            runs[system].append(got)
-            log(
-                f"  round {r + 1} {system}: epoch {got['epoch_s']:.2f} s "
-                f"({n / got['epoch_s']:.1f} clips/s), load {got['loadavg']}"
-            )
+        for k in ("frames", "labels", "order", "shapes"):
+            got.pop(k, None)
+        return got
+
+    runs = fresh_process_rounds(SYSTEMS, rounds, one, n, unit="clips")
     for system, rs in runs.items():
         ep = [x["epoch_s"] for x in rs]
         res["systems"][system] = {
