@@ -276,6 +276,7 @@ BAD = [
     ({"buckets": 2}, ValueError, "buckets= needs bucket_by="),
     ({"bucket_by": "label", "buckets": [2, 1]}, ValueError, "must increase strictly"),
     ({"bucket_by": "label", "buckets": 0}, ValueError, "buckets must be a positive int"),
+    ({"bucket_by": "label", "buckets": 10**9}, ValueError, "of at most 65536"),
     (
         {"bucket_by": "width*label", "buckets": 2},
         ValueError,

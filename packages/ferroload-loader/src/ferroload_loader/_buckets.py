@@ -140,6 +140,10 @@ def evaluate(e: Expr, columns: dict[str, npt.NDArray[np.float64]]) -> Any:
     return a / b
 
 
+#: The most buckets a count may ask for (its quantiles are computed in one array).
+MAX_BUCKETS = 1 << 16
+
+
 def check_buckets(bucket_by: str | None, buckets: Buckets | None) -> None:
     """Refuse a malformed `bucket_by` or `buckets` (before any data is read)."""
     if bucket_by is None:
@@ -157,8 +161,11 @@ def check_buckets(bucket_by: str | None, buckets: Buckets | None) -> None:
             f"buckets must be a positive int or a list of increasing numbers, got {buckets!r}"
         )
     if isinstance(buckets, int):
-        if buckets < 1:
-            raise ValueError(f"buckets must be a positive int (a count), got {buckets!r}")
+        if not 1 <= buckets <= MAX_BUCKETS:
+            raise ValueError(
+                f"buckets must be a positive int (a count) of at most {MAX_BUCKETS}, "
+                f"got {buckets!r}"
+            )
         return
     if not isinstance(buckets, list | tuple) or not len(buckets):
         raise ValueError(

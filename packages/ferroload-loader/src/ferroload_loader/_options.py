@@ -99,7 +99,7 @@ class LoaderOptions:
             `+ - * /`, parentheses); every batch then holds items of one bucket (see
             docs/loader.md, "Size-bucketed batches"). Needs `buckets`.
         buckets: with `bucket_by`: the boundaries (increasing numbers; bucket `i` holds
-            `boundaries[i-1] <= value < boundaries[i]`), or a count of buckets with
+            `boundaries[i-1] <= value < boundaries[i]`), or a count of buckets (at most 65,536) with
             quantile boundaries computed from the values.
         pin_memory: page-lock tensors for faster copies to a GPU (when CUDA is present).
         on_error: per-sample decode failures: `raise`, or leave the sample out of its
