@@ -7,6 +7,7 @@ An expression is parsed by a small recursive-descent parser (column names, numbe
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -202,6 +203,11 @@ class BucketPlan:
     def count(self) -> int:
         """The number of buckets."""
         return len(self.boundaries) + 1
+
+    @functools.cached_property
+    def sizes(self) -> npt.NDArray[np.int64]:
+        """Items in each bucket (counted once: a sampler asks for every batch)."""
+        return np.bincount(self.ids, minlength=self.count).astype(np.int64)
 
     def describe(self, group: int, span: int) -> dict[str, Any]:
         """What a sampler state records of the bucketing (checked when it is resumed)."""

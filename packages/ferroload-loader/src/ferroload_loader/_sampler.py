@@ -242,9 +242,7 @@ class Sampler:
         and `drop_last`, each bucket's items that fill no whole group."""
         if self.buckets is None or not self.drop_last:
             return self.num_items
-        g = self.bucket_group
-        counts = np.bincount(self.buckets.ids, minlength=self.buckets.count)
-        return self.num_items - int((counts % g).sum())
+        return self.num_items - int((self.buckets.sizes % self.bucket_group).sum())
 
     def _bucket_state(self) -> dict[str, Any] | None:
         if self.buckets is None:
