@@ -30,13 +30,16 @@ _FAULT_AROUND = 64 << 10
 class _OpenFile:
     """A cached file descriptor, its memory map, and how many reads use it right now."""
 
-    __slots__ = ("evicted", "fd", "mapped", "users")
+    __slots__ = ("evicted", "fd", "mapped", "resident", "users")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.users = 0
         self.evicted = False
         self.mapped: mmap.mmap | None = None
+        #: an estimate of this map's bytes made resident since the last trim (at most
+        #: the file's size: a file's pages count once however often they are read)
+        self.resident = 0
 
     def mapping(self) -> mmap.mmap | None:
         """The whole file mapped read-only (None for an empty file), advised random
@@ -87,7 +90,7 @@ class MappedFiles:
         self._stats = stats
         self._lock = threading.Lock()
         self._fds: LRU[str, _OpenFile] = LRU(_FD_CACHE_SIZE, on_evict=_evicted)
-        self._touched_bytes = 0  # an estimate of the mapped bytes made resident since a trim
+        self._touched_bytes = 0  # the files' `resident` estimates, summed
 
     def _acquire(self, path: str) -> _OpenFile:
         """An open descriptor of local file `path`, pinned until `_release`."""
@@ -164,28 +167,36 @@ class MappedFiles:
         # one request: the whole call is served from one mapping
         nbytes = int((e - s).sum())
         self._stats.add_read(1, nbytes)
-        self._touched(nbytes + len(s) * _FAULT_AROUND)
         if mapped is None:
             return [memoryview(b"") for _ in range(len(s))]
+        self._touched(f, nbytes + len(s) * _FAULT_AROUND, size)
         view = memoryview(mapped)
         return [view[a:b] for a, b in zip(s.tolist(), e.tolist(), strict=True)]
 
-    def _touched(self, nbytes: int) -> None:
-        """Count mapped bytes made resident; past `MAPPED_TRIM_BYTES`, drop every cached
-        mapping's pages from this process (`MADV_DONTNEED`).
+    def _touched(self, f: _OpenFile, nbytes: int, size: int) -> None:
+        """Count mapped bytes of `f` (of `size` bytes) made resident; past
+        `MAPPED_TRIM_BYTES` in all, drop every cached mapping's pages from the process
+        (`MADV_DONTNEED`).
 
         Pages of a memory-mapped file count in the process's RSS until it unmaps them,
         so an epoch of random reads over local shards would grow the RSS to the size of
-        every shard read. Dropped pages stay in the page cache: a view handed out earlier
-        that is read again faults them back in, with the same bytes.
+        every shard read. A file counts at most its size: its pages are resident once
+        however often they are read, so shards smaller than `MAPPED_TRIM_BYTES` in all
+        are never trimmed (a trim costs more than it frees: every page faults back in,
+        ~20 us a fault in a VM, on the loader's decode threads). Dropped pages stay in
+        the page cache: a view handed out earlier that is read again faults them back
+        in, with the same bytes.
         """
-        self._touched_bytes += nbytes
-        if self._touched_bytes < MAPPED_TRIM_BYTES or not hasattr(mmap, "MADV_DONTNEED"):
-            return
         with self._lock:
+            grown = max(0, min(f.resident + nbytes, size) - f.resident)
+            f.resident += grown
+            self._touched_bytes += grown
+            if self._touched_bytes < MAPPED_TRIM_BYTES or not hasattr(mmap, "MADV_DONTNEED"):
+                return
             self._touched_bytes = 0
-            for f in self._fds.values():
-                if f.mapped is not None:
+            for g in self._fds.values():
+                g.resident = 0
+                if g.mapped is not None:
                     with suppress(OSError, ValueError):
-                        f.mapped.madvise(mmap.MADV_DONTNEED)
+                        g.mapped.madvise(mmap.MADV_DONTNEED)
             self._stats.add(mapped_trims=1)
