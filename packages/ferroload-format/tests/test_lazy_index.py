@@ -87,9 +87,9 @@ class Reads:
         self.calls: list[tuple[str, tuple[int, ...], tuple[str, ...]]] = []
         real = part_files_module.read_row_groups
 
-        def spy(opened: Any, groups: Any, names: Any) -> pa.Table:
+        def spy(opened: Any, groups: Any, names: Any, **kw: Any) -> pa.Table:
             self.calls.append((str(opened[0].metadata.num_rows), tuple(groups), tuple(names)))
-            return real(opened, groups, names)
+            return real(opened, groups, names, **kw)
 
         monkeypatch.setattr(part_files_module, "read_row_groups", spy)
 
@@ -323,9 +323,9 @@ def test_large_reads_run_in_threads(uri: str, monkeypatch: pytest.MonkeyPatch) -
     threads: set[str] = set()
     real = part_files_module.read_row_groups
 
-    def spy(opened: Any, groups: Any, names: Any) -> pa.Table:
+    def spy(opened: Any, groups: Any, names: Any, **kw: Any) -> pa.Table:
         threads.add(threading.current_thread().name)
-        return real(opened, groups, names)
+        return real(opened, groups, names, **kw)
 
     monkeypatch.setattr(part_files_module, "read_row_groups", spy)
     ds = Dataset.open(uri)

@@ -177,16 +177,21 @@ def open_part(
 
 
 def read_row_groups(
-    opened: tuple[pq.ParquetFile, RangeFile | None], groups: Sequence[int], names: Sequence[str]
+    opened: tuple[pq.ParquetFile, RangeFile | None],
+    groups: Sequence[int],
+    names: Sequence[str],
+    *,
+    threads: bool = True,
 ) -> pa.Table:
     """Columns `names` of row groups `groups` of a part from `open_part`; on an object
-    store only those column chunks are fetched (coalesced)."""
+    store only those column chunks are fetched (coalesced). `threads`: decode on
+    Arrow's thread pool (False: in this thread)."""
     pf, f = opened
     if f is None:
-        return pf.read_row_groups(list(groups), columns=list(names))
+        return pf.read_row_groups(list(groups), columns=list(names), use_threads=threads)
     f.prefetch(*column_chunks(pf.metadata, names, groups))
     try:
-        return pf.read_row_groups(list(groups), columns=list(names))
+        return pf.read_row_groups(list(groups), columns=list(names), use_threads=threads)
     finally:
         _forget(f)  # a part stays open for the whole run: its fetched chunks must not pile up
 
@@ -244,11 +249,19 @@ def read_chunks(
     """`read_row_groups` of `groups` a few at a time (`_GROUPS_PER_READ`: what one read
     holds at once stays small), in order, each read with a file of its own (`own`, see
     `own_file`): (the groups, their table). Several reads run side by side in threads
-    (decoding releases the GIL), a few ahead of the one handed over."""
+    (decoding releases the GIL), a few ahead of the one handed over.
+
+    Arrow's own thread pool decodes only a lone read of several row groups: reads side
+    by side are parallel already, and one row group (a small index, or the first
+    batches of a loader) is decoded faster in this thread than the pool starts: the
+    pool's first use cost 11-57 ms of CPU in a process that has imported torch, against
+    8-12 ms for the whole first read of a 20,000-row index without it.
+    """
     chunks = [groups[c0 : c0 + _GROUPS_PER_READ] for c0 in range(0, len(groups), _GROUPS_PER_READ)]
+    threads = len(chunks) == 1 and len(groups) > 1
 
     def one(chunk: list[int]) -> pa.Table:
-        return read_row_groups(own(opened), chunk, names)
+        return read_row_groups(own(opened), chunk, names, threads=threads)
 
     if len(chunks) == 1 or _READ_THREADS == 1:
         for chunk in chunks:
