@@ -415,10 +415,13 @@ def test_batch_items_are_computed_once_a_chunk_at_a_time() -> None:
 
     view = Sampler(100_000, seed=1, rank=1, world_size=3).view()
     items = BatchItems(view, 100)
-    for k in [0, 5, 81, 82, 333, 334]:
+    computed = view.order.computed
+    assert np.array_equal(items(0), view.batch(0, 100))
+    assert view.order.computed == computed + 200  # the first batch alone (and the reference)
+    for k in [1, 5, 81, 82, 333, 334]:
         assert np.array_equal(items(k), view.batch(k, 100))
     computed = view.order.computed
-    assert np.array_equal(items(3), view.batch(3, 100))  # from batch 0's chunk: no work
+    assert np.array_equal(items(3), view.batch(3, 100))  # from batch 1's chunk: no work
     assert view.order.computed == computed + 100  # (the reference call above only)
     items.forget(81)  # prepared: dropped, and not kept again
     computed = view.order.computed

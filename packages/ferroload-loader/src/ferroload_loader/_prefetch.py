@@ -59,7 +59,8 @@ class BatchItems:
     0.1-0.2 us an item in large runs), and the index window, the prefetcher and the
     read-ahead all ask for the same batches. Batches are kept until the prefetcher has
     prepared them (`forget`): at most what the index window and the read-ahead plan
-    ahead."""
+    ahead. The first computation is of its own batch only: the first batch waits for
+    nothing else (a chunk of 8192 items costs ~3 ms at the start of a process)."""
 
     #: Items computed together (rounded to whole batches).
     CHUNK = 8192
@@ -71,6 +72,7 @@ class BatchItems:
         self._memo: dict[int, npt.NDArray[np.int64]] = {}
         self._lock = threading.Lock()
         self._done = 0  # batches below this are forgotten and not kept again
+        self._first = True  # nothing computed yet
 
     def __call__(self, k: int) -> npt.NDArray[np.int64]:
         with self._lock:
@@ -78,7 +80,8 @@ class BatchItems:
         if got is not None:
             return got
         b = self._batch_size
-        items = self._view.items(k * b, (k + self._per) * b)
+        per, self._first = (1 if self._first else self._per), False
+        items = self._view.items(k * b, (k + per) * b)
         batches = [items[j : j + b] for j in range(0, len(items), b)] or [items]
         with self._lock:
             for j, arr in enumerate(batches):
