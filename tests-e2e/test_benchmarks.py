@@ -180,7 +180,7 @@ def test_bench_video_quick_run_checks_every_system(tmp_path: Path) -> None:
         "--data-dir", str(tmp_path / "clips"),
     )  # fmt: skip
     systems = data["systems"]
-    assert set(systems) == {"ferroload", "webdataset", "hf"}
+    assert set(systems) == {"ferroload", "ferroload_w2", "webdataset", "hf"}
     # every system delivers the expected frames (read back from the pixels) and labels
     assert all(s["check"]["ok"] for s in systems.values()), {
         k: s["check"] for k, s in systems.items()
