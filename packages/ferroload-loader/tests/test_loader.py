@@ -4,6 +4,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -334,6 +335,52 @@ def test_audio_and_video_fields(tmp_path: object) -> None:
     ))  # fmt: skip
     # random audio crops are seeded per (seed, epoch, item): the same run gives the same crops
     assert all(np.array_equal(x["audio"], y["audio"]) for x, y in zip(batches, again, strict=True))
+
+
+def test_video_decodes_on_one_thread_more_than_the_cpus_unless_threads_is_given(
+    tmp_path: object,
+) -> None:
+    """PyAV holds the GIL between packets: a video field's pool has a thread more than the
+    image and audio fields' default, and exactly `threads=` when given."""
+    import io
+
+    from PIL import Image
+
+    from ferroload_core import available_cpus
+    from ferroload_format import Writer
+
+    png = io.BytesIO()
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(png, "PNG")
+    root = str(tmp_path) + "/v"  # type: ignore[operator]
+    with Writer(root, "v") as w:
+        w.declare("image", "png", "tensor", "image")
+        w.declare("clip", "avi", "tensor", "video")
+        w.add("a", {"image": png.getvalue(), "clip": _video()}, {})
+    opts: dict[str, Any] = {
+        "batch_size": 1, "images": ["image"], "resize": (4, 4),
+        "video": {"clip": {"num_frames": 2, "size": 8}},
+    }  # fmt: skip
+    image, clip = make_loader(root, out="numpy", **opts).fields
+    assert image.decoder.pool.threads == available_cpus()  # type: ignore[attr-defined]
+    assert clip.pool.threads == available_cpus() + 1  # type: ignore[attr-defined]
+    image, clip = make_loader(root, out="numpy", threads=2, **opts).fields
+    assert image.decoder.pool.threads == clip.pool.threads == 2  # type: ignore[attr-defined]
+
+    # inside a DataLoader worker: the CPUs shared out among the workers, video one more
+    torch = pytest.importorskip("torch", reason="the torch adapters need the torch extra")
+    from ferroload_loader.torch import FerroIterableDataset
+
+    class Info:
+        num_workers = 2
+
+    ds = FerroIterableDataset(root, **opts)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.utils.data, "get_worker_info", lambda: Info())
+        ds._pid = None  # as in a forked worker: the fields are built again
+        image, clip = ds._runtime()[1]
+    per_worker = max(1, available_cpus() // 2)
+    assert image.decoder.pool.threads == per_worker  # type: ignore[attr-defined]
+    assert clip.pool.threads == per_worker + 1  # type: ignore[attr-defined]
 
 
 def test_meta_must_be_a_list(make_dataset: MakeDataset) -> None:

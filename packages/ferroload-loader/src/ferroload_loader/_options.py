@@ -81,8 +81,9 @@ class LoaderOptions:
         drop_last: drop the last, incomplete batch (on every rank); else ranks are padded
             to the same length by wrapping around.
         where: a SQL WHERE clause over the index (see `Dataset.subset`).
-        threads: decode threads (default: the CPUs available; inside DataLoader workers,
-            the CPUs shared out among them).
+        threads: decode threads (default: the CPUs available, and one more for video,
+            whose decoding holds the GIL between packets; inside DataLoader workers, the
+            CPUs shared out among them).
         prefetch_bytes: bytes of built batches held ahead of the consumer.
         readahead_bytes: for remote datasets, bytes of cache blocks fetched ahead of the
             batch builder in the epoch's known order (0 turns read-ahead off).

@@ -104,11 +104,9 @@ def plain_field_options(options: LoaderOptions) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _worker_threads(threads: int | None) -> int | None:
-    """Decode threads for this process: `threads`, else the CPUs shared out among the
-    DataLoader workers (inside one), else None (the loader default: every CPU)."""
-    if threads is not None:
-        return threads
+def _worker_threads() -> int | None:
+    """Default decode threads for this process: inside a DataLoader worker, the CPUs
+    shared out among the workers; else None (the loader default: every CPU)."""
     info = torch.utils.data.get_worker_info()
     if info is None:
         return None
@@ -142,7 +140,9 @@ class PerProcess:
     def _runtime(self) -> tuple[ResolvedSource, list[Field]]:
         if self._state is None or self._pid != os.getpid():
             resolved = self._ref.open()
-            fields = build_fields(resolved, threads=_worker_threads(self._threads), **self._spec)
+            fields = build_fields(
+                resolved, threads=self._threads, default_threads=_worker_threads(), **self._spec
+            )
             self._state = (resolved, fields)
             self._pid = os.getpid()
         return self._state
