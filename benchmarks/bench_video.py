@@ -494,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tc_env, hf_how = torchcodec_env(args.data_dir) if args.torchcodec else (None, "--no-torchcodec")
     hf_mode = "torchcodec" if tc_env is not None else "pyav"
     log(f"HF decodes with {hf_mode} ({hf_how})")
-    envs = {s: base_env for s in SYSTEMS}
+    envs = dict.fromkeys(SYSTEMS, base_env)
     if tc_env is not None:
         envs["hf"] = {**tc_env, "BENCH_VIDEO_PEER": args.peer_decode}
     meta = {
