@@ -264,6 +264,7 @@ BAD = [
     ({"streaming": True, "lanes": 0}, ValueError, "lanes must be a positive int, got 0"),
     ({"lanes": 0}, ValueError, "lanes must be a positive int, got 0"),  # not streaming
     ({"lanes": True}, ValueError, "lanes must be a positive int, got True"),
+    ({"threads": 0}, ValueError, "threads must be a positive int or None, got 0"),
     ({"batch_size": True}, ValueError, "batch_size must be a positive int, got True"),
     ({"streaming": True, "shuffle_buffer": 0}, ValueError, "shuffle_buffer must be >= 1"),
     ({"seed": "7"}, ValueError, "seed must be an int"),

@@ -555,7 +555,7 @@ def build_fields(
     if not isinstance(hflip, int | float) or isinstance(hflip, bool) or not 0 <= hflip <= 1:
         raise ValueError(f"hflip is the probability of a flip, a number in [0, 1]; got {hflip!r}")
     image_options(crop, hflip, layout, dtype, normalize, {})  # checked even without images
-    pool = DecodePool(threads or default_threads)
+    pool = DecodePool(threads if threads is not None else default_threads)
     fields: list[Field] = []
     for name, opts in _named(images, "images"):
         kwargs, torch_dtype = image_options(crop, hflip, layout, dtype, normalize, opts)
