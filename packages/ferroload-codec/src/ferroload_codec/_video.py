@@ -64,6 +64,10 @@ logger = logging.getLogger(__name__)
 
 Sampling = Literal["uniform", "stride", "random"]
 SAMPLINGS = ("uniform", "stride", "random")
+#: The most codec threads a decode may ask for: FFmpeg fails to open the codec with far
+#: more (100,000 read as "Resource temporarily unavailable", which would pass for a
+#: damaged video and be skipped clip after clip).
+MAX_CODEC_THREADS = 64
 
 
 @dataclass(frozen=True)
@@ -188,8 +192,15 @@ def _check_options(
         raise ValueError(f"mode must be one of {', '.join(CHANNELS)}, got {mode!r}")
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
         raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
-    if isinstance(codec_threads, bool) or not isinstance(codec_threads, int) or codec_threads < 1:
-        raise ValueError(f"codec_threads must be a positive int, got {codec_threads!r}")
+    if (
+        isinstance(codec_threads, bool)
+        or not isinstance(codec_threads, int)
+        or not 1 <= codec_threads <= MAX_CODEC_THREADS
+    ):
+        raise ValueError(
+            f"codec_threads must be a positive int of at most {MAX_CODEC_THREADS}, "
+            f"got {codec_threads!r}"
+        )
     return _size(size)
 
 
@@ -256,7 +267,7 @@ def decode_video(
             the codec has it; the frames are the same). 1 (the default) suits a loader
             that decodes several videos at once on its threads; 2 or more uses more
             CPU per clip (~20% on 360p H.264) but gets a larger share of a machine
-            that other processes keep busy.
+            that other processes keep busy. At most `MAX_CODEC_THREADS` (64).
         sample_id: named in errors.
         out: a uint8 `(T, height, width, channels)` array to fill (needs `size`; `T` is
             `num_frames`). With `stride` sampling of a short video only the first rows
