@@ -461,7 +461,7 @@ def test_batch_items_are_computed_once_a_chunk_at_a_time() -> None:
     from ferroload_loader._prefetch import BatchItems
 
     view = Sampler(100_000, seed=1, rank=1, world_size=3).view()
-    items = BatchItems(view, 100)
+    items = BatchItems(view, 100, -(-len(view) // 100))
     computed = view.order.computed
     assert np.array_equal(items(0), view.batch(0, 100))
     assert view.order.computed == computed + 200  # the first batch alone (and the reference)
@@ -475,3 +475,16 @@ def test_batch_items_are_computed_once_a_chunk_at_a_time() -> None:
     items(5)
     assert view.order.computed > computed
     assert len(items(10_000)) == 0  # past the end of the rank's items
+
+    # a DataLoader worker's batches: every 3rd of the view from batch 2, those computed only
+    count = -(-len(view) // 100)
+    mine = range(2, count, 3)
+    items = BatchItems(view, 100, len(mine), first=mine.start, stride=3)
+    items(0)
+    computed = view.order.computed
+    got = [items(k) for k in range(len(mine))]
+    assert all(np.array_equal(g, view.batch(m, 100)) for g, m in zip(got, mine, strict=True))
+    # the worker's own items but batch 0's (computed before), and the references above:
+    # nothing of the other workers' batches, nothing past its last batch
+    own = sum(len(g) for g in got)
+    assert view.order.computed - computed == (own - len(got[0])) + own

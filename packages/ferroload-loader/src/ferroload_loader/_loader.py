@@ -191,7 +191,7 @@ class FerroLoader:
         view = self.sampler.view()
         b = self.batch_size
         count = len(view) // b if self.drop_last else -(-len(view) // b)
-        return count, BatchItems(view, b)
+        return count, BatchItems(view, b, count)
 
     #: Lightning looks for a batch sampler next to `sampler`; the loader batches itself.
     batch_sampler = None

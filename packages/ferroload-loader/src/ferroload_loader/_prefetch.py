@@ -60,14 +60,22 @@ class BatchItems:
     read-ahead all ask for the same batches. Batches are kept until the prefetcher has
     prepared them (`forget`): at most what the index window and the read-ahead plan
     ahead. The first computation is of its own batch only: the first batch waits for
-    nothing else (a chunk of 8192 items costs ~3 ms at the start of a process)."""
+    nothing else (a chunk of 8192 items costs ~3 ms at the start of a process).
+
+    Batch `k` of `count` is the view's batch `first + k * stride`: a DataLoader worker
+    builds every `stride`-th batch of the view, and computes those only (none past
+    `count`: with `drop_last` the view's last items make no batch)."""
 
     #: Items computed together (rounded to whole batches).
     CHUNK = 8192
 
-    def __init__(self, view: RankItems, batch_size: int) -> None:
+    def __init__(
+        self, view: RankItems, batch_size: int, count: int, *, first: int = 0, stride: int = 1
+    ) -> None:
         self._view = view
         self._batch_size = batch_size
+        self._count = count
+        self._start, self._stride = first, stride
         self._per = max(1, self.CHUNK // batch_size)
         self._memo: dict[int, npt.NDArray[np.int64]] = {}
         self._lock = threading.Lock()
@@ -81,8 +89,12 @@ class BatchItems:
             return got
         b = self._batch_size
         per, self._first = (1 if self._first else self._per), False
-        items = self._view.items(k * b, (k + per) * b)
-        batches = [items[j : j + b] for j in range(0, len(items), b)] or [items]
+        per = max(1, min(per, self._count - k))
+        first, stride = self._start + k * self._stride, self._stride
+        marks = range(first, first + per * stride, stride)  # the view's batches
+        pos = [self._view.positions(m * b, (m + 1) * b) for m in marks]
+        items = self._view.order.at(np.concatenate(pos))  # one computation for them all
+        batches = np.split(items, np.cumsum([len(p) for p in pos[:-1]]))
         with self._lock:
             for j, arr in enumerate(batches):
                 if k + j >= self._done:

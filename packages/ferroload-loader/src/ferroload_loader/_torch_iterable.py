@@ -15,8 +15,6 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Unpack
 
-import numpy as np
-import numpy.typing as npt
 import torch
 import torch.utils.data
 
@@ -30,6 +28,7 @@ from ferroload_loader._batch import (
 from ferroload_loader._fields import OnError, item_seeds
 from ferroload_loader._loader import check_state, to_torch
 from ferroload_loader._options import LoaderKeywords, LoaderOptions, make_sampler, take_options
+from ferroload_loader._prefetch import BatchItems
 from ferroload_loader._sampler import RankItems
 from ferroload_loader._torch_process import TORCH_REFUSED, PerProcess
 from ferroload_loader._torch_shared import (
@@ -343,26 +342,19 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         seed, epoch, consumed, skip = self._plan(worker, workers, begin=True)
         count, view = self._order(seed, epoch, consumed)
         self._pass = [seed, epoch, consumed, skip]
-        b = self.batch_size
         mine = range(worker + skip * workers, count, workers)  # this worker's batches
-
-        # a batch's items, computed once: by the index window reading it ahead (kept
-        # until the batch is built), else when the batch is built
-        ahead: dict[int, npt.NDArray[np.int64]] = {}
-
-        def batch_of(i: int) -> npt.NDArray[np.int64]:
-            items = ahead[i] = view.batch(mine[i], b)
-            return items
+        # each computed once (for the index window ahead, kept until the batch is built)
+        batch_of = BatchItems(view, self.batch_size, len(mine), first=mine.start, stride=workers)
 
         # the index entries of this worker's upcoming batches, read together
         most, growth = window_options(self._sampler.mode)
         window = IndexWindow(source, fields, batch_of, len(mine), max_items=most, growth=growth)
         for i in range(len(mine)):
-            got = ahead.pop(i, None)
-            chunk = view.batch(mine[i], b) if got is None else got
+            chunk = batch_of(i)
             state = prepare_batch(
                 source, fields, chunk, seed=seed, epoch=epoch, window=window, index=i
             )
+            batch_of.forget(i)
             batch, _ = finish_batch(state, fields, on_error=self.on_error)
             out = to_torch(batch, pin=False)
             if self.transform is not None:
