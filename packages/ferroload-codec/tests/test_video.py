@@ -56,13 +56,19 @@ CODECS = [
 ]
 
 
-@pytest.mark.parametrize(("codec", "container", "fps", "bframes", "lossless"), CODECS)
-def test_every_codec_and_container_gives_the_exact_frames(
-    codec: str, container: str, fps: int, bframes: int, lossless: bool
-) -> None:
+@pytest.fixture(params=CODECS, ids=lambda c: "-".join(map(str, c)))
+def coded(request: pytest.FixtureRequest) -> tuple[bytes, int]:
+    """50 frames of one CODECS entry (codec, container, fps, B-frames, lossless), and its
+    frame rate."""
+    codec, container, fps, bframes, lossless = request.param
     data = video(
         codec=codec, container=container, fps=fps, num_frames=50, bframes=bframes, lossless=lossless
     )
+    return data, fps
+
+
+def test_every_codec_and_container_gives_the_exact_frames(coded: tuple[bytes, int]) -> None:
+    data, fps = coded
     assert all_frames(data) == list(range(50))
     frames = decode_video(data, num_frames=8)
     assert frame_indices(frames) == [3, 9, 15, 21, 28, 34, 40, 46]
@@ -565,13 +571,8 @@ def test_damaged_videos_decode_or_raise_decode_error(
     _check_decodes_or_fails_cleanly(bytes(data))
 
 
-@pytest.mark.parametrize(("codec", "container", "fps", "bframes", "lossless"), CODECS)
-def test_codec_threads_give_the_same_frames(
-    codec: str, container: str, fps: int, bframes: int, lossless: bool
-) -> None:
-    data = video(
-        codec=codec, container=container, fps=fps, num_frames=50, bframes=bframes, lossless=lossless
-    )
+def test_codec_threads_give_the_same_frames(coded: tuple[bytes, int]) -> None:
+    data, _ = coded
     for options in (
         {"num_frames": 8},
         {"num_frames": 1},
