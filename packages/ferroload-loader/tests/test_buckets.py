@@ -5,7 +5,10 @@ resumable, rank shares disjoint and complete, clear errors."""
 from __future__ import annotations
 
 import io
+import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +185,32 @@ def test_bucket_order_groups_and_covers(n: int, group: int, span: int) -> None:
     np.testing.assert_array_equal(again.at(pos), order[pos])
     other = BucketOrder(PermutationOrder(n, 3, 1), ids, group, span, seed=3, epoch=1)
     assert not np.array_equal(other.materialize(), order)
+
+
+def test_bucket_order_is_computed_once_under_concurrent_reads() -> None:
+    # the loader's threads (index window, prefetcher, read-ahead) ask one order for
+    # positions at the same time: the spans must be computed once, in turn
+    n, group, span = 3000, 4, 8
+    ids = np.random.default_rng(1).integers(0, 7, n).astype(np.int32)
+    want = BucketOrder(PermutationOrder(n, 3, 0), ids, group, span, 3, 0).materialize()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as possible
+    try:
+        for trial in range(5):
+            order = BucketOrder(PermutationOrder(n, 3, 0), ids, group, span, 3, 0)
+            start = threading.Barrier(4)
+
+            def read(t: int, order: BucketOrder = order, start: threading.Barrier = start) -> Any:
+                start.wait()
+                pos = np.arange(t, n, 4, dtype=np.int64)
+                return np.concatenate([order.at(pos[i : i + 3]) for i in range(0, len(pos), 3)])
+
+            with ThreadPoolExecutor(4) as pool:
+                got = list(pool.map(read, range(4)))
+            for t in range(4):
+                np.testing.assert_array_equal(got[t], want[t::4], err_msg=f"trial {trial}")
+    finally:
+        sys.setswitchinterval(old)
 
 
 def test_drop_last_leaves_each_buckets_remainder_out(make_sized: MakeSized) -> None:

@@ -11,6 +11,7 @@ import functools
 import itertools
 import math
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -307,8 +308,9 @@ class BucketOrder(EpochOrder):
     off: `drop_last` leaves each bucket's remainder out of the epoch.
 
     Every item appears once, and position `p` holds the same item for every rank and
-    thread count. Computed a span at a time, as positions are asked for; memory:
-    O(items) once the epoch is computed.
+    thread count. Computed a span at a time, as positions are asked for, under a lock:
+    a loader's threads ask for positions at the same time. Memory: O(items) once the
+    epoch is computed.
     """
 
     def __init__(
@@ -332,6 +334,7 @@ class BucketOrder(EpochOrder):
         self._filled = 0
         self._next_span = 0
         self._carry = np.zeros(0, dtype=np.int64)
+        self._lock = threading.Lock()
 
     def _extend(self) -> None:
         """Compute the next span's groups (and, after the last, the carried tail)."""
@@ -369,6 +372,8 @@ class BucketOrder(EpochOrder):
 
     def _at(self, pos: Order) -> Order:
         need = int(pos.max()) + 1
-        while self._filled < need:
-            self._extend()
+        if self._filled < need:
+            with self._lock:
+                while self._filled < need:
+                    self._extend()
         return self._out[pos]
