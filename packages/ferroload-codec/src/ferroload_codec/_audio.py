@@ -272,8 +272,8 @@ class AudioDecoder:
                 stop = min(total, -(-(offset + length) * in_rate // out_rate) + margin)
                 skip = offset - start * out_rate // in_rate
         x = read_frames(f, start, stop - start, total, f.format in EXACT_SEEK, sid, fmt)
-        if self.mono and x.shape[1] > 1:  # a matrix product: 20x faster than mean(axis=1)
-            x = x @ np.full((x.shape[1], 1), 1 / x.shape[1], dtype=np.float32)
+        if self.mono and x.shape[1] > 1:
+            x = _mix_down(x)
         if resampling:
             x = resample(x, in_rate, out_rate, sid, fmt)
             if length is not None:
@@ -395,6 +395,21 @@ class AudioDecoder:
     def close(self) -> None:
         """Stop the decode threads."""
         self.pool.close()
+
+
+def _mix_down(x: Frames) -> Frames:
+    """The mean of the channels of `(frames, channels)` float32, as `(frames, 1)`.
+
+    A column at a time: 8x faster than a matrix product and 15x faster than
+    `mean(axis=1)` on 20 s of 44.1 kHz stereo. Not a matrix product: that runs on
+    OpenBLAS's own threads, which spin while they wait; in DataLoader workers on a busy
+    machine (the test suite's benchmark smoke run) such products took seconds each.
+    """
+    acc = x[:, 0].copy()
+    for c in range(1, x.shape[1]):
+        acc += x[:, c]
+    acc *= np.float32(1 / x.shape[1])
+    return acc[:, None]
 
 
 def _positive_int(value: object) -> bool:
