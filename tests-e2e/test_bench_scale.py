@@ -4,11 +4,11 @@ run: timings are never asserted, only that each measurement produced one)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _procs import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -27,7 +27,7 @@ def test_bench_scale_quick_run_measures_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     cmd = [sys.executable, "benchmarks/bench_scale.py", "--quick", "--no-plots",
            "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    res = run_tree(cmd, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads(out.read_text())
     stdout = res.stdout
@@ -57,7 +57,7 @@ def test_bench_scale_quick_run_measures_every_figure(tmp_path: Path) -> None:
     meta_root = next(p for p in tmp_path.rglob(f"meta-{meta['n'][-1]}") if p.is_dir())
     for extra in ([], ["--streaming"]):
         cmd = [sys.executable, "benchmarks/bench_scale_epoch.py", "--one", str(meta_root), *extra]
-        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        res = run_tree(cmd, cwd=ROOT, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         epoch = json.loads(res.stdout)
         assert epoch["items"] == -(-meta["n"][-1] // 8) and epoch["per_sample_us"] > 0

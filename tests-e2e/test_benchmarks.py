@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ def quick_run(script: str, tmp_path: Path, *extra: str) -> tuple[dict[str, Any],
     out = tmp_path / "results.json"
     cmd = [sys.executable, f"benchmarks/{script}", "--quick", *extra,
            "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    res = run_tree(cmd, cwd=ROOT, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data: dict[str, Any] = json.loads(out.read_text())
     return data, res.stdout
@@ -142,7 +142,7 @@ def test_bench_first_batch_quick_run_measures_local_and_remote(tmp_path: Path) -
     out = tmp_path / "first.json"
     cmd = [sys.executable, "benchmarks/bench_first_batch.py", "--quick", "--reps", "1",
            "--dir", str(tmp_path / "sets"), "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    res = run_tree(cmd, cwd=ROOT, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads(out.read_text())
     for where in ("sets", "remote"):  # local disk, and S3 behind the latency proxy

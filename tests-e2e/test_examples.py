@@ -11,25 +11,19 @@ three `--help` runs about 8 s.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
 def run_example(script: str, *args: str | Path) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_tree([sys.executable, EXAMPLES / script, *args], cwd=ROOT, timeout=300)
     assert proc.returncode == 0, f"{script} {args} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import warnings
 from collections import Counter
@@ -20,6 +19,7 @@ L = pytest.importorskip("lightning")
 pytest.importorskip("PIL")
 
 from _colours import write_colours  # noqa: E402
+from _procs import run_tree  # noqa: E402
 from torch import nn  # noqa: E402
 
 from ferroload_loader import FerroLoader  # noqa: E402
@@ -306,10 +306,7 @@ def test_ddp_ranks_share_one_global_order(
     script = tmp_path / "ddp_fit.py"
     script.write_text(_DDP_SCRIPT.replace("BATCH", str(BATCH // 2)), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
-    proc = subprocess.run(
-        [sys.executable, str(script), data[0], str(tmp_path)],
-        capture_output=True, text=True, timeout=240, check=False, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    proc = run_tree([sys.executable, script, data[0], tmp_path], timeout=240, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import run_tree
 from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +132,7 @@ COST = {
 
 
 def _run(*cmd: str, env: dict[str, str]) -> str:
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    res = run_tree(cmd, cwd=ROOT, env=env)
     assert res.returncode == 0, (
         f"{' '.join(cmd)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-3000:]}"
     )

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tomllib
 import zipfile
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import run_tree
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import (
@@ -54,9 +54,7 @@ SERIES = SpecifierSet(f">={_release[0]}.{_release[1]},<{_release[0]}.{_release[1
 
 
 def _run(*cmd: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
-    res = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, check=False
-    )
+    res = run_tree(cmd, cwd=cwd, env=env)
     assert res.returncode == 0, (
         f"{' '.join(map(str, cmd))} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
     )
