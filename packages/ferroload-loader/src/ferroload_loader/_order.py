@@ -120,7 +120,11 @@ def _positions(positions: npt.ArrayLike, n: int) -> Order:
 
 class EpochOrder:
     """The order of one epoch, computed on demand: `len()` items, `at(positions)` their
-    ids. `computed` counts the positions computed so far (what tests measure work by)."""
+    ids. `computed` counts the positions computed so far (what tests measure work by).
+
+    A loader's threads (the prefetcher, the index window, the read-ahead) call `at` at
+    the same time: an order that keeps what it computed must guard it (`BucketOrder`
+    computes its spans under a lock); the others compute from fixed keys only."""
 
     def __init__(self, n: int) -> None:
         self.n = n
