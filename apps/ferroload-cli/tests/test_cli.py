@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from importlib.metadata import version
@@ -256,6 +257,36 @@ def test_a_typo_in_a_column_lists_the_datasets_columns(
     assert "The dataset's columns are sample_id, shard, image, label, caption, double." in line
     assert "_ferroload" not in line
     assert not (tmp_path / "out").exists()
+
+
+#: An interpreter teardown that aborts, as pyarrow's C++ thread pools now and then do
+#: after a command has printed its result (exit -6: apache/arrow#34314).
+TEARDOWN_ABORTS = """
+import os
+
+class _AbortAtTeardown:
+    def __del__(self):
+        os.abort()
+
+_abort_at_teardown = _AbortAtTeardown()
+"""
+
+
+@pytest.mark.parametrize("script", [False, True], ids=["module", "script"])
+def test_the_command_leaves_with_its_code_whatever_the_teardown_does(
+    dataset: str, tmp_path: Path, script: bool
+) -> None:
+    if script and not SCRIPT.exists():
+        pytest.skip("the ferroload console script is not installed in this environment")
+    (tmp_path / "sitecustomize.py").write_text(TEARDOWN_ABORTS)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    plain = subprocess.run([sys.executable, "-c", "print(1)"], env=env, capture_output=True)
+    assert plain.returncode == -signal.SIGABRT  # the simulation works on a plain interpreter
+    ok = run("verify", dataset, "--json", env=env, script=script)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["ok"] is True  # the whole output, flushed
+    bad = run("info", str(tmp_path / "missing"), env=env, script=script)
+    assert bad.returncode == 1 and bad.stderr.startswith("ferroload: error:"), bad.stderr
 
 
 def test_verify(dataset: str, tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ and docs/api/cli.md.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ferroload_cli._main import main
+from ferroload_cli._main import main, run
 
 try:
     __version__ = version("ferroload-cli")
 except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
-__all__ = ["__version__", "main"]
+__all__ = ["__version__", "main", "run"]

@@ -7,11 +7,14 @@ completion answer at once (a test keeps pyarrow, DuckDB, numpy and the format ou
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import inspect
 import logging
 import os
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -389,3 +392,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"ferroload: error: {cli_message(exc)}\n")
         return 1
     return rv if isinstance(rv, int) else 0
+
+
+def run() -> None:
+    """The `ferroload` process: `main()`, then exit without the interpreter's teardown.
+
+    After a command, pyarrow's C++ thread pools sometimes abort the process while the
+    interpreter tears down ("terminate called without an active exception", exit -6,
+    after the command had printed its result: 1 in 150 `ferroload verify` runs on a
+    busy machine; apache/arrow#34314, #39862). So once the command is done and no other
+    thread runs, the exit handlers run (logging, temporary files, child processes), the
+    output is flushed, and the process leaves with the command's code. With threads still
+    running it exits the usual way, which waits for them.
+    """
+    code = main()
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what the interpreter would run at exit, in the same order
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more to write
+            stream.flush()
+    os._exit(code)
