@@ -400,13 +400,14 @@ def run() -> None:
     After a command, pyarrow's C++ thread pools sometimes abort the process while the
     interpreter tears down ("terminate called without an active exception", exit -6,
     after the command had printed its result: 1 in 150 `ferroload verify` runs on a
-    busy machine; apache/arrow#34314, #39862). So once the command is done and no other
-    thread runs, the exit handlers run (logging, temporary files, child processes), the
-    output is flushed, and the process leaves with the command's code. With threads still
-    running it exits the usual way, which waits for them.
+    busy machine; apache/arrow#34314, #39862). So once the command is done, the exit
+    handlers run (logging, temporary files, child processes), the output is flushed, and
+    the process leaves with the command's code. While a thread the interpreter would wait
+    for (not a daemon, such as tqdm's monitor) still runs, it exits the usual way.
     """
     code = main()
-    if threading.active_count() > 1:
+    main_thread = threading.main_thread()
+    if any(t is not main_thread and not t.daemon for t in threading.enumerate()):
         sys.exit(code)
     atexit._run_exitfuncs()  # what the interpreter would run at exit, in the same order
     for stream in (sys.stdout, sys.stderr):
