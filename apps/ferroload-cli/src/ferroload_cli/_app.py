@@ -399,11 +399,12 @@ def run() -> None:
 
     After a command, pyarrow's C++ thread pools sometimes abort the process while the
     interpreter tears down ("terminate called without an active exception", exit -6,
-    after the command had printed its result: 1 in 150 `ferroload verify` runs on a
+    after the command had printed its result: once in 650 `ferroload verify` runs on a
     busy machine; apache/arrow#34314, #39862). So once the command is done, the exit
     handlers run (logging, temporary files, child processes), the output is flushed, and
     the process leaves with the command's code. While a thread the interpreter would wait
-    for (not a daemon, such as tqdm's monitor) still runs, it exits the usual way.
+    for still runs (one that is not a daemon; tqdm's monitor is one), it exits the usual
+    way.
     """
     code = main()
     main_thread = threading.main_thread()
