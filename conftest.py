@@ -27,6 +27,11 @@ SERVICE_NOT_AVAILABLE = "service not available: "
 if "FERROLOAD_CACHE_DIR" not in os.environ:
     os.environ["FERROLOAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="ferroload-test-cache-")
 
+# Under `uv run` (the README's test command) Ray packages the working directory, the
+# whole checkout with its .venv (7 GB a run), for the workers of every cluster a test
+# starts; they run in this environment already. Read when ray is imported: set it first.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
 # The CI machine is shared and noisy: a slow example is not a failure.
 settings.register_profile("ferroload", deadline=None, max_examples=100)
 settings.load_profile("ferroload")
