@@ -68,6 +68,7 @@ def make_video(
     pix_fmt: str | None = None,
     alpha: int | None = None,
     threads: int = 1,
+    noise: bool = False,
 ) -> bytes:
     """Encode a test video in memory and return its bytes.
 
@@ -84,6 +85,7 @@ def make_video(
         pix_fmt: the encoder's pixel format (default: yuv420p, yuvj420p for mjpeg).
         alpha: give every frame this alpha (for a pixel format with alpha, e.g. bgra).
         threads: encoder threads.
+        noise: frames of random pixels instead (they barely compress: a large clip).
     """
     buf = io.BytesIO()
     with _open_output(buf, container) as out:
@@ -101,8 +103,11 @@ def make_video(
             stream.codec_context.max_b_frames = bframes
         import av
 
+        rng = np.random.default_rng(0)
         for i, t in enumerate(times):
             img = frame_image(i, height, width)
+            if noise:
+                img = rng.integers(0, 256, img.shape, dtype=np.uint8)
             if alpha is not None:
                 img = np.concatenate([img, np.full((height, width, 1), alpha, np.uint8)], axis=2)
             frame = av.VideoFrame.from_ndarray(img, format="rgb24" if alpha is None else "rgba")

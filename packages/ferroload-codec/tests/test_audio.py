@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ferroload_codec import _audio
 from ferroload_codec._audio import AudioDecoder, Crop, DecodedAudioBatch, decode_audio
 from ferroload_codec._errors import DecodeError, UnsupportedFormatError
-from ferroload_codec._sndfile import ByteReader
+from ferroload_codec._reader import ByteReader
 from ferroload_core import FerroloadError
 
 sf = pytest.importorskip("soundfile")

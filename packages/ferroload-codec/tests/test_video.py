@@ -5,6 +5,7 @@ import functools
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -358,6 +359,24 @@ def test_buffers_other_than_bytes() -> None:
     expected = decode_video(data, num_frames=2)
     for buf in (bytearray(data), memoryview(data), np.frombuffer(data, np.uint8)):
         np.testing.assert_array_equal(decode_video(buf, num_frames=2), expected)  # type: ignore[arg-type]
+
+
+def test_a_view_of_a_clip_is_never_copied_whole() -> None:
+    # the loader hands a view of a mapped shard: the decoder reads it in pieces (PyAV
+    # asks for 32 KiB at a time), where io.BytesIO would hold a copy of the whole clip
+    data = video(codec="mjpeg", container="avi", num_frames=60, width=160, height=120, noise=True)
+    assert len(data) > 500_000
+    view = memoryview(bytearray(data))
+    expected = decode_video(data, num_frames=4)
+    tracemalloc.start()
+    try:
+        got = decode_video(view, num_frames=4)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, expected)
+    held = peak - got.nbytes  # besides the frames returned
+    assert held < len(data) // 4, f"{held} bytes held while decoding a {len(data)}-byte clip"
 
 
 def test_parallel_threads_give_the_same_frames() -> None:

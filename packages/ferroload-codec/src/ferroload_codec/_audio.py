@@ -17,13 +17,13 @@ import numpy.typing as npt
 
 from ferroload_codec._errors import CodecUnavailableError, DecodeError, UnsupportedFormatError
 from ferroload_codec._pool import DecodePool
+from ferroload_codec._reader import ByteReader
 from ferroload_codec._sndfile import (
     EXACT_SEEK,
     FORMAT_NAMES,
     SF_ERR_NO_STREAM,
     SF_ERR_UNRECOGNISED_FORMAT,
     SNDFILE_FORMATS,
-    ByteReader,
     Frames,
     load_soundfile,
     read_frames,

@@ -8,7 +8,6 @@ when no keyframe lies in between). Used by `_video.decode_video` and `_video.vid
 from __future__ import annotations
 
 import bisect
-import io
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ferroload_codec._errors import CodecUnavailableError, DecodeError
+from ferroload_codec._reader import ByteReader
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def _damaged(exc: BaseException, what: str, sid: str | None) -> DecodeError:
 
 def _open(av: Any, buf: bytes | bytearray | memoryview, sid: str | None) -> Any:
     try:
-        return av.open(io.BytesIO(buf), mode="r")
+        return av.open(ByteReader(buf), mode="r")  # no copy of the whole clip
     except Exception as exc:  # PyAV raises FFmpegError subclasses, and more
         raise _damaged(exc, "not a readable video container", sid) from None
 
