@@ -37,6 +37,7 @@ from typing import Any
 from _meta import git_commit, loadavg, pkg_version, utc_now, write_json
 
 import ferroload
+from ferroload_core import exit_process
 from ferroload_format._manifest import Manifest
 from ferroload_format._versions import read_manifest
 from ferroload_store import open_store
@@ -199,3 +200,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

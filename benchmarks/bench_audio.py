@@ -70,6 +70,8 @@ from _harness import (  # noqa: E402
 )
 from _meta import loadavg  # noqa: E402
 
+from ferroload_core import exit_process  # noqa: E402
+
 SEED = 20261219
 BATCH = 64
 WORKERS = 2
@@ -321,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.child:
         _child(args.child, args.data, args.epoch, args.check)
-        return {}
+        exit_process(0)
     from _audio_data import data_facts, write_all
 
     from ferroload_core import available_cpus
@@ -364,3 +366,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -50,6 +50,8 @@ from _peers import shutdown, write_ferroload
 from _procs import Child, counting_faults, serve, unknown
 from _report import goal, goals_table, ratio, run_header, table
 
+from ferroload_core import exit_process
+
 SEED = 20261202
 SRC, OUT, BATCH, WORKERS = 256, 224, 64, 2
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -464,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = _parse(argv)
     if args.worker:
         worker(args.worker)
-        return {}
+        exit_process(0)
     from _data import encode_natural, natural_photos, natural_source
 
     import ferroload
@@ -523,3 +525,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -18,7 +18,6 @@ import io
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,8 @@ from typing import Any
 import numpy as np
 from _harness import finish_run, log, run_meta, run_parser, start_run
 from _procs import run_once
+
+from ferroload_core import exit_process
 
 NAME = "bench_bucket"
 RATIOS = [(3, 4), (4, 3), (2, 3), (3, 2), (1, 1), (9, 16), (16, 9)]
@@ -100,7 +101,7 @@ def main() -> None:
     args = p.parse_args()
     if args.worker is not None:
         print("RESULT " + json.dumps(worker(json.loads(args.worker))), flush=True)
-        return
+        exit_process(0)
     run = start_run(args, NAME, "bucket-{mode}")
     n = 300 if args.quick else 3000
     reps = args.reps or (2 if args.quick else 8)
@@ -180,4 +181,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -51,6 +51,8 @@ from _peers import StockPillow
 from _report import goal, goals_table, ratio, run_header, table
 from PIL import Image, ImageOps
 
+from ferroload_core import exit_process
+
 SEED = 20261201
 OUT = 224  # output side of the JPEG cases
 TINY = 32  # side of the PNG case
@@ -682,3 +684,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

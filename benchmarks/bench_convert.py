@@ -31,6 +31,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _meta import git_commit, loadavg, pkg_version, utc_now  # noqa: E402
 
+from ferroload_core import exit_process  # noqa: E402
+
 DEFAULT_JSON = HERE / "results" / "bench_convert.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_convert_quick.json"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-bench-convert"
@@ -188,4 +190,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main() or 0)  # without the interpreter's teardown (see README)

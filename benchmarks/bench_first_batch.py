@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _meta import git_commit, loadavg, utc_now, write_json
 
+from ferroload_core import exit_process
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bench_first_batch.json"
 GOALS = {"tiny": 0.1, "jpeg": 0.2}
@@ -168,7 +170,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker is not None:
         _worker(json.loads(args.worker))
-        return
+        exit_process(0)
     counts = {"tiny": 2_048, "jpeg": 512} if args.quick else {"tiny": 20_480, "jpeg": 5_000}
     reps = args.reps or (3 if args.quick else 7)
     tmp = None
@@ -244,3 +246,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -42,6 +42,8 @@ import ferroload
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import Samples, base_images, encode_samples, image_source
 
+from ferroload_core import exit_process
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "bench_format.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_format_quick.json"
@@ -647,3 +649,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -62,6 +62,8 @@ from _peers import stock_pillow, write_ferroload, write_hf, write_webdataset
 from _procs import Child
 from _report import MiB, goal
 
+from ferroload_core import exit_process
+
 SEED = 20261202
 
 GOAL_TINY = 2.0  # ferroload samples/s over the best peer configuration's, tiny set, at least
@@ -554,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = _parse(argv)
     if args.worker:
         worker(args.worker)
-        return {}
+        exit_process(0)
     from _data import encode_natural, natural_photos, natural_source
 
     from ferroload_core import available_cpus
@@ -633,3 +635,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -68,6 +68,8 @@ from _scale_report import (  # noqa: E402
     series_table,
 )
 
+from ferroload_core import exit_process  # noqa: E402
+
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-scale"
 RESULTS = HERE / "results"
 IMAGES = HERE.parent / "docs" / "images"
@@ -588,7 +590,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
-        return {}
+        exit_process(0)
     if args.only:
         return _only(args)
     sizes = dict(QUICK if args.quick else FULL)
@@ -642,3 +644,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

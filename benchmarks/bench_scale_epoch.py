@@ -34,6 +34,8 @@ sys.path.insert(0, str(HERE))
 
 from _meta import git_commit, loadavg, write_json  # noqa: E402
 
+from ferroload_core import exit_process  # noqa: E402
+
 RANK, WORLD, BATCH = 3, 8, 256
 SIZES = [10**6, 10**7, 10**8]
 REPS_SMALL = 5  # repetitions of the figures under 10^8 (the median is reported)
@@ -120,7 +122,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.streaming, args.epochs)))
-        return
+        exit_process(0)
     command = "uv run python benchmarks/bench_scale_epoch.py " + " ".join(sys.argv[1:])
     results = {
         "meta": {"commit": git_commit(), "date": time.strftime("%Y-%m-%d"), "command": command,
@@ -138,3 +140,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

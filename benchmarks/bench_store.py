@@ -50,6 +50,8 @@ from _meta import git_commit, utc_now  # noqa: E402
 from _peers import pil_to_tensor  # noqa: E402
 from _procs import run_once, serve_once  # noqa: E402
 
+from ferroload_core import exit_process  # noqa: E402
+
 DEFAULT_JSON = HERE / "results" / "bench_store.json"
 DEFAULT_QUICK_JSON = HERE / "results" / "bench_store_quick.json"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "ferroload-bench-store"
@@ -351,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
-        return 0
+        exit_process(0)
     from ferroload_testing import MotoServer
 
     sizes = QUICK if args.quick else FULL
@@ -535,4 +537,4 @@ def _report(results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main() or 0)  # without the interpreter's teardown (see README)

@@ -50,6 +50,8 @@ from _harness import (  # noqa: E402
 )
 from _meta import loadavg  # noqa: E402
 
+from ferroload_core import exit_process  # noqa: E402
+
 SEED = 20261219
 BATCH = 256
 SIDE = 32
@@ -202,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.child:
         _child(args.child, Path(args.workdir))
-        return {}
+        exit_process(0)
     from ferroload_core import available_cpus
 
     run = start_run(args, "bench_tiny", "tiny-run-{mode}")
@@ -228,3 +230,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -88,6 +88,8 @@ from _harness import (  # noqa: E402
 )
 from _meta import loadavg, pkg_version  # noqa: E402
 
+from ferroload_core import exit_process  # noqa: E402
+
 SEED = 20261219
 BATCH = 8
 FRAMES = 8
@@ -472,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.child:
         _child(args.child, args.data, args.check, args.hf)
-        return {}
+        exit_process(0)
     from _video_data import build
 
     from ferroload_core import available_cpus
@@ -577,3 +579,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # without the interpreter's teardown (see README)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -288,30 +287,6 @@ def test_the_command_leaves_with_its_code_whatever_the_teardown_does(
     assert json.loads(ok.stdout)["ok"] is True  # the whole output, flushed
     bad = run("info", str(tmp_path / "missing"), env=env, script=script)
     assert bad.returncode == 1 and bad.stderr.startswith("ferroload: error:"), bad.stderr
-
-
-@pytest.mark.parametrize("daemon", [True, False])
-def test_run_skips_the_teardown_unless_a_thread_would_be_waited_for(
-    monkeypatch: pytest.MonkeyPatch, daemon: bool
-) -> None:
-    import ferroload_cli._app as cli_app
-
-    done: list[object] = []
-    monkeypatch.setattr(cli_app, "main", lambda: 3)
-    monkeypatch.setattr(cli_app.atexit, "_run_exitfuncs", lambda: done.append("exit handlers"))
-    monkeypatch.setattr(cli_app.os, "_exit", done.append)
-    # the process's threads: the main one and a daemon (a tqdm monitor) or not (a worker);
-    # a test process has threads of its own, so run() is shown these two only
-    other = threading.Thread(target=lambda: None, daemon=daemon)
-    threads = [threading.main_thread(), other]
-    monkeypatch.setattr(cli_app.threading, "enumerate", lambda: threads)
-    if daemon:  # abandoned at exit anyway: the teardown is skipped
-        cli_app.run()
-        assert done == ["exit handlers", 3]
-    else:  # the interpreter would wait for it: the usual exit, with the code
-        with pytest.raises(SystemExit) as info:
-            cli_app.run()
-        assert info.value.code == 3 and done == []
 
 
 def test_verify(dataset: str, tmp_path: Path) -> None:

@@ -7,14 +7,11 @@ completion answer at once (a test keeps pyarrow, DuckDB, numpy and the format ou
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import inspect
 import logging
 import os
 import re
 import sys
-import threading
 import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -395,23 +392,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The `ferroload` process: `main()`, then exit without the interpreter's teardown.
+    """The `ferroload` process: `main()`, then `ferroload_core.exit_process` with its code.
 
     After a command, pyarrow's C++ thread pools sometimes abort the process while the
     interpreter tears down ("terminate called without an active exception", exit -6,
     after the command had printed its result: once in 650 `ferroload verify` runs on a
-    busy machine; apache/arrow#34314, #39862). So once the command is done, the exit
-    handlers run (logging, temporary files, child processes), the output is flushed, and
-    the process leaves with the command's code. While a thread the interpreter would wait
-    for still runs (one that is not a daemon; tqdm's monitor is one), it exits the usual
-    way.
+    busy machine; apache/arrow#34314). `exit_process` runs the exit handlers, flushes
+    the output and leaves without the teardown (the usual way while a thread that is
+    not a daemon still runs).
     """
     code = main()
-    main_thread = threading.main_thread()
-    if any(t is not main_thread and not t.daemon for t in threading.enumerate()):
-        sys.exit(code)
-    atexit._run_exitfuncs()  # what the interpreter would run at exit, in the same order
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed pipe: nothing more to write
-            stream.flush()
-    os._exit(code)
+    from ferroload_core import exit_process
+
+    exit_process(code)

@@ -11,11 +11,14 @@
 - `rank_from_env()`: rank and world size from torchrun's or a SLURM array's environment.
 - `backoff_delay()`: the wait before a retry (exponential, full jitter).
 - `LRU`: the one in-process least-recently-used cache (count or weight bound).
+- `exit_process()`: leave a finished process without the interpreter's teardown (where
+  pyarrow's thread pools now and then abort).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_core._core import ContextError, FerroloadError, available_cpus
+from ferroload_core._exit import exit_process
 from ferroload_core._lru import LRU
 from ferroload_core._magic import JPEG_SOF_MARKERS, PNG_MAGIC, sniff_audio, sniff_ext, sniff_image
 from ferroload_core._paths import UnsafePathError, check_relative_path
@@ -46,6 +49,7 @@ __all__ = [
     "available_cpus",
     "backoff_delay",
     "check_relative_path",
+    "exit_process",
     "progress_reporter",
     "progress_wanted",
     "rank_from_env",
