@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _procs import run_tree
+from _proctree import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import run_tree
+from _proctree import run_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 

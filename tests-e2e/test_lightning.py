@@ -19,7 +19,7 @@ L = pytest.importorskip("lightning")
 pytest.importorskip("PIL")
 
 from _colours import write_colours  # noqa: E402
-from _procs import run_tree  # noqa: E402
+from _proctree import run_tree  # noqa: E402
 from torch import nn  # noqa: E402
 
 from ferroload_loader import FerroLoader  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import run_tree
+from _proctree import run_tree
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import (

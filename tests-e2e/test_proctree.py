@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _procs import run_tree
+from _proctree import run_tree
 
 # a command that starts a grandchild (as a benchmark starts DataLoader workers), writes
 # its pid and then runs for as long as its first argument says
