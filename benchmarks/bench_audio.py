@@ -70,7 +70,7 @@ from _harness import (  # noqa: E402
 )
 from _meta import loadavg  # noqa: E402
 
-from ferroload_core import exit_process  # noqa: E402
+from ferroload_core import available_cpus, exit_process  # noqa: E402
 
 SEED = 20261219
 BATCH = 64
@@ -325,8 +325,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         _child(args.child, args.data, args.epoch, args.check)
         exit_process(0)
     from _audio_data import data_facts, write_all
-
-    from ferroload_core import available_cpus
 
     run = start_run(args, "bench_audio", "audio-run-{mode}")
     n = args.clips or (QUICK_N if args.quick else FULL_N)

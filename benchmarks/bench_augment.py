@@ -50,7 +50,7 @@ from _peers import shutdown, write_ferroload
 from _procs import Child, counting_faults, serve, unknown
 from _report import goal, goals_table, ratio, run_header, table
 
-from ferroload_core import exit_process
+from ferroload_core import available_cpus, exit_process
 
 SEED = 20261202
 SRC, OUT, BATCH, WORKERS = 256, 224, 64, 2
@@ -470,7 +470,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from _data import encode_natural, natural_photos, natural_source
 
     import ferroload
-    from ferroload_core import available_cpus
 
     run = start_run(args, "bench_augment", "augment-run-{mode}")
     run_dir = run.run_dir

@@ -51,7 +51,7 @@ from _peers import StockPillow
 from _report import goal, goals_table, ratio, run_header, table
 from PIL import Image, ImageOps
 
-from ferroload_core import exit_process
+from ferroload_core import available_cpus, exit_process
 
 SEED = 20261201
 OUT = 224  # output side of the JPEG cases
@@ -584,7 +584,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         stock_worker(args.stock_worker)
         return {}
     import ferroload_codec
-    from ferroload_core import available_cpus
 
     sizes = QUICK if args.quick else FULL
     run = start_run(args, "bench_codec", "codec-run-{mode}")

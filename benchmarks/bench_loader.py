@@ -62,7 +62,7 @@ from _peers import stock_pillow, write_ferroload, write_hf, write_webdataset
 from _procs import Child
 from _report import MiB, goal
 
-from ferroload_core import exit_process
+from ferroload_core import available_cpus, exit_process
 
 SEED = 20261202
 
@@ -558,8 +558,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         worker(args.worker)
         exit_process(0)
     from _data import encode_natural, natural_photos, natural_source
-
-    from ferroload_core import available_cpus
 
     sizes = QUICK if args.quick else FULL
     sizes = sizes._replace(rounds=args.rounds or sizes.rounds)

@@ -50,7 +50,7 @@ from _harness import (  # noqa: E402
 )
 from _meta import loadavg  # noqa: E402
 
-from ferroload_core import exit_process  # noqa: E402
+from ferroload_core import available_cpus, exit_process  # noqa: E402
 
 SEED = 20261219
 BATCH = 256
@@ -205,7 +205,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.child:
         _child(args.child, Path(args.workdir))
         exit_process(0)
-    from ferroload_core import available_cpus
 
     run = start_run(args, "bench_tiny", "tiny-run-{mode}")
     n = QUICK_N if args.quick else FULL_N

@@ -88,7 +88,7 @@ from _harness import (  # noqa: E402
 )
 from _meta import loadavg, pkg_version  # noqa: E402
 
-from ferroload_core import exit_process  # noqa: E402
+from ferroload_core import available_cpus, exit_process  # noqa: E402
 
 SEED = 20261219
 BATCH = 8
@@ -476,8 +476,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         _child(args.child, args.data, args.check, args.hf)
         exit_process(0)
     from _video_data import build
-
-    from ferroload_core import available_cpus
 
     run = start_run(args, "bench_video", "video-run-{mode}")
     n = args.clips or (QUICK_N if args.quick else FULL_N)
