@@ -21,7 +21,8 @@ def exit_process(code: int = 0) -> NoReturn:
     processes leave through this; a script that read a dataset may too. The `atexit`
     handlers run first, in their usual order (logging, temporary files, child
     processes). While a thread the interpreter would wait for still runs (one that is not
-    a daemon), the process exits the usual way (`sys.exit(code)`) instead.
+    a daemon), the process exits the usual way (`sys.exit(code)`) instead. Call it from
+    the main thread, as the last thing the process does.
 
     Examples:
         >>> import subprocess, sys
