@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
 import ferroload_codec._image as image_module
+import ferroload_codec._turbo as turbo_module
 from ferroload_codec import (
     DecodeError,
     ImageDecoder,
@@ -272,6 +274,37 @@ def test_batches_are_identical_whatever_the_thread_count() -> None:
     assert np.array_equal(decode_images(items, size=48, threads=2), one.images)
     for i, data in enumerate(items):
         assert np.array_equal(decode_image(data, size=48), one.images[i])
+
+
+def test_tiny_jpegs_decompress_with_the_gil_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny JPEG decompresses holding the GIL (two threads that hand it to each other
+    twice an image wait on each other more than they decode), a larger one releases it;
+    the pixels are the same either way."""
+    tj = turbojpeg()
+    if tj is None:
+        pytest.skip(
+            "service not available: libturbojpeg is not installed: install it with "
+            "`apt-get install libturbojpeg0` (.ci/run does)"
+        )
+    calls: Counter[str] = Counter()
+    for name in ("_decompress", "_decompress_held"):
+        fn = getattr(tj, name)
+        monkeypatch.setattr(tj, name, lambda *a, _f=fn, _n=name: (calls.update([_n]), _f(*a))[1])
+    monkeypatch.setattr(image_module, "jpeg", lambda: tj)
+
+    def decode(side: int) -> np.ndarray:
+        items = [encode(photo(side, side, i), "JPEG", quality=95) for i in range(6)]
+        return ImageDecoder((side, side), threads=2).decode_batch(items).images
+
+    tiny = decode(32)
+    assert calls == {"_decompress_held": 6}
+    calls.clear()
+    decode(64)
+    assert calls == {"_decompress": 6}
+    calls.clear()
+    monkeypatch.setattr(turbo_module, "GIL_HELD_PIXELS", 0)
+    assert np.array_equal(decode(32), tiny)
+    assert calls == {"_decompress": 6}
 
 
 def test_batch_errors_name_the_sample() -> None:
