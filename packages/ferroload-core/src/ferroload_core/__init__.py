@@ -13,10 +13,15 @@
 - `LRU`: the one in-process least-recently-used cache (count or weight bound).
 - `exit_process()`: leave a finished process without the interpreter's teardown (where
   pyarrow's thread pools now and then abort).
+
+Importing it sets `MIMALLOC_ALLOW_THP=0` unless set (`_arrow_env`: pyarrow's allocator
+then does not ask for transparent huge pages, whose page faults could stall for tens of
+ms); every ferroload package imports it before pyarrow.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ferroload_core._arrow_env import set_arrow_allocator_defaults
 from ferroload_core._core import ContextError, FerroloadError, available_cpus
 from ferroload_core._exit import exit_process
 from ferroload_core._lru import LRU
@@ -30,6 +35,8 @@ from ferroload_core._progress import (
 )
 from ferroload_core._rank import rank_from_env
 from ferroload_core._retry import backoff_delay
+
+set_arrow_allocator_defaults()  # before any ferroload package loads pyarrow
 
 try:
     __version__ = version("ferroload-core")

@@ -13,6 +13,7 @@ per version whose put-if-absent is the commit point. See docs/format.md for the 
 
 from importlib.metadata import PackageNotFoundError, version
 
+import ferroload_core  # noqa: F401  (first: it sets pyarrow's allocator options; see there)
 from ferroload_format._commit import MAX_COMMIT_ATTEMPTS
 from ferroload_format._dataset import Dataset
 from ferroload_format._errors import (
