@@ -70,7 +70,7 @@ class Turbo:
         self.lib_path = lib_path
         # Cheap calls keep the GIL (PyDLL): a GIL hand-over costs more than they do, and
         # with several decode threads every hand-over is a chance to wait. Only the
-        # decompression itself releases it (CDLL).
+        # decompression of an image larger than tiny releases it (CDLL).
         lib = ctypes.PyDLL(lib_path)
         slow = ctypes.CDLL(lib_path)
         c_int_p = ctypes.POINTER(ctypes.c_int)
