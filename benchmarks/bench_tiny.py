@@ -10,11 +10,17 @@ the epoch is timed from there to its last batch, start-up included (opening the 
    batches of 256, with the loader's thread count (every available CPU);
 2. loader: `make_loader(..., out="torch")` over the same images written as a ferroload
    dataset, batches of 256, one full epoch; its `LoaderStats` (time per batch in each
-   stage: prepare, decode, collate, wait, blocked; the first batch) are recorded with it.
+   stage: prepare, decode, collate, wait, blocked; the first batch) are recorded with it;
+3. codec_shuffled: the codec again, over the same in-memory payloads taken in the
+   loader's order (its epoch 0, seed 0; the batch lists built before the clock starts).
+   The loader's shuffled epoch reads its images from scattered places in memory, the
+   codec's stored order from consecutive ones; this kind shows what the order alone
+   costs the codec (a few % here: cache and TLB misses), apart from the loader's own work.
 
-The two kinds of process take turns (A B B A ...), `rounds` of each; the figure is
-loader samples/s over codec samples/s, from the median epochs (and from the best ones), and
-from the whole processes' times too (imports included).
+The kinds of process take turns (rotated every round), `rounds` of each; the figure is
+loader samples/s over codec samples/s (stored order, the goal's), from the median epochs
+(and from the best ones), and from the whole processes' times too (imports included);
+loader over codec_shuffled is reported beside it.
 
 Run it from the repository root:
 
@@ -40,6 +46,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
 from _harness import (  # noqa: E402
     finish_run,
     fresh_process_rounds,
@@ -63,18 +70,20 @@ QUICK_N, QUICK_ROUNDS = 2_000, 1
 # --------------------------------------------------------------------------- children
 
 
-def _child_codec(root: Path) -> dict[str, Any]:
+def _child_codec(root: Path, shuffled: bool = False) -> dict[str, Any]:
     import torch  # noqa: F401  (as in the loader's process)
 
     from ferroload_codec import ImageDecoder
 
     with open(root / "payloads.pkl", "rb") as f:
         payloads: list[bytes] = pickle.load(f)
+    order = np.load(root / "order.npy").tolist() if shuffled else range(len(payloads))
+    batches = [[payloads[i] for i in order[j : j + BATCH]] for j in range(0, len(order), BATCH)]
     t_epoch = time.perf_counter()
     dec = ImageDecoder((SIDE, SIDE))  # the loader's defaults: exact, bilinear, every CPU
     n = 0
-    for i in range(0, len(payloads), BATCH):
-        n += len(dec.decode_batch(payloads[i : i + BATCH]).images)
+    for batch in batches:
+        n += len(dec.decode_batch(batch).images)
     dec.close()
     return {"n": n, "t_epoch": t_epoch}
 
@@ -105,7 +114,7 @@ def _child_loader(root: Path) -> dict[str, Any]:
 
 
 def _child(kind: str, root: Path) -> None:
-    got = _child_codec(root) if kind == "codec" else _child_loader(root)
+    got = _child_loader(root) if kind == "loader" else _child_codec(root, kind == "codec_shuffled")
     t_end = time.perf_counter()
     out = {
         "n": got["n"],
@@ -142,7 +151,19 @@ def _write(fmt: str, n: int, root: Path) -> dict[str, Any]:
     _peers.write_ferroload(samples, root / "ferroload")
     with open(root / "payloads.pkl", "wb") as f:
         pickle.dump(samples.payloads, f, protocol=pickle.HIGHEST_PROTOCOL)
+    np.save(root / "order.npy", _loader_order(root / "ferroload", samples.keys))
     return {"samples": n, "avg_bytes": samples.payload_bytes / n}
+
+
+def _loader_order(dataset: Path, keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    """The payload positions in the order the loader's timed epoch delivers them."""
+    from ferroload_loader import make_loader
+
+    where = {k: i for i, k in enumerate(keys)}
+    dl = make_loader(str(dataset), batch_size=BATCH, meta=["label"], seed=0)
+    order = [where[sid] for b in dl for sid in b["sample_id"]]
+    dl.close()
+    return np.asarray(order, dtype=np.int64)
 
 
 def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
@@ -150,7 +171,14 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
     log(f"{fmt}: encoding and writing {n} samples (not timed) ...")
     out: dict[str, Any] = _write(fmt, n, root)
     log(f"  {fmt}:")
-    runs = fresh_process_rounds(("codec", "loader"), rounds, lambda k, r: _run_child(k, root), n)
+    kinds = ("codec", "loader", "codec_shuffled")
+    runs = fresh_process_rounds(
+        kinds,
+        rounds,
+        lambda k, r: _run_child(k, root),
+        n,
+        order=lambda r: kinds[r % 3 :] + kinds[: r % 3],
+    )
     for kind, rs in runs.items():
         ep = [x["epoch_s"] for x in rs]
         proc = [x["process_s"] for x in rs]
@@ -170,16 +198,21 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
     out["loader_over_codec"] = lo["samples_per_s"] / c["samples_per_s"]
     out["loader_over_codec_best"] = lo["best_samples_per_s"] / c["best_samples_per_s"]
     out["loader_over_codec_process"] = lo["process_samples_per_s"] / c["process_samples_per_s"]
+    out["loader_over_codec_shuffled"] = lo["samples_per_s"] / out["codec_shuffled"]["samples_per_s"]
     return out
 
 
 def render(res: dict[str, Any]) -> str:
-    lines = ["set    codec/s  loader/s  ratio (median epochs)  best   whole process"]
+    lines = [
+        "set    codec/s  loader/s  ratio (median epochs)  best   whole process"
+        "   codec shuffled/s  loader/it"
+    ]
     for fmt, s in res["sets"].items():
         lines.append(
             f"{fmt:4s} {s['codec']['samples_per_s']:9.0f} {s['loader']['samples_per_s']:9.0f}"
             f"  {s['loader_over_codec']:.3f}{'':18s}{s['loader_over_codec_best']:.3f}"
-            f"  {s['loader_over_codec_process']:.3f}"
+            f"  {s['loader_over_codec_process']:.3f}{'':10s}"
+            f"{s['codec_shuffled']['samples_per_s']:9.0f}  {s['loader_over_codec_shuffled']:.3f}"
         )
     for fmt, s in res["sets"].items():
         st = s["loader"].get("median_run_stats")
@@ -198,7 +231,9 @@ def render(res: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = run_parser(__doc__, "bench_tiny", quick="smoke run (2,000 samples, 1 round)")
-    p.add_argument("--child", choices=("codec", "loader"), help="(internal) one timed epoch")
+    p.add_argument(
+        "--child", choices=("codec", "loader", "codec_shuffled"), help="(internal) one timed epoch"
+    )
     p.add_argument("--rounds", type=int, default=None, help="epochs of each kind")
     p.add_argument("--fmt", choices=("png", "jpg", "both"), default="both")
     args = p.parse_args(argv)
