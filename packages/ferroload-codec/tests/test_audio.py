@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import io
 import logging
+import mmap
+import os
+import resource
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +19,7 @@ from hypothesis import strategies as st
 from ferroload_codec import _audio
 from ferroload_codec._audio import AudioDecoder, Crop, DecodedAudioBatch, decode_audio
 from ferroload_codec._errors import DecodeError, UnsupportedFormatError
-from ferroload_codec._reader import ByteReader
+from ferroload_codec._reader import READAHEAD, ByteReader
 from ferroload_core import FerroloadError
 
 sf = pytest.importorskip("soundfile")
@@ -361,6 +365,77 @@ def test_byte_reader_seeks_and_reads_like_bytesio() -> None:
             ours.seek(*bad)
         with pytest.raises(ValueError, match=message):
             ref.seek(*bad)
+
+
+class SpyMap(mmap.mmap):
+    """A file mapping that records the advice it gets."""
+
+    advice: list[tuple[int, int, int]]
+
+    def madvise(self, option: int, start: int = 0, length: int = 0) -> None:
+        self.advice.append((option, start, length))
+        super().madvise(option, start, length)
+
+
+def test_a_reader_over_a_mapped_file_asks_the_kernel_to_read_ahead(tmp_path: Path) -> None:
+    """Over a view of a mapped shard, each read first advises the kernel to read ahead
+    (once per window): the store maps shards for random access, so a cold page cache
+    would otherwise make each 4 KiB page a disk read of its own."""
+    data = np.random.default_rng(0).integers(0, 256, 3 * READAHEAD, dtype=np.uint8).tobytes()
+    path = tmp_path / "shard.tar"
+    path.write_bytes(b"\0" * 5000 + data)
+    with open(path, "rb") as f:
+        mapped = SpyMap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped.advice = []
+    reader = ByteReader(memoryview(mapped)[5000:])  # a payload 5,000 bytes into the shard
+    out = bytearray(32 << 10)
+    got = bytearray()
+    while n := reader.readinto(out):
+        got += out[:n]
+    assert got == data  # the same bytes
+    page = mmap.PAGESIZE
+    # one advice per window, each from the page holding the read's first byte
+    assert [a[0] for a in mapped.advice] == [mmap.MADV_WILLNEED] * 3
+    for k, (_, start, length) in enumerate(mapped.advice):
+        assert start == (5000 + k * READAHEAD) // page * page
+        assert start + length == 5000 + (k + 1) * READAHEAD
+    reader.seek(10)
+    assert reader.read(20) == data[10:30]
+    assert mapped.advice[-1][1:] == (5000 // page * page, 5010 + READAHEAD - 5000 // page * page)
+    # bytes and views of other objects are read as before, without advice
+    assert ByteReader(data).read(7) == data[:7]
+    assert ByteReader(memoryview(bytearray(data))[3:]).read(5) == data[3:8]
+
+
+def _major_faults_reading(path: Path, advice: bool) -> int:
+    """Major page faults of reading a cold file through a ByteReader over its mapping
+    (advised random access, as the store maps shards)."""
+    with open(path, "rb") as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # out of the page cache
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped.madvise(mmap.MADV_RANDOM)
+    reader = ByteReader(memoryview(mapped))
+    if not advice:
+        reader._map = None  # the reader as it was: no read-ahead
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+    out = bytearray(32 << 10)
+    while reader.readinto(out):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt - before
+
+
+def test_read_ahead_turns_page_by_page_disk_reads_into_few(tmp_path: Path) -> None:
+    path = tmp_path / "cold.bin"
+    path.write_bytes(np.random.default_rng(1).integers(0, 256, 4 << 20, dtype=np.uint8))
+    os.sync()  # written back: the pages can leave the page cache
+    without = _major_faults_reading(path, advice=False)
+    with_advice = _major_faults_reading(path, advice=True)
+    # where the page cache could be dropped (a disk-backed folder), 1,024 pages were
+    # 1,024 disk reads; with read-ahead, a few per 256 KiB window at most
+    if without >= 512:
+        assert with_advice <= without // 8, (without, with_advice)
+    else:  # a memory-backed folder (tmpfs): no page is ever read from disk
+        assert with_advice <= without
 
 
 # --------------------------------------------------------------------------- batches

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
+
+import numpy as np
+
+#: Bytes from a read's position that a reader over a memory-mapped shard asks the kernel
+#: to read ahead (`MADV_WILLNEED`) before it copies (256 KiB: on 3,000 cold 1 s audio
+#: crops, 128 KiB gave 1,018 clips/s, 256 KiB 1,041-1,147, 512 KiB 1,095, 1 MiB 765).
+READAHEAD = 256 << 10
+_WILLNEED: int | None = getattr(mmap, "MADV_WILLNEED", None)
 
 
 class ByteReader:
@@ -15,13 +24,44 @@ class ByteReader:
     decoder only what it asks for, straight from the buffer. It seeks, tells and reads
     like `BytesIO`: a seek past the end is allowed (reads there return nothing), a
     relative seek before the start stops at 0, an absolute negative one is a ValueError.
+
+    Over a view of a memory-mapped file (a loader's payload from a local shard), each read
+    first asks the kernel to read ahead `READAHEAD` bytes from its position (once per
+    such window): the store maps shards for random access (no read-around), so on a
+    cold page cache every 4 KiB page a decoder touched was a disk read of its own, made
+    while the copying thread held the GIL (3,000 cold 1 s audio crops: 60,831 major
+    page faults and 625 clips/s; 3,402 and 1,147 clips/s with the advice).
     """
 
-    __slots__ = ("_buf", "_pos")
+    __slots__ = ("_advised", "_at", "_buf", "_map", "_pos")
 
     def __init__(self, buf: bytes | bytearray | memoryview) -> None:
         self._buf = memoryview(buf)
         self._pos = 0
+        # the mapping under the view and where the view starts in it, for the advice
+        self._map: mmap.mmap | None = None
+        self._at = 0
+        self._advised = (0, 0)  # [start, end) of the buffer already advised
+        base = self._buf.obj
+        if _WILLNEED is not None and isinstance(base, mmap.mmap) and len(self._buf):
+            self._map = base
+            start = np.frombuffer(self._buf, np.uint8).ctypes.data
+            self._at = int(start) - int(np.frombuffer(base, np.uint8).ctypes.data)
+
+    def _read_ahead(self, pos: int, n: int) -> None:
+        """Advise the kernel to read `[pos, pos + max(n, READAHEAD))` of the mapping,
+        unless `[pos, pos + n)` was advised already. Advice that fails turns it off."""
+        lo, hi = self._advised
+        if self._map is None or _WILLNEED is None or (lo <= pos and pos + n <= hi):
+            return
+        end = min(len(self._buf), pos + max(n, READAHEAD))
+        start = (self._at + pos) // mmap.PAGESIZE * mmap.PAGESIZE  # madvise wants pages
+        try:
+            self._map.madvise(_WILLNEED, start, self._at + end - start)
+        except (OSError, ValueError):
+            self._map = None
+            return
+        self._advised = (pos, end)
 
     def seekable(self) -> bool:
         return True
@@ -44,6 +84,8 @@ class ByteReader:
         """Copy the next bytes into the writable buffer `out`; how many came."""
         pos = self._pos
         n = max(0, min(len(out), len(self._buf) - pos))
+        if self._map is not None and n:
+            self._read_ahead(pos, n)
         out[:n] = self._buf[pos : pos + n]
         self._pos = pos + n
         return n
@@ -51,6 +93,8 @@ class ByteReader:
     def read(self, size: int | None = -1) -> bytes:
         pos = self._pos
         end = len(self._buf) if size is None or size < 0 else min(len(self._buf), pos + size)
+        if self._map is not None and end > pos:
+            self._read_ahead(pos, end - pos)
         data = bytes(self._buf[pos:end]) if end > pos else b""
         self._pos = max(pos, end)
         return data
