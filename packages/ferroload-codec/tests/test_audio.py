@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ferroload_codec import _audio
 from ferroload_codec._audio import AudioDecoder, Crop, DecodedAudioBatch, decode_audio
 from ferroload_codec._errors import DecodeError, UnsupportedFormatError
-from ferroload_codec._reader import READAHEAD, ByteReader
+from ferroload_codec._reader import READAHEAD, WHOLE_READ_MIN_BYTES, ByteReader, read_ahead
 from ferroload_core import FerroloadError
 
 sf = pytest.importorskip("soundfile")
@@ -405,6 +405,23 @@ def test_a_reader_over_a_mapped_file_asks_the_kernel_to_read_ahead(tmp_path: Pat
     # bytes and views of other objects are read as before, without advice
     assert ByteReader(data).read(7) == data[:7]
     assert ByteReader(memoryview(bytearray(data))[3:]).read(5) == data[3:8]
+
+
+def test_read_ahead_advises_large_mapped_payloads_whole(tmp_path: Path) -> None:
+    """What a loader asks of the payloads its decoders read whole (images, video)."""
+    path = tmp_path / "shard.tar"
+    path.write_bytes(bytes(4 * WHOLE_READ_MIN_BYTES))
+    with open(path, "rb") as f:
+        mapped = SpyMap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped.advice = []
+    view = memoryview(mapped)
+    big = view[5000 : 5000 + WHOLE_READ_MIN_BYTES]
+    small = view[100 : 100 + WHOLE_READ_MIN_BYTES - 1]
+    other = memoryview(bytearray(2 * WHOLE_READ_MIN_BYTES))
+    read_ahead([None, small, b"x" * WHOLE_READ_MIN_BYTES, other, big])
+    page = mmap.PAGESIZE
+    start = 5000 // page * page
+    assert mapped.advice == [(mmap.MADV_WILLNEED, start, 5000 + WHOLE_READ_MIN_BYTES - start)]
 
 
 def _major_faults_reading(path: Path, advice: bool) -> int:

@@ -337,6 +337,33 @@ def test_audio_and_video_fields(tmp_path: object) -> None:
     assert all(np.array_equal(x["audio"], y["audio"]) for x, y in zip(batches, again, strict=True))
 
 
+def test_payloads_read_whole_are_read_ahead_audio_crops_are_not(
+    tmp_path: object, make_dataset: MakeDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a batch is prepared, the payloads its decoders read whole (images, video) go
+    to `read_ahead` (large views of mapped shards are read ahead beside decoding); audio
+    crops read a part of each clip (their reader reads ahead of each read instead)."""
+    import ferroload_loader._fields as fields_module
+    from ferroload_format import Writer
+
+    seen: list[list[Any]] = []
+    monkeypatch.setattr(fields_module, "read_ahead", lambda items: seen.append(list(items)))
+    list(make_loader(make_dataset(10), batch_size=4, images=["image"], resize=8, seed=0))
+    assert len(seen) == 3 and sum(map(len, seen)) == 10
+    assert all(type(v) is memoryview for batch in seen for v in batch)  # mapped, not copied
+    root = str(tmp_path) + "/av"  # type: ignore[operator]
+    with Writer(root, "av") as w:
+        w.declare("audio", "wav", "tensor", "audio")
+        w.declare("clip", "avi", "tensor", "video")
+        for i in range(4):
+            w.add(f"a{i}", {"audio": _wav(0.5), "clip": _video()}, {"label": i})
+    seen.clear()
+    list(make_loader(root, batch_size=2, audio={"audio": {"length": 2000, "sample_rate": 4000}}))
+    assert seen == []
+    list(make_loader(root, batch_size=2, video={"clip": {"num_frames": 4, "size": 16}}))
+    assert len(seen) == 2 and sum(map(len, seen)) == 4
+
+
 def test_video_decodes_on_one_thread_more_than_the_cpus_unless_threads_is_given(
     tmp_path: object,
 ) -> None:

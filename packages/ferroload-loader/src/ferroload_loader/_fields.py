@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video, image_info
 from ferroload_codec._pool import DecodePool
+from ferroload_codec._reader import read_ahead
 from ferroload_format import (
     ColumnNotFoundError,
     Dataset,
@@ -216,6 +217,9 @@ class _DecodedField(Field):
     shape: tuple[int, ...]
     dtype: Any = np.uint8
     with_mask: bool = False
+    #: Its decoder reads each payload whole (an audio crop reads a part: `ByteReader`
+    #: reads ahead of each of its reads instead).
+    reads_whole = True
     _buffers: BatchBuffers | None = None
 
     def item_bytes(self) -> int:
@@ -229,7 +233,9 @@ class _DecodedField(Field):
         return self._buffers
 
     def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
-        batch.payloads[self.name] = _payloads(batch, source, self.name)
+        payloads = batch.payloads[self.name] = _payloads(batch, source, self.name)
+        if self.reads_whole:  # large payloads of local shards read ahead, beside decoding
+            read_ahead(payloads)
 
     def fill(self, batch: BatchState) -> None:
         payloads = batch.payloads.pop(self.name)
@@ -411,6 +417,8 @@ class PaddedImageField(_DecodedField):
 
 class AudioField(_DecodedField):
     """An audio modality decoded to (N, channels, length)."""
+
+    reads_whole = False  # a crop reads a part of its clip
 
     def __init__(self, name: str, decoder: AudioDecoder, channels: int) -> None:
         self.name = name
