@@ -38,8 +38,10 @@ the systems take turns in rotated order, `rounds` epochs each; the figures are m
     uv run python benchmarks/bench_audio.py --quick         # smoke run (300 clips, 1 round)
 
 The three copies of 10,000 clips take ~32 GB (about 1.1 MB a clip, each system its own
-copy): check `df -h /tmp` first. `results/bench_audio.json` is a `--clips 3000` run on the
-shared 2-core development machine (other jobs ran beside it: see its load averages).
+copy): check `df -h /tmp` first. `results/bench_audio.json` is a full run (10,000 clips) on
+the shared 2-core, 24 GB development machine: the clips and the three copies (42 GB) do not
+fit its page cache, so each system's epoch reads much of its copy from disk (other jobs
+ran beside it: see its load averages).
 
 Timings are never asserted on: the goal is reported as PASS / FAIL.
 """
