@@ -308,15 +308,21 @@ def _video(frames: int = 12, size: int = 32) -> bytes:
     return buf.getvalue()
 
 
-def test_audio_and_video_fields(tmp_path: object) -> None:
+def _av_dataset(tmp_path: object, n: int) -> str:
+    """`n` samples, each a WAV clip of 0.5 + i/10 s (`audio`) and an AVI clip (`clip`)."""
     from ferroload_format import Writer
 
     root = str(tmp_path) + "/av"  # type: ignore[operator]
     with Writer(root, "av") as w:
         w.declare("audio", "wav", "tensor", "audio")
         w.declare("clip", "avi", "tensor", "video")
-        for i in range(6):
+        for i in range(n):
             w.add(f"a{i}", {"audio": _wav(0.5 + i / 10), "clip": _video()}, {"label": i})
+    return root
+
+
+def test_audio_and_video_fields(tmp_path: object) -> None:
+    root = _av_dataset(tmp_path, 6)
     dl = make_loader(
         root, batch_size=3, out="numpy", meta=["label"], seed=1,
         audio={"audio": {"length": 2000, "sample_rate": 4000}},
@@ -344,19 +350,13 @@ def test_payloads_read_whole_are_read_ahead_audio_crops_are_not(
     to `read_ahead` (large views of mapped shards are read ahead beside decoding); audio
     crops read a part of each clip (their reader reads ahead of each read instead)."""
     import ferroload_loader._fields as fields_module
-    from ferroload_format import Writer
 
     seen: list[list[Any]] = []
     monkeypatch.setattr(fields_module, "read_ahead", lambda items: seen.append(list(items)))
     list(make_loader(make_dataset(10), batch_size=4, images=["image"], resize=8, seed=0))
     assert len(seen) == 3 and sum(map(len, seen)) == 10
     assert all(type(v) is memoryview for batch in seen for v in batch)  # mapped, not copied
-    root = str(tmp_path) + "/av"  # type: ignore[operator]
-    with Writer(root, "av") as w:
-        w.declare("audio", "wav", "tensor", "audio")
-        w.declare("clip", "avi", "tensor", "video")
-        for i in range(4):
-            w.add(f"a{i}", {"audio": _wav(0.5), "clip": _video()}, {"label": i})
+    root = _av_dataset(tmp_path, 4)
     seen.clear()
     list(make_loader(root, batch_size=2, audio={"audio": {"length": 2000, "sample_rate": 4000}}))
     assert seen == []
