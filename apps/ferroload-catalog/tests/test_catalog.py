@@ -230,6 +230,24 @@ def test_lock_timeout_then_retry_succeeds(tmp_path: Path, make_dataset: MakeData
         holder.wait(timeout=30)
 
 
+def test_one_operation_at_a_time_holds_the_catalog(
+    tmp_path: Path, make_dataset: MakeDataset
+) -> None:
+    """Operations take an exclusive lock on `<catalog>.lock` for their whole session
+    (DuckDB's own lock on the file let concurrent processes read it half-written): while
+    another holds it, an operation waits, then times out."""
+    import fcntl
+
+    path = tmp_path / "held.duckdb"
+    Catalog(path).add("a", make_dataset())
+    with open(tmp_path / "held.duckdb.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(CatalogLockedError, match="locked by another process"):
+            Catalog(path, lock_timeout=0.2).list()
+        fcntl.flock(held, fcntl.LOCK_UN)
+        assert [e.name for e in Catalog(path, lock_timeout=0.2).list()] == ["a"]
+
+
 _ADD_MANY = textwrap.dedent(
     """
     import sys

@@ -353,14 +353,20 @@ def test_payloads_read_whole_are_read_ahead_audio_crops_are_not(
 
     seen: list[list[Any]] = []
     monkeypatch.setattr(fields_module, "read_ahead", lambda items: seen.append(list(items)))
-    list(make_loader(make_dataset(10), batch_size=4, images=["image"], resize=8, seed=0))
+    list(make_loader(make_dataset(10), batch_size=4, images=["image"], resize=8, out="numpy"))
     assert len(seen) == 3 and sum(map(len, seen)) == 10
     assert all(type(v) is memoryview for batch in seen for v in batch)  # mapped, not copied
     root = _av_dataset(tmp_path, 4)
     seen.clear()
-    list(make_loader(root, batch_size=2, audio={"audio": {"length": 2000, "sample_rate": 4000}}))
+    list(
+        make_loader(
+            root, batch_size=2, out="numpy", audio={"audio": {"length": 2000, "sample_rate": 4000}}
+        )
+    )
     assert seen == []
-    list(make_loader(root, batch_size=2, video={"clip": {"num_frames": 4, "size": 16}}))
+    list(
+        make_loader(root, batch_size=2, out="numpy", video={"clip": {"num_frames": 4, "size": 16}})
+    )
     assert len(seen) == 2 and sum(map(len, seen)) == 4
 
 
