@@ -200,6 +200,10 @@ def test_not_a_catalog_file(tmp_path: Path) -> None:
     with pytest.raises(CatalogFileError) as info:
         Catalog(bad).list()
     assert isinstance(info.value, OSError)
+    # a catalog whose lock file cannot be made (here: a folder stands in its place)
+    (tmp_path / "dir.duckdb.lock").mkdir()
+    with pytest.raises(CatalogFileError, match="lock file"):
+        Catalog(tmp_path / "dir.duckdb").list()
 
 
 _HOLD_LOCK = textwrap.dedent(

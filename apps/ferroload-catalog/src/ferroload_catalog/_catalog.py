@@ -92,7 +92,11 @@ def _session_lock(path: Path, deadline: float, timeout: float) -> Iterator[None]
     if sys.platform == "win32":
         yield
         return
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    lock = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise CatalogFileError(f"cannot open the catalog's lock file {str(lock)!r}: {exc}") from exc
     try:
         attempt = 0
         while True:
