@@ -1,4 +1,9 @@
-"""A file over encoded bytes that copies only what a decoder reads (audio and video)."""
+"""Reading payloads: a file copying only what a decoder reads, and mapped-shard read-ahead.
+
+`ByteReader` is the file (audio and video decoders read through it); over a view of a
+mapped shard it asks the kernel (`MADV_WILLNEED`) to read a window ahead of each read.
+`read_ahead` gives the same advice for whole payloads (a loader's images and video).
+"""
 
 from __future__ import annotations
 
@@ -20,14 +25,25 @@ WHOLE_READ_MIN_BYTES = 16 << 10
 _WILLNEED: int | None = getattr(mmap, "MADV_WILLNEED", None)
 
 
-def mapped_offset(view: memoryview) -> tuple[mmap.mmap, int] | None:
+def _address(buf: Any) -> int:
+    return int(np.frombuffer(buf, np.uint8).ctypes.data)
+
+
+def mapped_offset(
+    view: memoryview, origins: dict[int, int] | None = None
+) -> tuple[mmap.mmap, int] | None:
     """The memory map under `view` and where `view` starts in it; None for any other
-    buffer (or where the platform has no `MADV_WILLNEED`)."""
+    buffer (or where the platform has no `MADV_WILLNEED`). `origins` keeps each map's
+    address (by `id`) across calls over views of the same maps (half the cost a view)."""
     base = view.obj
     if _WILLNEED is None or not isinstance(base, mmap.mmap) or not view.nbytes:
         return None
-    start = np.frombuffer(view, np.uint8).ctypes.data
-    return base, int(start) - int(np.frombuffer(base, np.uint8).ctypes.data)
+    origin = None if origins is None else origins.get(id(base))
+    if origin is None:
+        origin = _address(base)
+        if origins is not None:
+            origins[id(base)] = origin
+    return base, _address(view) - origin
 
 
 def _advise(mapped: mmap.mmap, start: int, end: int) -> bool:
@@ -49,10 +65,11 @@ def read_ahead(items: Iterable[Any], min_bytes: int = WHOLE_READ_MIN_BYTES) -> N
     video) when the batch is prepared, while the batch before it decodes: on a cold page
     cache, each payload is then read in one request beside the decoding, instead of page
     by page (shards are mapped for random access) while a decode thread waits."""
+    origins: dict[int, int] = {}  # the maps stay alive through the views for the call
     for item in items:
         if type(item) is not memoryview or item.nbytes < min_bytes:
             continue
-        found = mapped_offset(item)
+        found = mapped_offset(item, origins)
         if found is not None and not _advise(found[0], found[1], found[1] + item.nbytes):
             return
 
