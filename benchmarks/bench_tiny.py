@@ -65,6 +65,8 @@ SIDE = 32
 GOALS = {"png": 0.9, "jpg": 0.95}  # loader over codec, at least
 FULL_N, FULL_ROUNDS = 20_000, 5
 QUICK_N, QUICK_ROUNDS = 2_000, 1
+#: The kinds of timed process (see the module docstring).
+KINDS = ("codec", "loader", "codec_shuffled")
 
 
 # --------------------------------------------------------------------------- children
@@ -171,13 +173,12 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
     log(f"{fmt}: encoding and writing {n} samples (not timed) ...")
     out: dict[str, Any] = _write(fmt, n, root)
     log(f"  {fmt}:")
-    kinds = ("codec", "loader", "codec_shuffled")
     runs = fresh_process_rounds(
-        kinds,
+        KINDS,
         rounds,
         lambda k, r: _run_child(k, root),
         n,
-        order=lambda r: kinds[r % 3 :] + kinds[: r % 3],
+        order=lambda r: KINDS[r % len(KINDS) :] + KINDS[: r % len(KINDS)],
     )
     for kind, rs in runs.items():
         ep = [x["epoch_s"] for x in rs]
@@ -205,7 +206,7 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
 def render(res: dict[str, Any]) -> str:
     lines = [
         "set    codec/s  loader/s  ratio (median epochs)  best   whole process"
-        "   codec shuffled/s  loader/it"
+        "   codec shuffled/s  loader/shuffled"
     ]
     for fmt, s in res["sets"].items():
         lines.append(
@@ -231,9 +232,7 @@ def render(res: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = run_parser(__doc__, "bench_tiny", quick="smoke run (2,000 samples, 1 round)")
-    p.add_argument(
-        "--child", choices=("codec", "loader", "codec_shuffled"), help="(internal) one timed epoch"
-    )
+    p.add_argument("--child", choices=KINDS, help="(internal) one timed epoch")
     p.add_argument("--rounds", type=int, default=None, help="epochs of each kind")
     p.add_argument("--fmt", choices=("png", "jpg", "both"), default="both")
     args = p.parse_args(argv)
