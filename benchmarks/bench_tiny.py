@@ -17,6 +17,11 @@ the epoch is timed from there to its last batch, start-up included (opening the 
    codec's stored order from consecutive ones; this kind shows what the order alone
    costs the codec (a few % here: cache and TLB misses), apart from the loader's own work.
 
+Each epoch also records its CPU time (all threads, user and system) and page faults
+(`cpu_s`, `major_faults`, `minor_faults`): CPU per sample does not depend on what else
+the machine runs, where the epoch's wall time does; a major fault means the loader read
+its shard from disk (the codec's bytes are in memory before its clock starts).
+
 The kinds of process take turns (rotated every round), `rounds` of each; the figure is
 loader samples/s over codec samples/s (stored order, the goal's), from the median epochs
 (and from the best ones), and from the whole processes' times too (imports included);
@@ -39,6 +44,7 @@ _T_START = time.perf_counter()
 import json  # noqa: E402
 import os  # noqa: E402
 import pickle  # noqa: E402
+import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -81,13 +87,13 @@ def _child_codec(root: Path, shuffled: bool = False) -> dict[str, Any]:
         payloads: list[bytes] = pickle.load(f)
     order = np.load(root / "order.npy").tolist() if shuffled else range(len(payloads))
     batches = [[payloads[i] for i in order[j : j + BATCH]] for j in range(0, len(order), BATCH)]
-    t_epoch = time.perf_counter()
+    ru_epoch, t_epoch = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     dec = ImageDecoder((SIDE, SIDE))  # the loader's defaults: exact, bilinear, every CPU
     n = 0
     for batch in batches:
         n += len(dec.decode_batch(batch).images)
     dec.close()
-    return {"n": n, "t_epoch": t_epoch}
+    return {"n": n, "t_epoch": t_epoch, "ru_epoch": ru_epoch}
 
 
 def _child_loader(root: Path) -> dict[str, Any]:
@@ -95,7 +101,7 @@ def _child_loader(root: Path) -> dict[str, Any]:
 
     from ferroload_loader import make_loader
 
-    t_epoch = time.perf_counter()
+    ru_epoch, t_epoch = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     dl = make_loader(
         str(root / "ferroload"),
         batch_size=BATCH,
@@ -112,17 +118,22 @@ def _child_loader(root: Path) -> dict[str, Any]:
     st = dl.stats
     stats = {k: v for k, v in vars(st).items() if k != "skipped_ids"}
     stats["per_batch_s"] = st.per_batch()
-    return {"n": n, "t_epoch": t_epoch, "stats": stats}
+    return {"n": n, "t_epoch": t_epoch, "ru_epoch": ru_epoch, "stats": stats}
 
 
 def _child(kind: str, root: Path) -> None:
     got = _child_loader(root) if kind == "loader" else _child_codec(root, kind == "codec_shuffled")
-    t_end = time.perf_counter()
+    t_end, ru_end = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    ru = got["ru_epoch"]
     out = {
         "n": got["n"],
         "process_s": t_end - _T_START,
         "epoch_s": t_end - got["t_epoch"],
         "import_s": got["t_epoch"] - _T_START,
+        # the epoch's CPU time and page faults (major: read from disk)
+        "cpu_s": ru_end.ru_utime + ru_end.ru_stime - ru.ru_utime - ru.ru_stime,
+        "major_faults": ru_end.ru_majflt - ru.ru_majflt,
+        "minor_faults": ru_end.ru_minflt - ru.ru_minflt,
     }
     if "stats" in got:  # the loader's LoaderStats: where its epoch went
         out["loader_stats"] = got["stats"]
@@ -185,6 +196,7 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
         proc = [x["process_s"] for x in rs]
         out[kind] = {
             "runs": rs,
+            "median_cpu_us_per_sample": float(np.median([x["cpu_s"] for x in rs])) * 1e6 / n,
             "median_epoch_s": float(np.median(ep)),
             "best_epoch_s": min(ep),
             "median_process_s": float(np.median(proc)),
@@ -200,6 +212,7 @@ def bench_fmt(fmt: str, n: int, rounds: int, root: Path) -> dict[str, Any]:
     out["loader_over_codec_best"] = lo["best_samples_per_s"] / c["best_samples_per_s"]
     out["loader_over_codec_process"] = lo["process_samples_per_s"] / c["process_samples_per_s"]
     out["loader_over_codec_shuffled"] = lo["samples_per_s"] / out["codec_shuffled"]["samples_per_s"]
+    out["loader_cpu_over_codec"] = lo["median_cpu_us_per_sample"] / c["median_cpu_us_per_sample"]
     return out
 
 
@@ -214,6 +227,12 @@ def render(res: dict[str, Any]) -> str:
             f"  {s['loader_over_codec']:.3f}{'':18s}{s['loader_over_codec_best']:.3f}"
             f"  {s['loader_over_codec_process']:.3f}{'':10s}"
             f"{s['codec_shuffled']['samples_per_s']:9.0f}  {s['loader_over_codec_shuffled']:.3f}"
+        )
+    for fmt, s in res["sets"].items():
+        lines.append(
+            f"{fmt} CPU per sample (median epochs, all threads): codec "
+            f"{s['codec']['median_cpu_us_per_sample']:.1f} us, loader "
+            f"{s['loader']['median_cpu_us_per_sample']:.1f} us ({s['loader_cpu_over_codec']:.2f}x)"
         )
     for fmt, s in res["sets"].items():
         st = s["loader"].get("median_run_stats")

@@ -134,7 +134,12 @@ def test_bench_tiny_quick_run_measures_every_figure(tmp_path: Path) -> None:
     for name, s in data["sets"].items():
         assert s["loader"]["samples_per_s"] > 0 and s["codec"]["samples_per_s"] > 0, name
         assert s["loader_over_codec"] > 0, name
-    assert len(data["goals"]) == 2 and "GOALS" in stdout
+        for kind in ("codec", "loader", "codec_shuffled"):  # CPU and faults of each epoch
+            run = s[kind]["runs"][0]
+            assert run["cpu_s"] > 0 and run["major_faults"] >= 0 and run["minor_faults"] > 0
+            assert s[kind]["median_cpu_us_per_sample"] > 0, (name, kind)
+        assert s["loader_cpu_over_codec"] > 0, name
+    assert len(data["goals"]) == 2 and "GOALS" in stdout and "CPU per sample" in stdout
 
 
 @pytest.mark.slow
