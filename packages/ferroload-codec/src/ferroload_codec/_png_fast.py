@@ -42,9 +42,11 @@ def same_size_png(
 
     def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
         kind = type(item)  # exact types only: this runs once per image
+        if kind is not bytes and kind is not memoryview:
+            return False  # (anything else, not a buffer too, is for the general path)
         # 57 bytes: the signature, IHDR, and empty IDAT and IEND chunks
         size = len(item)
-        if (kind is not bytes and kind is not memoryview) or size < 57:
+        if size < 57:
             return False
         # struct reads the header fields straight from the buffer: slicing a memoryview
         # (a loader's payloads are views of mapped shards) and comparing the slice costs
