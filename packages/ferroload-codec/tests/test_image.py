@@ -307,6 +307,57 @@ def test_tiny_jpegs_decompress_with_the_gil_held(monkeypatch: pytest.MonkeyPatch
     assert calls == {"_decompress": 6}
 
 
+def test_a_batch_of_tiny_jpegs_decodes_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding tiny JPEGs holds the GIL throughout (above), so a second thread could only
+    wait for it: such a batch runs on one thread; larger JPEGs, PNGs, and JPEGs through a
+    binding that releases the GIL (simplejpeg) use the pool's threads."""
+    tj = turbojpeg()
+    if tj is None:
+        pytest.skip(
+            "service not available: libturbojpeg is not installed: install it with "
+            "`apt-get install libturbojpeg0` (.ci/run does)"
+        )
+    caps: list[int | None] = []
+    run = image_module.DecodePool.run
+
+    def spy(self: Any, n: int, fn: Any, **kw: Any) -> None:
+        caps.append(kw.get("threads"))
+        run(self, n, fn, **kw)
+
+    monkeypatch.setattr(image_module.DecodePool, "run", spy)
+    monkeypatch.setattr(image_module, "jpeg", lambda: tj)
+
+    def threads(side: int, fmt: str = "JPEG", **kw: Any) -> int | None:
+        items = [encode(photo(side, side, i), fmt, **kw) for i in range(4)]
+        got = ImageDecoder((side, side), threads=2).decode_batch(items)
+        ref = ImageDecoder((side, side), threads=1).decode_batch(items)
+        assert np.array_equal(got.images, ref.images) and got.ok.all()
+        return caps[-2]  # the batch on two threads' cap
+
+    assert threads(32, quality=95) == 1
+    assert threads(48, quality=90) == 1
+    assert threads(64, quality=95) is None  # decompresses without the GIL
+    assert threads(32, "PNG") is None  # libspng releases the GIL
+    mixed = [encode(photo(32, 32, 0), "JPEG"), b"", None]  # not all buffers: not judged
+    res = ImageDecoder((32, 32), threads=2).decode_batch(mixed, on_error="skip")
+    assert caps[-1] is None and res.ok.tolist() == [True, False, False]
+    sj = simplejpeg()
+    if sj is not None:  # simplejpeg decodes without the GIL: both threads
+        monkeypatch.setattr(image_module, "jpeg", lambda: sj)
+        assert threads(32, quality=95) is None
+
+
+def test_a_batch_item_that_is_not_a_buffer_is_its_own_decode_error() -> None:
+    """Not bytes (None, a str) among PNGs: that item fails with a `DecodeError` naming its
+    type, the others decode (the lean PNG path once raised a bare TypeError)."""
+    res = ImageDecoder((32, 32), threads=2).decode_batch(
+        [PNG, None, "x", PNG], sample_ids=["a", "b", "c", "d"], on_error="skip"
+    )
+    assert res.ok.tolist() == [True, False, False, True]
+    assert [e.sample_id for e in res.errors] == ["b", "c"]
+    assert "NoneType" in str(res.errors[0]) and "str" in str(res.errors[1])
+
+
 def test_batch_errors_name_the_sample() -> None:
     items = [JPEG, JPEG[:300], b"", PNG]
     dec = ImageDecoder((32, 32), threads=2)

@@ -359,6 +359,27 @@ class ImageDecoder(ImagePaths):
 
     # ------------------------------------------------------------------ batches
 
+    def _holds_gil(self, items: Sequence[Buffer]) -> bool:
+        """Whether decoding `items` would keep the GIL throughout: JPEGs small enough
+        for libjpeg-turbo to decompress them with it held (`_turbo.Turbo.holds_gil`, at
+        the output size). Such a batch decodes on one thread: a second one could only
+        wait for the GIL, and handing it over costs more than it saves (20,000 32x32
+        JPEGs in batches of 256, 2 cores, one process: 466.6 -> 446.4 ms; through a
+        loader, whose consumer and index reads want the GIL too, 568 -> 478 ms).
+        Judged by the first item's signature and the largest item, a few us a batch; a
+        batch it misjudges decodes the same pixels, on fewer or more threads."""
+        tj = jpeg()
+        if tj is None or self.size is None or not items or self.pool.threads <= 1:
+            return False
+        first = items[0]
+        if not isinstance(first, bytes | bytearray | memoryview) or first[:3] != b"\xff\xd8\xff":
+            return False
+        try:
+            largest = max(map(len, items))
+        except TypeError:  # not all buffers: each item's own decode reports it
+            return False
+        return tj.holds_gil(self.size[0] * self.size[1], largest)
+
     def decode_batch(
         self,
         items: Sequence[Buffer],
@@ -431,7 +452,7 @@ class ImageDecoder(ImagePaths):
                 errors[i] = exc
                 out[i] = 0
 
-        self.pool.run(n, one, meanwhile=meanwhile)
+        self.pool.run(n, one, meanwhile=meanwhile, threads=1 if self._holds_gil(items) else None)
         failed = tuple(e for e in errors if e is not None)
         ok = np.fromiter((e is None for e in errors), dtype=np.bool_, count=n)
         if failed:

@@ -41,16 +41,22 @@ class DecodePool:
             return self._executor
 
     def run(
-        self, n: int, fn: Callable[[int], None], *, meanwhile: Callable[[], None] | None = None
+        self,
+        n: int,
+        fn: Callable[[int], None],
+        *,
+        meanwhile: Callable[[], None] | None = None,
+        threads: int | None = None,
     ) -> None:
-        """Call `fn(i)` for i in range(n); exceptions propagate (the first one raised).
+        """Call `fn(i)` for i in range(n) on at most `threads` threads (default: the
+        pool's); exceptions propagate (the first one raised).
 
         `meanwhile`, if given, runs in the calling thread while the pool's other threads
         start on the items, before the caller joins them: a loader reads the next batch
         there, overlapping it with this one's decoding without a thread of its own (one
         more runnable thread than cores would slow the decoding by about 10%).
         """
-        workers = min(self.threads, n)
+        workers = min(self.threads if threads is None else threads, n)
         if workers <= 1:
             if meanwhile is not None:
                 meanwhile()

@@ -13,6 +13,8 @@ hand the GIL to each other twice an image wait on each other more than they deco
 (32x32: 19.7 us an image on 2 threads against 16.8 on 1; 48x48: 27.6 against 21.8).
 Holding it, a batch of tiny images decodes as fast on several threads as on one (17.1,
 22.0); from 64x64 on, releasing it wins (21.6 us on 2 threads against 29.6 on 1).
+`holds_gil` says which images are tiny: `ImageDecoder.decode_batch` decodes a batch of
+them on one thread, where a second thread could only wait for the GIL.
 
 A decompressor that reported an error is destroyed and replaced. Even so, a header too
 short to parse can leave the previous image's size in place without an error, so callers
@@ -57,6 +59,8 @@ class JpegLib(Protocol):
     def header(self, data: bytes) -> tuple[int, int, int, int]: ...
 
     def decode_into(self, data: bytes, dst: npt.NDArray[np.uint8], pixel_format: int) -> None: ...
+
+    def holds_gil(self, pixels: int, nbytes: int) -> bool: ...
 
 
 class Turbo:
@@ -132,6 +136,10 @@ class Turbo:
         w, h, subsampling, colorspace = (i.value for i in state.ints)
         return w, h, subsampling, colorspace
 
+    def holds_gil(self, pixels: int, nbytes: int) -> bool:
+        """Whether an image of `nbytes` decompressed to `pixels` keeps the GIL (tiny)."""
+        return pixels <= GIL_HELD_PIXELS and nbytes <= GIL_HELD_BYTES
+
     def decode_into(self, data: bytes, dst: npt.NDArray[np.uint8], pixel_format: int) -> None:
         """Decode into `dst` of shape (h, w, channels), rows may be strided.
 
@@ -142,8 +150,7 @@ class Turbo:
         if dst.strides[1] != dst.shape[2] or dst.strides[2] != 1:
             raise ValueError("dst rows must be contiguous pixels")
         state = self._state()
-        tiny = h * w <= GIL_HELD_PIXELS and len(data) <= GIL_HELD_BYTES
-        decompress = self._decompress_held if tiny else self._decompress
+        decompress = self._decompress_held if self.holds_gil(h * w, len(data)) else self._decompress
         status = decompress(
             state.handle, data, len(data), dst.__array_interface__["data"][0],
             w, dst.strides[0], h, pixel_format, 0,
@@ -180,6 +187,10 @@ class SimpleJpeg:
     def __init__(self, module: ModuleType) -> None:
         self._sj = module
         self.version: str = module.__version__
+
+    def holds_gil(self, pixels: int, nbytes: int) -> bool:
+        """False: simplejpeg releases the GIL while it decodes, whatever the size."""
+        return False
 
     def header(self, data: bytes) -> tuple[int, int, int, int]:
         """(width, height, chroma subsampling (-1: not reported), colour space)."""
