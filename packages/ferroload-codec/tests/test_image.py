@@ -276,16 +276,22 @@ def test_batches_are_identical_whatever_the_thread_count() -> None:
         assert np.array_equal(decode_image(data, size=48), one.images[i])
 
 
-def test_tiny_jpegs_decompress_with_the_gil_held(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tiny JPEG decompresses holding the GIL (two threads that hand it to each other
-    twice an image wait on each other more than they decode), a larger one releases it;
-    the pixels are the same either way."""
+def _system_turbojpeg() -> Any:
+    """The system's libjpeg-turbo binding, or skip (it is a system package)."""
     tj = turbojpeg()
     if tj is None:
         pytest.skip(
             "service not available: libturbojpeg is not installed: install it with "
             "`apt-get install libturbojpeg0` (.ci/run does)"
         )
+    return tj
+
+
+def test_tiny_jpegs_decompress_with_the_gil_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny JPEG decompresses holding the GIL (two threads that hand it to each other
+    twice an image wait on each other more than they decode), a larger one releases it;
+    the pixels are the same either way."""
+    tj = _system_turbojpeg()
     calls: Counter[str] = Counter()
     for name in ("_decompress", "_decompress_held"):
         fn = getattr(tj, name)
@@ -311,12 +317,7 @@ def test_a_batch_of_tiny_jpegs_decodes_on_one_thread(monkeypatch: pytest.MonkeyP
     """Decoding tiny JPEGs holds the GIL throughout (above), so a second thread could only
     wait for it: such a batch runs on one thread; larger JPEGs, PNGs, and JPEGs through a
     binding that releases the GIL (simplejpeg) use the pool's threads."""
-    tj = turbojpeg()
-    if tj is None:
-        pytest.skip(
-            "service not available: libturbojpeg is not installed: install it with "
-            "`apt-get install libturbojpeg0` (.ci/run does)"
-        )
+    tj = _system_turbojpeg()
     caps: list[int | None] = []
     run = image_module.DecodePool.run
 
