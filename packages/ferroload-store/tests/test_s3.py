@@ -3,6 +3,7 @@ proxy that injects latency, 503s and dropped connections."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import random
@@ -242,7 +243,10 @@ def test_missing_objects(s3_uri: str, s3_options: dict[str, Any]) -> None:
     assert not store.exists("nope")
 
 
-def test_reads_survive_errors_and_dropped_connections(moto: MotoServer, s3_uri: str) -> None:
+def test_reads_survive_errors_and_dropped_connections(
+    moto: MotoServer, s3_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ferroload_store")  # each retry and its reason
     data = blob(3 * MiB, seed=4)
     open_store(s3_uri, storage_options=moto.storage_options(), cache=None).put("obj", data)
     io = IOOptions(part_size=256 * 1024, retries=10, backoff=0.001, max_backoff=0.005)
@@ -261,8 +265,13 @@ def test_reads_survive_errors_and_dropped_connections(moto: MotoServer, s3_uri: 
         stats = proxy.stats()
         assert stats.errors_injected > 0 and stats.drops_injected > 0
         assert store.stats.retries > 0
-        # Ours is the only retry layer: every injected fault cost exactly one retry.
-        assert store.stats.retries == stats.errors_injected + stats.drops_injected
+        # Ours is the only retry layer: every injected fault cost a retry of ours (a layer
+        # below would have absorbed some unseen) and one only. A busy machine may add a
+        # transport failure of its own, retried too: a CI run once counted 39 retries for
+        # 38 faults, its proxy counts the same as a quiet run's (113 requests, 89
+        # connections), so the 39th failure never reached the proxy as a request.
+        injected = stats.errors_injected + stats.drops_injected
+        assert injected <= store.stats.retries <= injected + 2, caplog.text
 
 
 def test_writes_survive_errors(moto: MotoServer, s3_uri: str) -> None:
