@@ -371,6 +371,9 @@ class ImageDecoder(ImagePaths):
         tj = jpeg()
         if tj is None or self.size is None or not items or self.pool.threads <= 1:
             return False
+        pixels = self.size[0] * self.size[1]
+        if not tj.holds_gil(pixels, 0):  # larger outputs: no look at the items
+            return False
         first = items[0]
         if not isinstance(first, bytes | bytearray | memoryview) or first[:3] != b"\xff\xd8\xff":
             return False
@@ -378,7 +381,7 @@ class ImageDecoder(ImagePaths):
             largest = max(map(len, items))
         except TypeError:  # not all buffers: each item's own decode reports it
             return False
-        return tj.holds_gil(self.size[0] * self.size[1], largest)
+        return tj.holds_gil(pixels, largest)
 
     def decode_batch(
         self,
