@@ -422,6 +422,11 @@ def test_read_ahead_advises_large_mapped_payloads_whole(tmp_path: Path) -> None:
     page = mmap.PAGESIZE
     start = 5000 // page * page
     assert mapped.advice == [(mmap.MADV_WILLNEED, start, 5000 + WHOLE_READ_MIN_BYTES - start)]
+    mapped.advice.clear()  # told the largest size (a loader knows it from the index)
+    read_ahead([small, big], largest=WHOLE_READ_MIN_BYTES - 1)
+    assert mapped.advice == []
+    read_ahead([small, big], largest=WHOLE_READ_MIN_BYTES)
+    assert len(mapped.advice) == 1
 
 
 def _major_faults_reading(path: Path, advice: bool) -> int:

@@ -352,7 +352,12 @@ def test_payloads_read_whole_are_read_ahead_audio_crops_are_not(
     import ferroload_loader._fields as fields_module
 
     seen: list[list[Any]] = []
-    monkeypatch.setattr(fields_module, "read_ahead", lambda items: seen.append(list(items)))
+
+    def spy(items: Any, *, largest: int) -> None:
+        seen.append(list(items))
+        assert largest == max(len(v) for v in seen[-1])  # the sizes, from the index
+
+    monkeypatch.setattr(fields_module, "read_ahead", spy)
     list(make_loader(make_dataset(10), batch_size=4, images=["image"], resize=8, out="numpy"))
     assert len(seen) == 3 and sum(map(len, seen)) == 10
     assert all(type(v) is memoryview for batch in seen for v in batch)  # mapped, not copied

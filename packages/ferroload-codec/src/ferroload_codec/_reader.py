@@ -57,14 +57,21 @@ def _advise(mapped: mmap.mmap, start: int, end: int) -> bool:
     return True
 
 
-def read_ahead(items: Iterable[Any], min_bytes: int = WHOLE_READ_MIN_BYTES) -> None:
+def read_ahead(
+    items: Iterable[Any], min_bytes: int = WHOLE_READ_MIN_BYTES, *, largest: int | None = None
+) -> None:
     """Ask the kernel to read ahead, whole, each item of at least `min_bytes` that is a
     view of a memory-mapped file (a payload from a local shard), without waiting for it.
 
     A loader calls it on the payloads of a batch that its decoders read whole (images,
     video) when the batch is prepared, while the batch before it decodes: on a cold page
     cache, each payload is then read in one request beside the decoding, instead of page
-    by page (shards are mapped for random access) while a decode thread waits."""
+    by page (shards are mapped for random access) while a decode thread waits. `largest`,
+    when the caller knows it (a loader reads the sizes from the index), bounds the items'
+    sizes: below `min_bytes`, the items are not looked at (a batch of 256 thumbnails:
+    7.7 us a batch otherwise)."""
+    if largest is not None and largest < min_bytes:
+        return
     origins: dict[int, int] = {}  # the maps stay alive through the views for the call
     for item in items:
         if type(item) is not memoryview or item.nbytes < min_bytes:

@@ -235,7 +235,9 @@ class _DecodedField(Field):
     def prepare(self, batch: BatchState, source: ResolvedSource) -> None:
         payloads = batch.payloads[self.name] = _payloads(batch, source, self.name)
         if self.reads_whole:  # large payloads of local shards read ahead, beside decoding
-            read_ahead(payloads)
+            sizes = (s.locations.get(self.name) for s in batch.shares)
+            largest = max((int(a.length.max(initial=0)) for a in sizes if a is not None), default=0)
+            read_ahead(payloads, largest=largest)
 
     def fill(self, batch: BatchState) -> None:
         payloads = batch.payloads.pop(self.name)
