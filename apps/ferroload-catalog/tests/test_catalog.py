@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -204,6 +205,14 @@ def test_not_a_catalog_file(tmp_path: Path) -> None:
     (tmp_path / "dir.duckdb.lock").mkdir()
     with pytest.raises(CatalogFileError, match="lock file"):
         Catalog(tmp_path / "dir.duckdb").list()
+    # a symlink planted in its place is not followed: no file appears where it points
+    (tmp_path / "link.duckdb.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(CatalogFileError, match=r"lock file.*symbolic link"):
+        Catalog(tmp_path / "link.duckdb").list()
+    assert not (tmp_path / "elsewhere").exists()
+    os.mkfifo(tmp_path / "fifo.duckdb.lock")  # would block an open for reading
+    with pytest.raises(CatalogFileError, match=r"lock file.*not a regular file"):
+        Catalog(tmp_path / "fifo.duckdb").list()
 
 
 _HOLD_LOCK = textwrap.dedent(

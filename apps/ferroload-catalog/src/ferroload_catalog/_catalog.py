@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -94,10 +96,18 @@ def _session_lock(path: Path, deadline: float, timeout: float) -> Iterator[None]
         return
     lock = path.with_name(path.name + ".lock")
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        # read-only is enough to lock; a symlink in its place is not followed (it would
+        # make the lock file wherever it points), a FIFO does not block the open
+        flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(lock, flags, 0o644)
     except OSError as exc:
-        raise CatalogFileError(f"cannot open the catalog's lock file {str(lock)!r}: {exc}") from exc
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else str(exc)
+        raise CatalogFileError(f"cannot open the catalog's lock file {str(lock)!r}: {why}") from exc
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device
+            raise CatalogFileError(
+                f"cannot open the catalog's lock file {str(lock)!r}: it is not a regular file"
+            )
         attempt = 0
         while True:
             try:
