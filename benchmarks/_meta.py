@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import subprocess
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -56,6 +57,26 @@ def loadavg() -> list[float] | None:
         return [round(v, 2) for v in os.getloadavg()]
     except OSError:
         return None
+
+
+def usage(children: bool = False) -> dict[str, float]:
+    """CPU seconds (user + system) and page faults (major: read from disk) so far, of
+    this process and, with `children`, of its reaped child processes (DataLoader
+    workers); `usage_since` turns two readings into a stretch's."""
+    rs = [resource.getrusage(resource.RUSAGE_SELF)]
+    if children:
+        rs.append(resource.getrusage(resource.RUSAGE_CHILDREN))
+    return {
+        "cpu_s": sum(r.ru_utime + r.ru_stime for r in rs),
+        "major_faults": sum(r.ru_majflt for r in rs),
+        "minor_faults": sum(r.ru_minflt for r in rs),
+    }
+
+
+def usage_since(before: dict[str, float], children: bool = False) -> dict[str, float]:
+    """`usage(children)` now minus `before`."""
+    now = usage(children)
+    return {k: now[k] - before[k] for k in now}
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from _memory import MemSampler
+from _meta import usage, usage_since
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -59,9 +59,9 @@ def counting_faults(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """`fn()` after a garbage collection, with the minor page faults of this process during
     it (not of DataLoader workers) as `minflt`: fresh output memory costs one per 4 KiB."""
     gc.collect()
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    used = usage()
     answer = fn()
-    answer["minflt"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    answer["minflt"] = int(usage_since(used)["minor_faults"])
     return answer
 
 

@@ -44,7 +44,6 @@ _T_START = time.perf_counter()
 import json  # noqa: E402
 import os  # noqa: E402
 import pickle  # noqa: E402
-import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -61,7 +60,7 @@ from _harness import (  # noqa: E402
     run_parser,
     start_run,
 )
-from _meta import loadavg  # noqa: E402
+from _meta import loadavg, usage, usage_since  # noqa: E402
 
 from ferroload_core import available_cpus, exit_process  # noqa: E402
 
@@ -87,13 +86,13 @@ def _child_codec(root: Path, shuffled: bool = False) -> dict[str, Any]:
         payloads: list[bytes] = pickle.load(f)
     order = np.load(root / "order.npy").tolist() if shuffled else range(len(payloads))
     batches = [[payloads[i] for i in order[j : j + BATCH]] for j in range(0, len(order), BATCH)]
-    ru_epoch, t_epoch = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    used, t_epoch = usage(), time.perf_counter()
     dec = ImageDecoder((SIDE, SIDE))  # the loader's defaults: exact, bilinear, every CPU
     n = 0
     for batch in batches:
         n += len(dec.decode_batch(batch).images)
     dec.close()
-    return {"n": n, "t_epoch": t_epoch, "ru_epoch": ru_epoch}
+    return {"n": n, "t_epoch": t_epoch, "used": used}
 
 
 def _child_loader(root: Path) -> dict[str, Any]:
@@ -101,7 +100,7 @@ def _child_loader(root: Path) -> dict[str, Any]:
 
     from ferroload_loader import make_loader
 
-    ru_epoch, t_epoch = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    used, t_epoch = usage(), time.perf_counter()
     dl = make_loader(
         str(root / "ferroload"),
         batch_size=BATCH,
@@ -118,22 +117,18 @@ def _child_loader(root: Path) -> dict[str, Any]:
     st = dl.stats
     stats = {k: v for k, v in vars(st).items() if k != "skipped_ids"}
     stats["per_batch_s"] = st.per_batch()
-    return {"n": n, "t_epoch": t_epoch, "ru_epoch": ru_epoch, "stats": stats}
+    return {"n": n, "t_epoch": t_epoch, "used": used, "stats": stats}
 
 
 def _child(kind: str, root: Path) -> None:
     got = _child_loader(root) if kind == "loader" else _child_codec(root, kind == "codec_shuffled")
-    t_end, ru_end = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    ru = got["ru_epoch"]
+    t_end = time.perf_counter()
     out = {
         "n": got["n"],
         "process_s": t_end - _T_START,
         "epoch_s": t_end - got["t_epoch"],
         "import_s": got["t_epoch"] - _T_START,
-        # the epoch's CPU time and page faults (major: read from disk)
-        "cpu_s": ru_end.ru_utime + ru_end.ru_stime - ru.ru_utime - ru.ru_stime,
-        "major_faults": ru_end.ru_majflt - ru.ru_majflt,
-        "minor_faults": ru_end.ru_minflt - ru.ru_minflt,
+        **usage_since(got["used"]),  # the epoch's CPU time and page faults
     }
     if "stats" in got:  # the loader's LoaderStats: where its epoch went
         out["loader_stats"] = got["stats"]

@@ -86,7 +86,7 @@ from _harness import (  # noqa: E402
     run_parser,
     start_run,
 )
-from _meta import loadavg, pkg_version  # noqa: E402
+from _meta import loadavg, pkg_version, usage, usage_since  # noqa: E402
 
 from ferroload_core import available_cpus, exit_process  # noqa: E402
 
@@ -251,15 +251,7 @@ def _child(system: str, folder: Path, check: bool, hf_mode: str) -> None:
         import webdataset  # noqa: F401
     else:
         import datasets  # noqa: F401
-    import resource
-
-    def cpu() -> float:  # this process and its reaped children (DataLoader workers)
-        return sum(
-            r.ru_utime + r.ru_stime
-            for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-        )
-
-    t_epoch, cpu0 = time.perf_counter(), cpu()
+    t_epoch, used = time.perf_counter(), usage(children=True)  # with DataLoader workers
     dl = _loader(system, folder, hf_mode)
     n, first = 0, None
     seen: list[list[int]] = []
@@ -284,7 +276,7 @@ def _child(system: str, folder: Path, check: bool, hf_mode: str) -> None:
 
     multiprocessing.active_children()
     out: dict[str, Any] = {
-        "cpu_s": cpu() - cpu0,
+        "cpu_s": usage_since(used, children=True)["cpu_s"],
         "n": n,
         "epoch_s": t_end - t_epoch,
         "first_batch_s": first,
