@@ -210,6 +210,9 @@ def test_not_a_catalog_file(tmp_path: Path) -> None:
     with pytest.raises(CatalogFileError, match=r"lock file.*symbolic link"):
         Catalog(tmp_path / "link.duckdb").list()
     assert not (tmp_path / "elsewhere").exists()
+    os.mkfifo(tmp_path / "pipe.duckdb")  # the catalog itself: DuckDB would wait for ever
+    with pytest.raises(CatalogFileError, match=r"pipe\.duckdb.*not a regular file"):
+        Catalog(tmp_path / "pipe.duckdb").list()
     os.mkfifo(tmp_path / "fifo.duckdb.lock")  # would block an open for reading
     with pytest.raises(CatalogFileError, match=r"lock file.*not a regular file"):
         Catalog(tmp_path / "fifo.duckdb").list()

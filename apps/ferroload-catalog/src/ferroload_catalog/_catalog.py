@@ -10,7 +10,7 @@ import stat
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,11 @@ class Catalog:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self._lock_timeout
         with _session_lock(self._path, deadline, self._lock_timeout):
+            with suppress(FileNotFoundError):  # (a new catalog is made by DuckDB)
+                if not stat.S_ISREG(os.stat(self._path).st_mode):  # DuckDB waits on a FIFO
+                    raise CatalogFileError(
+                        f"cannot open the catalog {str(self._path)!r}: it is not a regular file"
+                    )
             attempt = 0
             while True:
                 try:
