@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ferroload_codec._errors import CodecUnavailableError, DecodeError, ImageTooLargeError
 from ferroload_codec._video import VideoInfo, decode_video, video_info
-from ferroload_codec._video_frames import _last_stats
+from ferroload_codec._video_frames import _last_stats, _open
 
 from ._videos import (
     HEIGHT,
@@ -266,6 +266,49 @@ def test_mp4_with_b_frames_seeks_to_the_right_gop() -> None:
     assert _last_stats().decoded <= 30 - 24 + 1 + 4
     assert all_frames(data) == list(range(60))
     assert _last_stats().decoded == 60  # each frame once, though some seeks land early
+
+
+@pytest.mark.parametrize(("codec", "container"), [("libx264", "mp4"), ("libx264", "mkv")])
+def test_opening_decodes_no_frame_where_the_header_gives_the_size(
+    codec: str, container: str
+) -> None:
+    # FFmpeg's probe decodes a stream's first frames to learn its pixel format unless
+    # told to skip them; the pixel format is then still unknown after opening
+    import av
+
+    data = video(codec=codec, container=container, num_frames=30, bframes=2)
+    with _open(av, data, None) as opened:
+        ctx = opened.streams.video[0].codec_context
+        assert (ctx.width, ctx.height) == (WIDTH, HEIGHT)
+        assert ctx.format is None
+    assert frame_indices(decode_video(data, num_frames=3)) == [5, 15, 25]
+
+
+class _FakeContainer:
+    """What `_open` reads of a container: its first video stream's size, and close()."""
+
+    def __init__(self, width: int, options: dict[str, str] | None) -> None:
+        ctx = type("Ctx", (), {"width": width, "height": 48 if width else 0})()
+        self.streams = type("Streams", (), {"video": [type("S", (), {"codec_context": ctx})()]})()
+        self.options = options
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_stream_whose_size_only_decoding_tells_is_probed_again_in_full() -> None:
+    opened: list[_FakeContainer] = []
+
+    def fake_open(file: object, mode: str, options: dict[str, str] | None = None) -> object:
+        got = _FakeContainer(0 if options else 64, options)  # the lean probe learns no size
+        opened.append(got)
+        return got
+
+    fake_av = type("FakeAV", (), {"open": staticmethod(fake_open)})
+    container = _open(fake_av, b"video bytes", "clip-1")
+    assert [c.options for c in opened] == [{"skip_frame": "all"}, None]
+    assert opened[0].closed and container is opened[1] and not opened[1].closed
 
 
 # ------------------------------------------------------------------ output

@@ -88,9 +88,23 @@ def _damaged(exc: BaseException, what: str, sid: str | None) -> DecodeError:
     return DecodeError(f"{what}: {detail}", sample_id=sid, format=_FORMAT)
 
 
+# FFmpeg's probe (`avformat_find_stream_info`, run by every `av.open`) decodes a stream's
+# first frames to learn what mp4, mkv, webm and avi headers already say: ~2 ms of a
+# ~60 ms 360p H.264 clip. Options given to `av.open` reach the probe's codec contexts, not
+# the one PyAV opens later to decode, so `skip_frame` "all" keeps the probe to parsing.
+_LEAN_PROBE = {"skip_frame": "all"}
+
+
 def _open(av: Any, buf: bytes | bytearray | memoryview, sid: str | None) -> Any:
+    """The container of `buf`, probed without decoding where its header gives the frame
+    size (else probed again in full: a stream whose size only decoding tells)."""
     try:
-        return av.open(ByteReader(buf), mode="r")  # no copy of the whole clip
+        container = av.open(ByteReader(buf), mode="r", options=_LEAN_PROBE)  # no copy
+        streams = container.streams.video
+        if streams and not (streams[0].codec_context.width and streams[0].codec_context.height):
+            container.close()
+            container = av.open(ByteReader(buf), mode="r")
+        return container
     except Exception as exc:  # PyAV raises FFmpegError subclasses, and more
         raise _damaged(exc, "not a readable video container", sid) from None
 
