@@ -34,11 +34,13 @@ from ferroload_codec._resize import IMAGE_RESIZE_MODES, INTERPOLATIONS, ImageRes
 from ferroload_codec._sniff import (
     Buffer,
     as_buffer,
+    first_is,
     png_header,
     png_strip_inflated,
     sniff,
     webp_size,
 )
+from ferroload_core import PNG_MAGIC
 
 logger = logging.getLogger(__name__)
 
@@ -374,8 +376,7 @@ class ImageDecoder(ImagePaths):
         pixels = self.size[0] * self.size[1]
         if not tj.holds_gil(pixels, 0):  # larger outputs: no look at the items
             return False
-        first = items[0]
-        if not isinstance(first, bytes | bytearray | memoryview) or first[:3] != b"\xff\xd8\xff":
+        if not first_is(items, b"\xff\xd8\xff"):
             return False
         try:
             largest = max(map(len, items))
@@ -437,9 +438,11 @@ class ImageDecoder(ImagePaths):
         errors: list[DecodeError | None] = [None] * n
         plain = uniforms is None and not self.format.converts
         decode = self._decode if plain else self._decode_one
+        # the lean PNG path for a batch whose first item is a PNG: others would pay its
+        # header check per item for nothing (~0.45 us a JPEG, 2% of a tiny one's decode)
         fast = (
             same_size_png(self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif)
-            if plain
+            if plain and first_is(items, PNG_MAGIC)
             else None
         )
         grey = self.channels == 1
