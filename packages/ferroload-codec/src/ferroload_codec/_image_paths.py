@@ -25,10 +25,8 @@ from ferroload_codec._resize import (
     geometry,
     resize_into,
 )
-from ferroload_codec._sniff import Buffer, jpeg_frame_size, jpeg_orientation, webp_size
+from ferroload_codec._sniff import Buffer, jpeg_frame, jpeg_frame_size, jpeg_orientation, webp_size
 from ferroload_codec._turbo import (
-    COLORSPACE_CMYK,
-    COLORSPACE_YCCK,
     PIXEL_FORMATS,
     JpegLib,
     TurboError,
@@ -37,6 +35,9 @@ from ferroload_codec._turbo import (
 
 #: PNG colour types libspng decodes without help: grey, RGB, RGBA (8-bit), and their channels.
 SPNG_CHANNELS = {0: 1, 2: 3, 6: 4}
+
+
+_NO_FRAME = "damaged JPEG header: no complete frame header before the image data"
 
 
 def jpeg_header(tj: JpegLib, data: bytes, sid: str | None) -> tuple[int, int, int]:
@@ -51,11 +52,7 @@ def jpeg_header(tj: JpegLib, data: bytes, sid: str | None) -> tuple[int, int, in
     except TurboError as exc:
         raise DecodeError(f"damaged JPEG header: {exc}", sample_id=sid, format="jpeg") from None
     if frame is None or frame != (w, h):
-        raise DecodeError(
-            "damaged JPEG header: no complete frame header before the image data",
-            sample_id=sid,
-            format="jpeg",
-        )
+        raise DecodeError(_NO_FRAME, sample_id=sid, format="jpeg")
     return w, h, colorspace
 
 
@@ -152,10 +149,17 @@ class ImagePaths:
         u: list[float] | None = None,
     ) -> npt.NDArray[np.uint8]:
         data = buf if isinstance(buf, bytes) else bytes(buf)
-        w, h, colorspace = jpeg_header(tj, data, sid)
+        # the size from the frame header, read here: libjpeg-turbo's own header call
+        # would cost a second C call (~3 us, 15% of a 32x32 JPEG) and may report a
+        # previous image's size for a header cut short (see `_turbo`); a damaged header
+        # fails in the decompress call instead
+        frame = jpeg_frame(data)
+        if frame is None:
+            raise DecodeError(_NO_FRAME, sample_id=sid, format="jpeg")
+        w, h, components = frame
         self._check_pixels(w, h, sid, "jpeg")
-        if colorspace in (COLORSPACE_CMYK, COLORSPACE_YCCK):
-            return self._pillow(buf, "jpeg", out, sid, u)  # Pillow knows Adobe's inverted CMYK
+        if components == 4:  # CMYK or YCCK: Pillow knows Adobe's inverted CMYK
+            return self._pillow(buf, "jpeg", out, sid, u)
         orientation = jpeg_orientation(data) if self.exif else 1
         oh, ow = (w, h) if orientation >= 5 else (h, w)
         th, tw = self._target(oh, ow)

@@ -111,38 +111,56 @@ def png_strip_inflated(data: Buffer) -> Buffer:
     return b"".join(kept)
 
 
-def _jpeg_segments(data: Buffer) -> Iterator[tuple[int, bytes]]:
-    """(marker, payload) of each JPEG marker segment before the first scan."""
-    buf = data if isinstance(data, bytes) else bytes(data[: 1 << 16])
-    pos, n = 2, len(buf)
-    while pos + 4 <= n and buf[pos] == 0xFF:
-        marker = buf[pos + 1]
-        if marker == 0xFF:  # fill byte
+#: The most marker segments (and fill bytes) read before a JPEG's first scan (valid
+#: files have tens): beyond, the header counts as damaged, so a file of millions of
+#: empty segments costs a bounded walk.
+JPEG_MAX_SEGMENTS = 4096
+
+
+def _jpeg_segments(data: Buffer) -> Iterator[tuple[int, int, int]]:
+    """(marker, start, end) of each JPEG marker segment's payload before the first scan,
+    as offsets into `data` (nothing is copied)."""
+    pos, n = 2, len(data)
+    for _ in range(JPEG_MAX_SEGMENTS):  # fill bytes count too
+        if pos + 4 > n or data[pos] != 0xFF:
+            return
+        marker = data[pos + 1]
+        if marker == 0xFF:  # a fill byte
             pos += 1
             continue
         if marker == 0xDA:  # start of scan: no more headers
             return
-        length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+        length = (data[pos + 2] << 8) | data[pos + 3]
         if length < 2:
             return
-        yield marker, buf[pos + 4 : pos + 2 + length]
+        yield marker, pos + 4, min(pos + 2 + length, n)
         pos += 2 + length
+
+
+def jpeg_frame(data: Buffer) -> tuple[int, int, int] | None:
+    """(width, height, components) from a JPEG's frame header, or None when it has no
+    complete one before the scan. Four components are CMYK or YCCK, as libjpeg reads
+    them."""
+    for marker, start, end in _jpeg_segments(data):
+        if marker in JPEG_SOF_MARKERS:
+            if end - start < 6:
+                return None
+            _precision, height, width, components = struct.unpack_from(">BHHB", data, start)
+            return width, height, components
+    return None
 
 
 def jpeg_frame_size(data: Buffer) -> tuple[int, int] | None:
     """(width, height) from a JPEG's frame header, or None when it has none before the scan."""
-    for marker, payload in _jpeg_segments(data):
-        if marker in JPEG_SOF_MARKERS and len(payload) >= 5:
-            height, width = struct.unpack_from(">HH", payload, 1)
-            return width, height
-    return None
+    frame = jpeg_frame(data)
+    return None if frame is None else frame[:2]
 
 
 def jpeg_orientation(data: Buffer) -> int:
     """The EXIF orientation (1-8) of a JPEG, 1 when it has none."""
-    for marker, payload in _jpeg_segments(data):
-        if marker == 0xE1 and payload[:6] == b"Exif\x00\x00":
-            return _tiff_orientation(payload[6:])
+    for marker, start, end in _jpeg_segments(data):
+        if marker == 0xE1 and data[start : start + 6] == b"Exif\x00\x00":
+            return _tiff_orientation(bytes(data[start + 6 : end]))
     return 1
 
 

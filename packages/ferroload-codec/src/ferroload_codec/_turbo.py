@@ -1,10 +1,11 @@
-"""libjpeg-turbo's TurboJPEG API with one decompressor per thread: two C calls per image.
+"""libjpeg-turbo's TurboJPEG API with one decompressor per thread: one C call per image.
 
 PyTurboJPEG finds and loads the library (it knows where each platform keeps it). Its own
 `decode` opens and destroys a decompressor for every call and goes through seven ctypes
 calls per image, each of which drops and retakes the GIL; with several decode threads that
 hand-over costs more than the Python work itself. Here each thread keeps one decompressor,
-and an image costs a header call and a decompress call, straight into the caller's array.
+and an image costs one decompress call, straight into the caller's array (the decoder
+reads the size from the frame header itself; `header` serves `image_info`).
 
 The decompress call releases the GIL, except for tiny images (at most `GIL_HELD_PIXELS`
 out and `GIL_HELD_BYTES` in, which bounds the time it is held to tens of us): their
@@ -18,7 +19,8 @@ them on one thread, where a second thread could only wait for the GIL.
 
 A decompressor that reported an error is destroyed and replaced. Even so, a header too
 short to parse can leave the previous image's size in place without an error, so callers
-cross-check the size against the frame header (`_sniff.jpeg_frame_size`).
+take the size from the frame header (`_sniff.jpeg_frame`; `image_info` cross-checks the
+two), which such a header lacks.
 
 libjpeg *warnings* are errors here, with one exception: "extraneous bytes before marker",
 after which the image decodes completely. A truncated file, for instance, is only a
