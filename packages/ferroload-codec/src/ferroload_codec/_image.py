@@ -40,7 +40,7 @@ from ferroload_codec._sniff import (
     sniff,
     webp_size,
 )
-from ferroload_core import PNG_MAGIC
+from ferroload_core import JPEG_MAGIC, PNG_MAGIC
 
 logger = logging.getLogger(__name__)
 
@@ -376,7 +376,7 @@ class ImageDecoder(ImagePaths):
         pixels = self.size[0] * self.size[1]
         if not tj.holds_gil(pixels, 0):  # larger outputs: no look at the items
             return False
-        if not first_is(items, b"\xff\xd8\xff"):
+        if not first_is(items, JPEG_MAGIC):
             return False
         try:
             largest = max(map(len, items))

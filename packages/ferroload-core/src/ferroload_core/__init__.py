@@ -25,7 +25,14 @@ from ferroload_core._arrow_env import set_arrow_allocator_defaults
 from ferroload_core._core import ContextError, FerroloadError, available_cpus
 from ferroload_core._exit import exit_process
 from ferroload_core._lru import LRU
-from ferroload_core._magic import JPEG_SOF_MARKERS, PNG_MAGIC, sniff_audio, sniff_ext, sniff_image
+from ferroload_core._magic import (
+    JPEG_MAGIC,
+    JPEG_SOF_MARKERS,
+    PNG_MAGIC,
+    sniff_audio,
+    sniff_ext,
+    sniff_image,
+)
 from ferroload_core._paths import UnsafePathError, check_relative_path
 from ferroload_core._progress import (
     ProgressArg,
@@ -44,6 +51,7 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
 __all__ = [
+    "JPEG_MAGIC",
     "JPEG_SOF_MARKERS",
     "LRU",
     "PNG_MAGIC",

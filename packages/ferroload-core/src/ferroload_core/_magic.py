@@ -4,6 +4,8 @@ codecs pick their decoder by it, the importers name and check payloads by it).""
 from __future__ import annotations
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+#: A JPEG's start-of-image marker and the first byte of the marker after it.
+JPEG_MAGIC = b"\xff\xd8\xff"
 #: JPEG start-of-frame markers (baseline, extended, progressive, lossless, arithmetic …):
 #: every 0xC0-0xCF but DHT (0xC4), JPG (0xC8) and DAC (0xCC).
 JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -27,7 +29,7 @@ def sniff_ext(data: bytes | bytearray | memoryview | None) -> str | None:
     if not data:
         return None
     head = bytes(data[:16])
-    if head[:3] == b"\xff\xd8\xff":
+    if head[:3] == JPEG_MAGIC:
         return "jpg"
     if head[:8] == PNG_MAGIC:
         return "png"
