@@ -81,6 +81,15 @@ def _wait(attempt: int, deadline: float, path: Path, timeout: float, exc: Except
     time.sleep(min(left, backoff_delay(attempt, base=0.005, cap=0.1)))
 
 
+_NOT_REGULAR = "it is not a regular file"  # a FIFO (which would block), a device, a folder
+
+
+def _cannot_open(what: str, path: Path, why: object) -> CatalogFileError:
+    """The error for a catalog file (`what`: the catalog, its lock file) that cannot be
+    opened, naming it."""
+    return CatalogFileError(f"cannot open {what} {str(path)!r}: {why}")
+
+
 @contextmanager
 def _session_lock(path: Path, deadline: float, timeout: float) -> Iterator[None]:
     """Hold an exclusive lock on `<catalog>.lock` (`flock`) for one operation.
@@ -102,12 +111,10 @@ def _session_lock(path: Path, deadline: float, timeout: float) -> Iterator[None]
         fd = os.open(lock, flags, 0o644)
     except OSError as exc:
         why = "it is a symbolic link" if exc.errno == errno.ELOOP else str(exc)
-        raise CatalogFileError(f"cannot open the catalog's lock file {str(lock)!r}: {why}") from exc
+        raise _cannot_open("the catalog's lock file", lock, why) from exc
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device
-            raise CatalogFileError(
-                f"cannot open the catalog's lock file {str(lock)!r}: it is not a regular file"
-            )
+            raise _cannot_open("the catalog's lock file", lock, _NOT_REGULAR)
         attempt = 0
         while True:
             try:
@@ -183,9 +190,7 @@ class Catalog:
         with _session_lock(self._path, deadline, self._lock_timeout):
             with suppress(FileNotFoundError):  # (a new catalog is made by DuckDB)
                 if not stat.S_ISREG(os.stat(self._path).st_mode):  # DuckDB waits on a FIFO
-                    raise CatalogFileError(
-                        f"cannot open the catalog {str(self._path)!r}: it is not a regular file"
-                    )
+                    raise _cannot_open("the catalog", self._path, _NOT_REGULAR)
             attempt = 0
             while True:
                 try:
@@ -193,15 +198,11 @@ class Catalog:
                     break
                 except duckdb.IOException as exc:
                     if not _is_lock_error(exc):
-                        raise CatalogFileError(
-                            f"cannot open the catalog {str(self._path)!r}: {exc}"
-                        ) from exc
+                        raise _cannot_open("the catalog", self._path, exc) from exc
                     attempt += 1
                     _wait(attempt, deadline, self._path, self._lock_timeout, exc)
                 except duckdb.Error as exc:
-                    raise CatalogFileError(
-                        f"cannot open the catalog {str(self._path)!r}: {exc}"
-                    ) from exc
+                    raise _cannot_open("the catalog", self._path, exc) from exc
             try:
                 con.execute(_SCHEMA)
                 yield con
