@@ -218,6 +218,43 @@ def test_not_a_catalog_file(tmp_path: Path) -> None:
         Catalog(tmp_path / "fifo.duckdb").list()
 
 
+@pytest.mark.timeout(60)
+def test_files_duckdb_writes_beside_the_catalog_must_be_ours(
+    tmp_path: Path, make_dataset: MakeDataset
+) -> None:
+    """DuckDB writes `<catalog>.wal` (and spills into `<catalog>.tmp/`) beside the file:
+    a symlink planted there made `add` overwrite its target with the WAL, a FIFO would
+    block; each is a CatalogFileError naming it, and the target stays unchanged."""
+    uri = make_dataset()
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious")
+    for name in ("link", "fifo", "new"):  # an existing catalog (DuckDB then writes a WAL)
+        assert Catalog(tmp_path / f"{name}.duckdb").list() == []
+    (tmp_path / "link.duckdb.wal").symlink_to(outside)
+    with pytest.raises(CatalogFileError, match=r"link\.duckdb\.wal.*symbolic link"):
+        Catalog(tmp_path / "link.duckdb").add("a", uri)
+    assert outside.read_bytes() == b"precious"
+    assert (tmp_path / "link.duckdb.wal").is_symlink()
+    (tmp_path / "new.duckdb.wal").symlink_to(tmp_path / "made-elsewhere")  # dangling
+    with pytest.raises(CatalogFileError, match=r"new\.duckdb\.wal.*symbolic link"):
+        Catalog(tmp_path / "new.duckdb").add("a", uri)
+    assert not (tmp_path / "made-elsewhere").exists()
+    os.mkfifo(tmp_path / "fifo.duckdb.wal")
+    with pytest.raises(CatalogFileError, match=r"fifo\.duckdb\.wal.*not a regular file"):
+        Catalog(tmp_path / "fifo.duckdb").add("a", uri)
+    (tmp_path / "tmpdir.duckdb.tmp").symlink_to(tmp_path)
+    with pytest.raises(CatalogFileError, match=r"tmpdir\.duckdb\.tmp.*symbolic link"):
+        Catalog(tmp_path / "tmpdir.duckdb").list()
+    (tmp_path / "file.duckdb.tmp").write_bytes(b"")
+    with pytest.raises(CatalogFileError, match=r"file\.duckdb\.tmp.*not a directory"):
+        Catalog(tmp_path / "file.duckdb").list()
+    # a WAL DuckDB left itself (a regular file) is replayed as before
+    catalog = Catalog(tmp_path / "ok.duckdb")
+    catalog.add("a", uri)
+    (tmp_path / "ok.duckdb.tmp").mkdir()
+    assert [e.name for e in catalog.list()] == ["a"]
+
+
 _HOLD_LOCK = textwrap.dedent(
     """
     import sys, time, duckdb

@@ -90,6 +90,37 @@ def _cannot_open(what: str, path: Path, why: object) -> CatalogFileError:
     return CatalogFileError(f"cannot open {what} {str(path)!r}: {why}")
 
 
+def _check_side_files(path: Path) -> None:
+    """Refuse the files DuckDB writes beside catalog `path` unless they are its own:
+    `<catalog>.wal` (its write-ahead log) must be absent or a regular file, and
+    `<catalog>.tmp` (where it spills) absent or a folder; neither may be a symlink.
+
+    DuckDB opens them by name and follows links: a symlink planted as the WAL made an
+    `add` overwrite whatever it pointed at, a FIFO would block. Checked with `lstat`
+    while `<catalog>.lock` is held, right before DuckDB opens the catalog (a process
+    that ignores the lock can still swap one in between: the same window DuckDB's own
+    open has).
+
+    Raises:
+        CatalogFileError: naming the file.
+    """
+    for suffix, want, kind in (
+        (".wal", stat.S_ISREG, _NOT_REGULAR),
+        (".tmp", stat.S_ISDIR, "it is not a directory"),
+    ):
+        side = path.with_name(path.name + suffix)
+        try:
+            mode = os.lstat(side).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise _cannot_open("a file of the catalog", side, exc) from exc
+        if stat.S_ISLNK(mode):
+            raise _cannot_open("a file of the catalog", side, "it is a symbolic link")
+        if not want(mode):
+            raise _cannot_open("a file of the catalog", side, kind)
+
+
 @contextmanager
 def _session_lock(path: Path, deadline: float, timeout: float) -> Iterator[None]:
     """Hold an exclusive lock on `<catalog>.lock` (`flock`) for one operation.
@@ -191,6 +222,7 @@ class Catalog:
             with suppress(FileNotFoundError):  # (a new catalog is made by DuckDB)
                 if not stat.S_ISREG(os.stat(self._path).st_mode):  # DuckDB waits on a FIFO
                     raise _cannot_open("the catalog", self._path, _NOT_REGULAR)
+            _check_side_files(self._path)
             attempt = 0
             while True:
                 try:
