@@ -1,25 +1,63 @@
 """Brace patterns, as WebDataset's shard lists write them (the `braceexpand` package).
 
 `train-{0000..0003}.tar`, `{train,val}.tar`, nested and combined, `\\{` for a literal brace.
+
+A pattern is parsed in one pass: one scan pairs every brace with a stack, then one scan
+builds a tree of literal text, ranges and alternatives, recursing only into the
+alternatives of a group that expands (at most `MAX_NESTING` deep). The names the tree
+stands for, and their total length, are counted before any of them is built. Parsing is
+linear in the pattern's length, which is bounded too (`MAX_PATTERN_LENGTH`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ferroload_convert._errors import ConvertOptionError
 
 #: The most names one pattern may expand to (a typo like `{0..999999999}` is refused).
 MAX_EXPANSION = 1_000_000
+#: The most characters all the names of one pattern may hold together.
+MAX_EXPANDED_CHARS = 256 * 2**20
+#: The longest pattern taken, in characters (a path or URL; Linux's `PATH_MAX` is 4096).
+#: Kept under Python's 4,300-digit limit on `int()`, so a range bound always converts.
+MAX_PATTERN_LENGTH = 4096
+#: How deep groups that expand may sit inside the alternatives of others
+#: (`{a,{b,{c,d}}}` is 3 deep).
+MAX_NESTING = 64
 
 _INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$")
 _CHAR_RANGE = re.compile(r"^(.)\.\.(.)(?:\.\.(-?\d+))?$", re.DOTALL)
 
 
+@dataclass(frozen=True, slots=True)
+class _Braces:
+    """A pattern with its braces paired: `match[i]` is where the group opened at `i`
+    closes, `commas[i]` where its body splits (its top-level commas)."""
+
+    text: str
+    match: dict[int, int]
+    commas: dict[int, list[int]]
+
+
+#: A parsed span: literal text, and groups that expand, in order; a group is a tuple of
+#: a range's names or a list of its alternatives (each parsed in turn).
+_Part = str | tuple[str, ...] | list["_Seq"]
+_Seq = list[_Part]
+
+
 def has_braces(pattern: str) -> bool:
-    """Whether `pattern` holds a brace group that expands (`{a,b}` or `{0..3}`)."""
-    return _first_group(pattern) is not None
+    """Whether `pattern` holds a brace group that expands (`{a,b}` or `{0..3}`).
+
+    Raises:
+        ConvertOptionError: for a pattern with a brace that is too long, or nests groups
+            too deep, to expand (see `expand_braces`).
+    """
+    if "{" not in pattern:
+        return False
+    return any(not isinstance(part, str) for part in _parse_pattern(pattern))
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -33,7 +71,9 @@ def expand_braces(pattern: str) -> list[str]:
     as written; `\\{`, `\\}` and `\\,` are literal characters.
 
     Raises:
-        ConvertOptionError: if the pattern stands for more than `MAX_EXPANSION` names.
+        ConvertOptionError: if the pattern stands for more than `MAX_EXPANSION` names or
+            `MAX_EXPANDED_CHARS` characters in all, is longer than `MAX_PATTERN_LENGTH`,
+            or nests groups that expand more than `MAX_NESTING` deep.
 
     Examples:
         >>> expand_braces("train-{0000..0002}.tar")
@@ -41,101 +81,166 @@ def expand_braces(pattern: str) -> list[str]:
         >>> expand_braces("{train,val}/{a..b}.tar")
         ['train/a.tar', 'train/b.tar', 'val/a.tar', 'val/b.tar']
     """
-    out = _expand(pattern, pattern)
-    if len(out) > MAX_EXPANSION:
+    seq = _parse_pattern(pattern)
+    count, chars = _size(seq)
+    if count > MAX_EXPANSION:
         raise _too_many(pattern)
-    return out
+    if chars > MAX_EXPANDED_CHARS:
+        raise _refused(pattern, f"stands for more than {MAX_EXPANDED_CHARS:,} characters of names")
+    return _names(seq)
+
+
+def _shown(pattern: str) -> str:
+    """The pattern for a message: whole when short, else its start and its length."""
+    if len(pattern) <= 200:
+        return repr(pattern)
+    return f"{pattern[:200]!r}… ({len(pattern):,} characters)"
+
+
+def _refused(pattern: str, why: str) -> ConvertOptionError:
+    return ConvertOptionError(f"the brace pattern {_shown(pattern)} {why}", path=pattern)
 
 
 def _too_many(pattern: str) -> ConvertOptionError:
-    return ConvertOptionError(
-        f"the brace pattern {pattern!r} stands for more than {MAX_EXPANSION:,} names; "
-        "check its ranges",
-        path=pattern,
-    )
+    return _refused(pattern, f"stands for more than {MAX_EXPANSION:,} names; check its ranges")
 
 
-def _expand(text: str, pattern: str) -> list[str]:
-    group = _first_group(text)
-    if group is None:
-        return [_unescape(text)]
-    start, end, items = group
-    prefix = _unescape(text[:start])
-    expanded: list[str] = []
-    for item in items if isinstance(items, list) else _split(text[start + 1 : end]):
-        if isinstance(items, list):
-            expanded.append(item)
-        else:
-            expanded.extend(_expand(item, pattern))
-        if len(expanded) > MAX_EXPANSION:
-            raise _too_many(pattern)
-    rests = _expand(text[end + 1 :], pattern)
-    if len(expanded) * len(rests) > MAX_EXPANSION:
-        raise _too_many(pattern)
-    return [prefix + item + rest for item in expanded for rest in rests]
+def _parse_pattern(pattern: str) -> _Seq:
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise _refused(
+            pattern, f"is longer than {MAX_PATTERN_LENGTH:,} characters; split it or list the names"
+        )
+    braces = _pair(pattern)
+    return _parse(braces, 0, len(pattern), 0, pattern)
 
 
-def _first_group(text: str) -> tuple[int, int, list[str] | None] | None:
-    """(start, end, the range's items or None for alternatives) of the first group that
-    expands, or None."""
-    for i, c, _ in _scan(text):
-        if c != "{" or (end := _matching(text, i)) is None:
-            continue
-        body = text[i + 1 : end]
-        items = _range(body)
-        if items is not None:
-            return i, end, items
-        if len(_split(body)) > 1:
-            return i, end, None
-    return None
-
-
-def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
-    """(index, character, brace depth after it) of `text` from `start`, skipping escaped
-    characters (a backslash and the one after it)."""
-    depth, i = 0, start
-    while i < len(text):
+def _pair(text: str) -> _Braces:
+    """Pair every brace of `text` in one scan (a backslash escapes the character after it):
+    a `}` closes the innermost open `{`; a `}` with none open, and a `{` never closed, are
+    plain characters. Commas are recorded against the innermost open `{`."""
+    match: dict[int, int] = {}
+    commas: dict[int, list[int]] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
         c = text[i]
         if c == "\\":
             i += 2
             continue
-        depth += (c == "{") - (c == "}")
-        yield i, c, depth
+        if c == "{":
+            stack.append(i)
+            commas[i] = []
+        elif c == "}" and stack:
+            match[stack.pop()] = i
+        elif c == "," and stack:
+            commas[stack[-1]].append(i)
         i += 1
+    return _Braces(text, match, commas)
 
 
-def _matching(text: str, start: int) -> int | None:
-    """Where the brace opened at `start` closes, or None."""
-    return next((i for i, c, depth in _scan(text, start) if c == "}" and depth == 0), None)
+def _parse(braces: _Braces, start: int, stop: int, depth: int, pattern: str) -> _Seq:
+    """The tree of `braces.text[start:stop]`, a span whose braces pair within it.
+
+    A `{` that is not the start of a group that expands (a range, or a body with a
+    top-level comma) is a plain character, and the scan goes on inside it."""
+    text = braces.text
+    seq: _Seq = []
+    literal: list[str] = []
+    i = start
+    while i < stop:
+        c = text[i]
+        if c == "\\" and i + 1 < stop:
+            literal.append(text[i + 1])
+            i += 2
+            continue
+        end = braces.match.get(i) if c == "{" else None
+        if end is not None:
+            group = _group(braces, i, end, depth, pattern)
+            if group is not None:
+                if literal:
+                    seq.append("".join(literal))
+                    literal = []
+                seq.append(group)
+                i = end + 1
+                continue
+        literal.append(c)
+        i += 1
+    if literal:
+        seq.append("".join(literal))
+    return seq
 
 
-def _split(body: str) -> list[str]:
-    """`body` split at its top-level commas."""
-    cuts = [i for i, c, depth in _scan(body) if c == "," and depth == 0]
-    return [body[a + 1 : b] for a, b in zip([-1, *cuts], [*cuts, len(body)], strict=True)]
+def _group(braces: _Braces, start: int, end: int, depth: int, pattern: str) -> _Part | None:
+    """The group `{…}` at `start`..`end` as a range's names or its parsed alternatives,
+    or None when it does not expand."""
+    items = _range(braces.text[start + 1 : end], pattern)
+    if items is not None:
+        return items
+    cuts = braces.commas[start]
+    if not cuts:
+        return None
+    if depth >= MAX_NESTING:
+        raise _refused(pattern, f"nests brace groups more than {MAX_NESTING} deep")
+    bounds = zip([start, *cuts], [*cuts, end], strict=True)
+    return [_parse(braces, a + 1, b, depth + 1, pattern) for a, b in bounds]
 
 
-def _range(body: str) -> list[str] | None:
+def _range(body: str, pattern: str) -> tuple[str, ...] | None:
     match = _INT_RANGE.match(body)
     if match is not None:
         left, right, incr = match.groups()
         step = abs(int(incr or "1")) or 1
         lo, hi = int(left), int(right)
         if abs(hi - lo) // step >= MAX_EXPANSION:
-            raise _too_many(body)
+            raise _too_many(pattern)
         padded = any(s.lstrip("-").startswith("0") and s.lstrip("-") != "0" for s in (left, right))
         width = max(len(left), len(right)) if padded else 0
         numbers = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
-        return [f"{n:0{width}d}" for n in numbers]
+        return tuple(f"{n:0{width}d}" for n in numbers)
     match = _CHAR_RANGE.match(body)
     if match is not None:
         left, right, incr = match.groups()
         step = abs(int(incr or "1")) or 1
         lo, hi = ord(left), ord(right)
+        if abs(hi - lo) // step >= MAX_EXPANSION:
+            raise _too_many(pattern)
         codes = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
-        return [chr(c) for c in codes]
+        return tuple(chr(c) for c in codes)
     return None
 
 
-def _unescape(text: str) -> str:
-    return re.sub(r"\\(.)", r"\1", text, flags=re.DOTALL)
+def _size(seq: _Seq) -> tuple[int, int]:
+    """(how many names, how many characters in all) `seq` stands for, without building
+    them; both stop growing once past their bounds."""
+    count, chars = 1, 0
+    for part in seq:
+        if isinstance(part, str):
+            n, c = 1, len(part)
+        elif isinstance(part, tuple):
+            n, c = len(part), sum(len(s) for s in part)
+        else:
+            n = c = 0
+            for alt in part:
+                an, ac = _size(alt)
+                n, c = n + an, c + ac
+        # each name of the first parts is followed by each of this part's, and back
+        count, chars = count * n, chars * n + c * count
+        count, chars = min(count, MAX_EXPANSION + 1), min(chars, MAX_EXPANDED_CHARS + 1)
+    return count, chars
+
+
+def _names(seq: _Seq) -> list[str]:
+    names = [""]
+    for part in seq:
+        options: Sequence[str]
+        if isinstance(part, str):
+            options = (part,)
+        elif isinstance(part, tuple):
+            options = part
+        else:
+            options = [name for alt in part for name in _names(alt)]
+        if len(options) == 1:
+            names = [name + options[0] for name in names]
+        else:
+            names = [name + option for name in names for option in options]
+    return names
