@@ -10,6 +10,7 @@ import pytest
 
 from ferroload_store import (
     StorageOptionsError,
+    StoreError,
     is_secret_option,
     normalize_storage_options,
     open_store,
@@ -216,3 +217,78 @@ def test_round_trip_with_s3fs_keys_on_moto(moto: MotoServer, s3_uri: str) -> Non
     # the same store through obstore's keys sees the object
     same = open_store(s3_uri, storage_options=moto.storage_options(), cache=None)
     assert same.get("a/b.bin") == b"hello fsspec"
+
+
+_KEYS_AB = {"access_key_id": "a", "secret_access_key": "b"}
+
+
+@pytest.mark.parametrize(
+    ("uri", "options", "named", "why"),
+    [
+        (S3, {"endpoint": ""}, "endpoint", "is empty"),
+        (S3, {"region": "\x00"}, "region", "control character"),
+        (S3, {"endpoint": "file:///etc"}, "endpoint", "not an http:// or https:// URL"),
+        (S3, {"endpoint": "localhost:9000"}, "endpoint", "not an http:// or https:// URL"),
+        (S3, {"endpoint": "http//localhost:9000"}, "endpoint", "not an http:// or https://"),
+        (S3, {"endpoint": "http://"}, "endpoint", "with a host"),
+        (S3, {"endpoint": "http://[::1"}, "endpoint", "is not a URL"),
+        (S3, {"endpoint": "http://localhost :9000"}, "endpoint", "blank"),
+        (S3, {"aws_endpoint_url": " "}, "aws_endpoint_url", "is empty"),
+        (S3, {"endpoint_url": ""}, "endpoint_url", "is empty"),
+        (S3, {"client_kwargs": {"region_name": "us east 1"}}, "region_name", "blank"),
+        (S3, {"region": "us-east-1 "}, "region", "blank"),
+        (S3, {"bucket": "a b"}, "bucket", "blank"),
+        (S3, {"session_token": "a\nb"}, "session_token", "control character"),
+        (S3, {"client_options": {"user_agent": "a\rb"}}, "user_agent", "control character"),
+        (GS, {"base_url": "file:///etc", "skip_signature": True}, "base_url", "http://"),
+        (AZ, {"endpoint": "", "skip_signature": True}, "endpoint", "is empty"),
+        (AZ, {"account_name": "\x00", "skip_signature": True}, "account_name", "control"),
+    ],
+)
+def test_values_obstore_would_panic_on_are_refused_at_open(
+    uri: str, options: dict[str, Any], named: str, why: str
+) -> None:
+    """obstore takes these at open, then panics (pyo3's PanicException, a BaseException
+    that escapes `except Exception`) when it builds the first request: refused when the
+    store opens, naming the option, and a secret's value never in the message."""
+    with pytest.raises(StorageOptionsError, match=why) as info:
+        open_store(uri, storage_options={**(_KEYS_AB if uri == S3 else {}), **options}, cache=None)
+    assert named in info.value.key
+    assert isinstance(info.value, ValueError)
+    assert "a\nb" not in str(info.value)  # the session token is a secret
+
+
+def test_good_values_still_open() -> None:
+    for options in (
+        {"endpoint": "http://127.0.0.1:9000", "region": "us-east-1"},
+        {"endpoint": "https://user@minio.local:9000/prefix", "bucket": "b"},
+        {"endpoint_url": "http://[::1]:9000"},
+    ):
+        assert open_store(S3, storage_options={**_KEYS_AB, **options}, cache=None).uri == S3
+
+
+def test_an_obstore_panic_is_a_store_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad value obstore reads from the environment (not checked here) makes it panic
+    at the first request: every call through the store raises a StoreError naming the
+    object, never the panic itself, and is not retried."""
+    monkeypatch.setenv("AWS_ENDPOINT", "localhost:9000")  # no scheme
+    store = open_store(S3, storage_options=_KEYS_AB, cache=None)
+    calls: list[Any] = [
+        lambda: store.get("x"),
+        lambda: store.get_range("x", 0, 4),
+        lambda: store.get_ranges("x", [0, 10], [4, 4]),
+        lambda: store.head("x"),
+        lambda: store.list("a/"),
+        lambda: store.put("x", b"1"),
+        lambda: store.put_if_absent("x", b"1"),
+        lambda: store.delete("x"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreError, match=r"obstore panicked.*storage_options") as info:
+            call()
+        assert type(info.value.__cause__).__name__ == "PanicException"
+    assert store.stats.retries == 0
+    with pytest.raises(StoreError, match=r"upload of .*/big\.bin failed: obstore panicked"):
+        writer = store.open_writer("big.bin")
+        writer.write(b"x" * (6 << 20))
+        writer.close()

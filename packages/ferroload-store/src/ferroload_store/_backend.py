@@ -29,7 +29,7 @@ import obstore
 from ferroload_store._counters import StoreStats
 from ferroload_store._errors import StoreError
 from ferroload_store._options import IOOptions, parse_duration
-from ferroload_store._remote import RemoteEngine
+from ferroload_store._remote import RemoteEngine, is_panic
 from ferroload_store._uri import ParsedURI
 
 #: obstore's HTTP client options (`obstore.store.ClientConfig`).
@@ -167,9 +167,9 @@ def open_obstore(parsed: ParsedURI, kwargs: Mapping[str, Any]) -> Any:
         call["config"] = config
     try:
         return obstore.store.from_url(parsed.location, **call)
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
-    except BaseException as exc:  # a bad key can make obstore panic (a BaseException)
+    except BaseException as exc:
+        if not (isinstance(exc, Exception) or is_panic(exc)):  # a bad key can make it panic
+            raise
         raise StoreError(
             f"cannot open {parsed.uri}: {' '.join(str(exc).split())[:500]}; check "
             "storage_options (obstore configuration keys such as endpoint, region, "

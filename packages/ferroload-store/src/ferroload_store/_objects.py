@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import obstore
-import obstore.exceptions as obx
 from obstore.store import LocalStore as _ObLocalStore
 from obstore.store import MemoryStore as _ObMemoryStore
 
@@ -24,7 +23,6 @@ from ferroload_store._remote import (
     RemoteEngine,
     check_not_forked,
     mark_runtime_used,
-    translate,
     translating,
 )
 from ferroload_store._uri import ParsedURI
@@ -134,11 +132,9 @@ class ObjectBackend:
             if size is not None:
                 raise truncated_error(self.uri, path, end=start + length, size=size)
             return buf if isinstance(buf, bytes) else bytes(buf)
-        try:
+        with translating(self.uri, path, "range read of"):
             got = obstore.get_range(self.store(), self.key(path), start=start, length=length)
             data = got.to_bytes()
-        except (obx.BaseError, OSError) as exc:
-            raise translate(exc, uri=self.uri, path=path, action="range read of") from exc
         self._stats.add_read(1, len(data))
         if len(data) != length:
             raise truncated_error(self.uri, path, end=start + length, size=start + len(data))
@@ -161,10 +157,10 @@ class ObjectBackend:
         """A stream that becomes object `path` on `close()`: on an object store a
         multipart upload through a store that retries on its own."""
         if self.remote is None:
-            return ObstoreWriter(self.store(), self.key(path), self._stats)
+            return ObstoreWriter(self.store(), self.key(path), self._stats, self.uri, path)
         check_not_forked(self.uri)
         mark_runtime_used()
-        return ObstoreWriter(self._writer_store(), self.key(path), self._stats)
+        return ObstoreWriter(self._writer_store(), self.key(path), self._stats, self.uri, path)
 
     def _writer_store(self) -> Any:
         """An obstore store that retries on its own, for multipart uploads (a stream

@@ -147,6 +147,26 @@ def classify(exc: BaseException) -> Failure:
     return "permanent"
 
 
+def is_panic(exc: BaseException) -> bool:
+    """True for pyo3's `PanicException`: obstore (Rust) panicked. It derives from
+    `BaseException` only, so `except Exception` lets it through; obstore panics when it
+    builds a request from a configuration it accepted at open (an endpoint without a
+    scheme, a region with a blank, a header value with a newline, read from the
+    environment or given)."""
+    return type(exc).__name__ == "PanicException" and not isinstance(exc, Exception)
+
+
+def panic_error(exc: BaseException, *, uri: str, path: str, action: str) -> StoreError:
+    """The ferroload error for an obstore panic during `action` on `path`."""
+    return StoreError(
+        f"{action} {uri}/{path} failed: obstore panicked ({short_message(exc)}); a value it "
+        "accepted is invalid: check storage_options and the AWS_* / GOOGLE_* / AZURE_* "
+        "environment variables (endpoint, region, credentials)",
+        uri=uri,
+        path=path,
+    )
+
+
 def is_transient(kind: Failure) -> bool:
     """True for the failures that a retry may cure."""
     return kind in ("transient", "timeout")
@@ -226,6 +246,10 @@ def translating(uri: str, path: str, action: str) -> Iterator[None]:
         if translated is exc:
             raise
         raise translated from exc
+    except BaseException as exc:
+        if not is_panic(exc):
+            raise
+        raise panic_error(exc, uri=uri, path=path, action=action) from exc
 
 
 class RemoteEngine:
@@ -306,7 +330,12 @@ class RemoteEngine:
             store = self.store
             try:
                 with self._slots:
-                    return fn(store)
+                    try:
+                        return fn(store)
+                    except BaseException as exc:
+                        if is_panic(exc):  # never retried: the request cannot be built
+                            raise panic_error(exc, uri=self.uri, path=path, action=action) from exc
+                        raise
             except (obx.BaseError, OSError, ValueError, NotImplementedError) as exc:
                 if isinstance(exc, StoreError):
                     raise

@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from ferroload_store._backend import CLIENT_KEYS, _client_key, env_prefix
 from ferroload_store._errors import StoreError
@@ -185,6 +186,10 @@ class _Out:
         self.options[key] = value
         self._given.setdefault(key, given)
 
+    def given(self, key: str) -> str:
+        """How the caller spelled option `key` (the first spelling that set it)."""
+        return self._given.get(key, key)
+
     def endpoint(self, key: str, value: Any, given: str) -> None:
         """An fsspec endpoint URL: `http://` allows plain HTTP, as it does in fsspec."""
         self.put(key, value, given)
@@ -245,6 +250,8 @@ def normalize_storage_options(
     options = dict(storage_options or {})
     kind = store_kind(uri)
     if kind is None:
+        for key, value in options.items():
+            _check_text(uri, str(key), value)
         return options
     out = _Out(uri)
     translate = {"s3": _s3, "gcs": _gcs, "azure": _azure}[kind]
@@ -263,7 +270,83 @@ def normalize_storage_options(
         if canonical is None:
             raise _unknown(kind, key, uri)
         out.put(canonical, value, key)
-    return out.finish()
+    options = out.finish()
+    for key, value in options.items():
+        _check_value(uri, key, out.given(key), value)
+    return options
+
+
+#: Keys whose value is a URL obstore sends requests to (`http://` or `https://`, a host).
+URL_KEYS = _words(
+    "endpoint base_url metadata_endpoint container_credentials_full_uri authority_host "
+    "msi_endpoint fabric_token_service_url"
+)
+#: Keys whose value becomes part of a request's URL or host as it is (no blanks).
+_NAME_KEYS = _words("region default_region bucket account_name container_name")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_text(uri: str, given: str, value: Any) -> None:
+    """Refuse a control character in a string option (at any depth of a dict): obstore
+    panics on one in a header or URL when it builds the first request."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_text(uri, f"{given}[{k!r}]", v)
+        return
+    if isinstance(value, str) and _CONTROL.search(value):
+        raise StorageOptionsError(
+            f"storage option {given!r}{_shown(uri, given, value)} holds a control character",
+            key=given,
+            uri=uri,
+        )
+
+
+def _shown(uri: str, given: str, value: str) -> str:
+    """` = 'value'` for an error message, empty for a secret or a nested option (a
+    header's value may be a credential): a secret never lands in a message or a log."""
+    if "[" in given or is_secret_option(uri, given):
+        return ""
+    return f" = {value!r}"
+
+
+def _check_value(uri: str, key: str, given: str, value: Any) -> None:
+    """Refuse an option value that obstore cannot use, before any request: obstore takes
+    an empty endpoint, a `file://` one, one without a scheme (`localhost:9000`), or a
+    region with a blank or a NUL at open and then panics (a `BaseException` that
+    `except Exception` misses) when it builds the first request.
+
+    Raises:
+        StorageOptionsError: naming the option as given.
+    """
+    _check_text(uri, given, value)
+    if key in _PASS_THROUGH or _client_key(key) is not None or not isinstance(value, str):
+        return
+    problem = ""
+    if not value.strip():
+        problem = "is empty"
+    elif key in URL_KEYS:
+        problem = _url_problem(value)
+    elif key in _NAME_KEYS and any(c.isspace() for c in value):
+        problem = "holds a blank"
+    if problem:
+        raise StorageOptionsError(
+            f"storage option {given!r}{_shown(uri, given, value)} {problem}", key=given, uri=uri
+        )
+
+
+def _url_problem(value: str) -> str:
+    """Why `value` is not an `http(s)://host…` URL (empty when it is one)."""
+    if any(c.isspace() for c in value):
+        return "holds a blank: expected an http:// or https:// URL"
+    try:
+        split = urlsplit(value)
+        host = split.hostname
+        split.port  # noqa: B018  (raises for a port that is not a number)
+    except ValueError as exc:
+        return f"is not a URL ({exc}): expected http://host[:port] or https://…"
+    if split.scheme.lower() not in ("http", "https") or not host:
+        return "is not an http:// or https:// URL with a host (e.g. http://localhost:9000)"
+    return ""
 
 
 def _s3(out: _Out, k: str, key: str, value: Any) -> bool:

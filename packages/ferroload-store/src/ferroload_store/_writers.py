@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import obstore
 
 from ferroload_store._counters import Counters
+from ferroload_store._remote import translating
 
 
 class ObjectWriter(Protocol):
@@ -53,14 +54,18 @@ class LocalFileWriter:
 class ObstoreWriter:
     """Buffered multipart upload through obstore; abandoned uploads are never completed."""
 
-    def __init__(self, store: Any, key: str, stats: Counters) -> None:
-        self._writer = obstore.open_writer(store, key)
+    def __init__(self, store: Any, key: str, stats: Counters, uri: str, path: str) -> None:
+        self._uri = uri
+        self._path = path
+        with translating(uri, path, "upload of"):
+            self._writer = obstore.open_writer(store, key)
         self._stats = stats
         self._written = 0
         self._done = False
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        n = int(self._writer.write(data))
+        with translating(self._uri, self._path, "upload of"):
+            n = int(self._writer.write(data))
         self._written += n
         return n
 
@@ -68,7 +73,8 @@ class ObstoreWriter:
         if self._done:
             return
         self._done = True
-        self._writer.close()
+        with translating(self._uri, self._path, "upload of"):
+            self._writer.close()
         self._stats.add(put_requests=1, bytes_written=self._written)
 
     def abort(self) -> None:
