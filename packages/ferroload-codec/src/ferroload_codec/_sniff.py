@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -111,30 +112,70 @@ def png_strip_inflated(data: Buffer) -> Buffer:
     return b"".join(kept)
 
 
-#: The most marker segments (and fill bytes) read before a JPEG's first scan (valid
-#: files have tens): beyond, the header counts as damaged, so a file of millions of
-#: empty segments costs a bounded walk.
+#: The most markers read before a JPEG's first scan (valid files have tens): beyond,
+#: the header counts as damaged, so a file of millions of empty segments costs a bounded
+#: walk.
 JPEG_MAX_SEGMENTS = 4096
+#: Markers without a length, which libjpeg passes over before the first scan (its
+#: jdmarker.c calls them "parameterless"): RST0-7 and TEM.
+JPEG_STANDALONE_MARKERS = frozenset((0x01, *range(0xD0, 0xD8)))
+#: Markers whose segment (a two-byte length, then the payload) libjpeg reads or skips
+#: before the first scan: frame headers, DHT, DAC, DNL, DQT, DRI, APPn and COM. Any other
+#: marker there ends the header with an error in libjpeg: a second SOI, EOI ("no
+#: image"), JPG, DHP, EXP, JPGn or a reserved one ("unsupported marker").
+JPEG_SEGMENT_MARKERS = frozenset(
+    (*JPEG_SOF_MARKERS, 0xC4, 0xCC, 0xDB, 0xDC, 0xDD, *range(0xE0, 0xF0), 0xFE)
+)
+#: Segments libjpeg skips by their length even when it is under 2 (it then goes on right
+#: after the length); for the others a length under 2 is an error.
+_JPEG_SKIPPED = frozenset((0xDC, *range(0xE0, 0xF0), 0xFE))
+#: What the walk does with the byte after an FF: 0 stops (SOS, or libjpeg fails), 1
+#: passes over a standalone marker, 2 reads a segment, 3 reads a segment whose length may
+#: be short, 4 searches on (FF 00 and fill bytes are no marker).
+_JPEG_KIND = bytes(
+    4 if m in (0x00, 0xFF) else 1 if m in JPEG_STANDALONE_MARKERS
+    else 3 if m in _JPEG_SKIPPED else 2 if m in JPEG_SEGMENT_MARKERS else 0
+    for m in range(256)
+)  # fmt: skip
+#: libjpeg's search for the next marker (`next_marker`): it passes over any byte but FF
+#: and any FF 00 pair (both with a warning, "extraneous bytes before marker"), then over
+#: fill bytes (FF); the marker is the byte after them. Possessive: linear in the bytes.
+_JPEG_NEXT_MARKER = re.compile(rb"(?:[^\xff]|\xff++\x00)*+\xff++([^\x00\xff])")
 
 
 def _jpeg_segments(data: Buffer) -> Iterator[tuple[int, int, int]]:
     """(marker, start, end) of each JPEG marker segment's payload before the first scan,
-    as offsets into `data` (nothing is copied)."""
+    as offsets into `data` (nothing is copied), walked by libjpeg's own grammar.
+
+    libjpeg decides the image's size from the segments it reads (jdmarker.c), so this walk
+    reads the same ones: standalone markers have no length, stray bytes and FF 00 pairs
+    are passed over, a segment libjpeg skips with a length under 2 is skipped from right
+    after its length; the walk stops at the first scan (SOS) and at any marker that stops
+    libjpeg with an error (a second SOI, EOI, an unknown marker), and after
+    `JPEG_MAX_SEGMENTS` markers. A file that `jpeg_frame` sizes therefore has that
+    frame as libjpeg reads it, or libjpeg fails on it.
+    """
     pos, n = 2, len(data)
-    for _ in range(JPEG_MAX_SEGMENTS):  # fill bytes count too
-        if pos + 4 > n or data[pos] != 0xFF:
-            return
-        marker = data[pos + 1]
-        if marker == 0xFF:  # a fill byte
-            pos += 1
+    for _ in range(JPEG_MAX_SEGMENTS):
+        if pos + 1 < n and data[pos] == 0xFF and (kind := _JPEG_KIND[data[pos + 1]]) != 4:
+            pos += 2  # the usual case: a marker right here
+        else:
+            found = _JPEG_NEXT_MARKER.match(data, pos)
+            if found is None:  # no marker up to the end: libjpeg sees EOI, no image
+                return
+            pos = found.end()
+            kind = _JPEG_KIND[data[pos - 1]]
+        if kind == 1:
             continue
-        if marker == 0xDA:  # start of scan: no more headers
+        if kind == 0 or pos + 2 > n:  # SOS, or libjpeg fails
             return
-        length = (data[pos + 2] << 8) | data[pos + 3]
+        length = (data[pos] << 8) | data[pos + 1]
         if length < 2:
-            return
-        yield marker, pos + 4, min(pos + 2 + length, n)
-        pos += 2 + length
+            if kind == 2:
+                return
+            length = 2
+        yield data[pos - 1], pos + 2, min(pos + length, n)
+        pos += length
 
 
 def jpeg_frame(data: Buffer) -> tuple[int, int, int] | None:

@@ -19,8 +19,16 @@ them on one thread, where a second thread could only wait for the GIL.
 
 A decompressor that reported an error is destroyed and replaced. Even so, a header too
 short to parse can leave the previous image's size in place without an error, so callers
-take the size from the frame header (`_sniff.jpeg_frame`; `image_info` cross-checks the
-two), which such a header lacks.
+take the size from the frame header (`_sniff.jpeg_frame`, which walks the markers by
+libjpeg's grammar; `image_info` cross-checks the two), which such a header lacks.
+
+The decompress call writes the image from the output's top-left corner at the largest of
+libjpeg-turbo's scaled sizes that fits the output, which is smaller than the output when
+the caller misjudged the image's size; the rest of the output would then keep what it
+held before (a previous batch's pixels). So `decode_into` writes a canary into the
+output's last pixel first: when it is still there after the call, libjpeg's own header
+decides (one more call, for about one image in 256 with a grey output, by chance), and
+an image that did not fill the output is a `TurboError`.
 
 libjpeg *warnings* are errors here, with one exception: "extraneous bytes before marker",
 after which the image decodes completely. A truncated file, for instance, is only a
@@ -46,6 +54,10 @@ PIXEL_FORMATS = {"RGB": 0, "L": 6, "RGBA": 7}
 COLORSPACE_CMYK, COLORSPACE_YCCK = 3, 4
 _TJERR_WARNING = 0
 _HARMLESS_WARNINGS = ("extraneous bytes before marker",)
+#: Written into the last pixel of an output before it is decoded (see above); the alpha
+#: byte is never it: libjpeg-turbo writes 255 there.
+_CANARY = b"\x5a\xc3\x17\x00"
+_CANARIES = {c: np.frombuffer(_CANARY[:c], dtype=np.uint8) for c in (1, 3, 4)}
 #: Output pixels and encoded bytes up to which an image decompresses with the GIL held
 #: (see above; a 48x48 photo at quality 95 is 1.8-2.4 KB).
 GIL_HELD_PIXELS, GIL_HELD_BYTES = 48 * 48, 4096
@@ -63,6 +75,10 @@ class JpegLib(Protocol):
     def decode_into(self, data: bytes, dst: npt.NDArray[np.uint8], pixel_format: int) -> None: ...
 
     def holds_gil(self, pixels: int, nbytes: int) -> bool: ...
+
+
+class _ScalingFactor(ctypes.Structure):
+    _fields_ = [("num", ctypes.c_int), ("denom", ctypes.c_int)]
 
 
 class Turbo:
@@ -97,6 +113,13 @@ class Turbo:
         self._destroy = lib.tjDestroy
         self._destroy.argtypes = [ctypes.c_void_p]
         self._destroy.restype = ctypes.c_int
+        get_factors = lib.tjGetScalingFactors
+        get_factors.argtypes = [c_int_p]
+        get_factors.restype = ctypes.POINTER(_ScalingFactor)
+        count = ctypes.c_int()
+        factors = get_factors(ctypes.byref(count))
+        #: libjpeg-turbo's scaling factors (num, den): the sizes a decompression can fill
+        self.scaling_factors = tuple((factors[i].num, factors[i].denom) for i in range(count.value))
         self._error_str = lib.tjGetErrorStr2
         self._error_str.argtypes = [ctypes.c_void_p]
         self._error_str.restype = ctypes.c_char_p
@@ -147,17 +170,38 @@ class Turbo:
 
         The JPEG is scaled in the DCT domain to `dst`'s size, which must be one of
         libjpeg-turbo's scaled sizes (`ceil(width * num / den)`).
+
+        Raises:
+            TurboError: damaged data, or an image that does not fill `dst` (its size is
+                not what the caller read from its header): nothing of `dst` is handed
+                out that the decoder did not write.
         """
-        h, w = dst.shape[:2]
-        if dst.strides[1] != dst.shape[2] or dst.strides[2] != 1:
+        h, w, c = dst.shape
+        if dst.strides[1] != c or dst.strides[2] != 1:
             raise ValueError("dst rows must be contiguous pixels")
         state = self._state()
         decompress = self._decompress_held if self.holds_gil(h * w, len(data)) else self._decompress
+        last = dst[h - 1, w - 1]
+        last[...] = _CANARIES[c]
         status = decompress(
             state.handle, data, len(data), dst.__array_interface__["data"][0],
             w, dst.strides[0], h, pixel_format, 0,
         )  # fmt: skip
         self._check(state.handle, status)
+        if last.tobytes() == _CANARY[:c]:  # not written, or by chance the same pixel
+            self._check_filled(data, h, w)
+
+    def _check_filled(self, data: bytes, h: int, w: int) -> None:
+        """Raise unless libjpeg-turbo decompresses `data` to exactly `h` x `w` at one of
+        its scaling factors (the largest that fits is the one it takes)."""
+        width, height, _, _ = self.header(data)
+        for num, den in self.scaling_factors:
+            if -(-width * num // den) == w and -(-height * num // den) == h:
+                return
+        raise TurboError(
+            f"the JPEG is {width}x{height} to libjpeg-turbo, which cannot fill a {w}x{h} "
+            "output from it (its frame header was read otherwise)"
+        )
 
 
 #: simplejpeg's names of TurboJPEG colour spaces and pixel formats.
