@@ -154,6 +154,21 @@ def _options(codec: str, bframes: int, lossless: bool) -> dict[str, str]:
     return {}
 
 
+def declare_size(data: bytes, size: tuple[int, int], declared: tuple[int, int]) -> bytes:
+    """A Matroska/WebM file whose track header declares frames of `declared` (width,
+    height) over its stream of `size` frames: its PixelWidth (EBML id B0) and
+    PixelHeight (BA) elements patched in place, the coded stream untouched."""
+    out = bytearray(data)
+    for element, old, new in zip((0xB0, 0xBA), size, declared, strict=True):
+        nbytes = (old.bit_length() + 7) // 8  # how the muxer wrote the value
+        assert new < 256**nbytes, "the declared size must fit the original's bytes"
+        head = bytes((element, 0x80 | nbytes)) + old.to_bytes(nbytes, "big")
+        at = out.find(head)
+        assert at >= 0 and out.find(head, at + 1) < 0, "one track header, found once"
+        out[at + 2 : at + 2 + nbytes] = new.to_bytes(nbytes, "big")
+    return bytes(out)
+
+
 def make_audio_only() -> bytes:
     """A Matroska file with one audio stream and no video."""
     import av

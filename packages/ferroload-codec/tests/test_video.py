@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 
 from ferroload_codec._errors import CodecUnavailableError, DecodeError, ImageTooLargeError
 from ferroload_codec._video import VideoInfo, decode_video, video_info
-from ferroload_codec._video_frames import _last_stats, _open
+from ferroload_codec._video_frames import _last_stats, _open, ffmpeg_max_pixels
 
 from ._videos import (
     HEIGHT,
     WIDTH,
+    declare_size,
     frame_image,
     frame_indices,
     make_audio_only,
@@ -484,6 +485,68 @@ def test_max_pixels_refuses_big_frames_before_decoding() -> None:
     assert isinstance(info.value, DecodeError)
     assert info.value.sample_id == "big"
     assert decode_video(data, max_pixels=WIDTH * HEIGHT, num_frames=1).shape[0] == 1
+
+
+#: Streams whose frames (256x192) are larger than their Matroska header says (64x48):
+#: h264 and VP8, whose size FFmpeg's lean probe takes from that header.
+LYING = [("libx264", "mkv"), ("libvpx", "webm"), ("libvpx", "mkv")]
+
+
+@functools.cache
+def lying(codec: str, container: str, declared: tuple[int, int] = (64, 48)) -> bytes:
+    data = make_video(
+        codec=codec, container=container, width=256, height=192, num_frames=4, lossless=False
+    )
+    return declare_size(data, (256, 192), declared)
+
+
+@pytest.mark.parametrize(("codec", "container"), LYING)
+def test_max_pixels_holds_for_frames_larger_than_their_header(codec: str, container: str) -> None:
+    """Issue 31: a container that says 64x48 over 256x192 frames passed max_pixels=4096
+    (an mkv saying 64x64 over 9600x9600 H.264 frames decoded ~560 MB); video_info
+    reported 64x48. Each decoded frame is checked by its own size; video_info reports
+    the decoded size."""
+    data = lying(codec, container)
+    with pytest.raises(
+        ImageTooLargeError, match=r"256x192 .*decoded; the stream's header says 64x48"
+    ) as info:
+        decode_video(data, max_pixels=4096, num_frames=2, sample_id="liar")
+    assert info.value.sample_id == "liar"
+    with pytest.raises(ImageTooLargeError, match="256x192"):
+        video_info(data, max_pixels=4096)
+    assert (video_info(data).width, video_info(data).height) == (256, 192)
+    # within the limit: frames of their real size, not stretched to the header's
+    frames = decode_video(data, num_frames=None, sampling="stride")
+    assert frames.shape == (4, 192, 256, 3)
+    assert np.array_equal(frames, reference_frames(data))
+    assert decode_video(data, num_frames=2, size=(48, 64)).shape == (2, 48, 64, 3)
+
+
+@pytest.mark.parametrize(("codec", "container"), LYING)
+def test_ffmpeg_never_allocates_a_frame_far_over_max_pixels(codec: str, container: str) -> None:
+    """FFmpeg's decoder gets a limit near max_pixels: a frame far over it (here 256x192
+    under a header of 8x6, with max_pixels=64) is refused by the decoder before it
+    allocates the frame, an ImageTooLargeError too (FFmpeg's own check: no frame
+    comes out to check)."""
+    assert ffmpeg_max_pixels(64) < 256 * 192
+    data = lying(codec, container, (8, 6))
+    with pytest.raises(ImageTooLargeError, match="max_pixels=64"):
+        decode_video(data, max_pixels=64, num_frames=1)
+    assert _last_stats().decoded == 0
+    with pytest.raises(ImageTooLargeError, match="max_pixels=64"):
+        video_info(data, max_pixels=64)
+
+
+@pytest.mark.parametrize(
+    ("codec", "container"), [("libx264", "mkv"), ("libvpx", "webm"), ("mpeg4", "avi")]
+)
+def test_frames_of_exactly_max_pixels_decode(codec: str, container: str) -> None:
+    """FFmpeg counts a frame with its padding and row alignment (a 100x48 frame failed
+    its limit of 4,800): the limit it gets leaves room, ours is exact."""
+    data = video(codec=codec, container=container, width=100, height=48, num_frames=2)
+    assert decode_video(data, max_pixels=4800, num_frames=2).shape == (2, 48, 100, 3)
+    with pytest.raises(ImageTooLargeError):
+        decode_video(data, max_pixels=4799, num_frames=2)
 
 
 @pytest.mark.parametrize(

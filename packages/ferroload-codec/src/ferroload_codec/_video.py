@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ferroload_codec._errors import DecodeError, ImageTooLargeError
+from ferroload_codec._errors import DecodeError
 from ferroload_codec._image import DEFAULT_MAX_PIXELS
 from ferroload_codec._pixels import CHANNELS, ImageMode, convert_channels
 from ferroload_codec._resize import (
@@ -58,6 +58,7 @@ from ferroload_codec._video_frames import (
     _open,
     _Stats,
     _video_stream,
+    too_large,
 )
 
 logger = logging.getLogger(__name__)
@@ -72,15 +73,16 @@ MAX_CODEC_THREADS = 64
 
 @dataclass(frozen=True)
 class VideoInfo:
-    """What a video's first video stream holds, found by demuxing (no frame is decoded).
+    """What a video's first video stream holds, found by demuxing; its frame size by
+    decoding the first frame (a container's header may state another).
 
     Attributes:
         num_frames: frames in the stream (packets with a presentation timestamp).
         fps: the container's frame rate where the timestamps agree with it (a constant
             rate), else the average: frames over duration.
         duration: seconds from the first frame's start to the last frame's end.
-        width: frame width in pixels.
-        height: frame height in pixels.
+        width: the first frame's width in pixels, as decoded.
+        height: the first frame's height in pixels, as decoded.
         codec: the codec's name (`h264`, `hevc`, `vp9`, `av1`, `mpeg4`, …).
         keyframes: indices (in presentation order) of the frames decoding can start at.
     """
@@ -94,18 +96,14 @@ class VideoInfo:
     keyframes: tuple[int, ...]
 
 
-def _dimensions(stream: Any, max_pixels: int, sid: str | None) -> tuple[int, int]:
+def _check_header(stream: Any, max_pixels: int, sid: str | None) -> None:
+    """Refuse a stream whose header declares no size, or frames over `max_pixels`, before
+    decoding. The header may understate the frames: each decoded frame is checked too."""
     w, h = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
     if w <= 0 or h <= 0:
         raise DecodeError(f"video stream declares size {w}x{h}", sample_id=sid, format=_FORMAT)
     if w * h > max_pixels:
-        raise ImageTooLargeError(
-            f"video frames of {w}x{h} = {w * h:,} pixels exceed max_pixels={max_pixels:,}; "
-            "raise max_pixels if they are genuine",
-            sample_id=sid,
-            format=_FORMAT,
-        )
-    return h, w
+        raise too_large(w, h, max_pixels, sid)
 
 
 # ---------------------------------------------------------------------- frame choice
@@ -256,13 +254,16 @@ def decode_video(
         stride: the step between frames for `stride` and `random`.
         seed: seeds `numpy.random.default_rng` for `random` (an int, or a Generator).
         size: output `(height, width)`, or an int for a square; None keeps the size of
-            the stream.
+            the first frame decoded (a later frame of another size is resized to it).
         resize: `exact`, `shorter` (scale, crop the centre) or `longer` (scale, pad with
             0), as for images.
         interpolation: `bilinear`, `bicubic`, `area` or `nearest`.
         mode: `RGB` (default), `L` (one channel, Pillow's luma) or `RGBA` (the alpha
             plane where the codec has one, else 255).
-        max_pixels: refuse streams whose frames declare more pixels, before decoding.
+        max_pixels: refuse frames of more pixels: from the stream's header before
+            decoding, and by each decoded frame's own size (a container's header may
+            understate it); FFmpeg's decoder gets a limit near it, so that it never
+            allocates a frame far over it.
         codec_threads: the codec's own threads for this video (frame threading where
             the codec has it; the frames are the same). 1 (the default) suits a loader
             that decodes several videos at once on its threads; 2 or more uses more
@@ -280,7 +281,7 @@ def decode_video(
     Raises:
         ValueError: for bad options, or an `out` of the wrong shape.
         DecodeError: for empty, truncated or damaged input, or no video stream.
-        ImageTooLargeError: frames over `max_pixels`.
+        ImageTooLargeError: frames over `max_pixels` (declared or decoded).
         CodecUnavailableError: when PyAV is not installed.
 
     Examples:
@@ -322,39 +323,53 @@ def decode_video(
 
             def reopen() -> tuple[Any, Any]:
                 container = stack.enter_context(_open(av, buf, sample_id))
-                return container, _video_stream(container, sample_id, codec_threads)
+                stream = _video_stream(container, sample_id, codec_threads, max_pixels=max_pixels)
+                return container, stream
 
             container, stream = reopen()
-            src_h, src_w = _dimensions(stream, max_pixels, sample_id)
+            _check_header(stream, max_pixels, sample_id)
             index = _index(container, stream, sample_id)
             picks = _select(len(index.pts), num_frames, sampling, stride, rng)
-            th, tw = target_size if target_size is not None else (src_h, src_w)
-            if out is None:
-                result = np.empty((len(picks), th, tw, channels), dtype=np.uint8)
-            else:
-                result = out[: len(picks)]
+            result = None if out is None else out[: len(picks)]
             wanted = set(index.pts[picks].tolist())
-            cursor = _Cursor(container, stream, reopen, index, wanted, stats, sample_id)
+            cursor = _Cursor(
+                container, stream, reopen, index, wanted, stats, sample_id, max_pixels=max_pixels
+            )
             done: dict[int, int] = {}  # frame index -> the row already holding it
             for row, j in enumerate(picks.tolist()):
-                if j in done:
+                if result is not None and j in done:
                     result[row] = result[done[j]]
                     continue
-                frame = _fetch(cursor, j)
+                frame = _fetch(cursor, j)  # its size checked against max_pixels
+                if result is None:  # sized by the first frame decoded, not by the header
+                    th, tw = target_size or (frame.height, frame.width)
+                    result = np.empty((len(picks), th, tw, channels), dtype=np.uint8)
                 _place(_to_array(frame, mode), result[row], resize, interpolation)
                 done[j] = row
     except DecodeError:
         raise
     except Exception as exc:  # FFmpegError and whatever else PyAV raises
         raise _damaged(exc, "damaged video", sample_id) from None
+    assert result is not None  # an index has at least one frame, so picks too
     return result
 
 
-def video_info(data: bytes | bytearray | memoryview, *, sample_id: str | None = None) -> VideoInfo:
-    """Frame count, rate, duration, size, codec and keyframes, by demuxing (no decoding).
+def video_info(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    sample_id: str | None = None,
+) -> VideoInfo:
+    """Frame count, rate, duration, size, codec and keyframes: by demuxing, and the size
+    by decoding the first frame.
+
+    The frame size a container's header declares may not be the frames' (a lying mkv
+    says 64x64 over 9600x9600 frames), so `width` and `height` are those of the first
+    frame, decoded under `max_pixels` as `decode_video` decodes it.
 
     Args:
         data: the encoded video.
+        max_pixels: refuse frames of more pixels, as `decode_video` does.
         sample_id: named in errors.
 
     Returns:
@@ -362,6 +377,7 @@ def video_info(data: bytes | bytearray | memoryview, *, sample_id: str | None = 
 
     Raises:
         DecodeError: for empty, truncated or damaged input, or no video stream.
+        ImageTooLargeError: frames over `max_pixels` (declared or decoded).
         CodecUnavailableError: when PyAV is not installed.
 
     Examples:
@@ -378,16 +394,27 @@ def video_info(data: bytes | bytearray | memoryview, *, sample_id: str | None = 
         >>> info.num_frames, info.fps, info.width, info.height, info.codec
         (45, 30.0, 64, 48, 'mpeg4')
     """
+    _check_options(1, "uniform", 1, None, "exact", "bilinear", "RGB", max_pixels)
     buf = as_buffer(data, sample_id, _FORMAT)
     av = _av()
     try:
-        with _open(av, buf, sample_id) as container:
-            stream = _video_stream(container, sample_id)
-            width = int(stream.codec_context.width or 0)
-            height = int(stream.codec_context.height or 0)
+        with contextlib.ExitStack() as stack:
+
+            def reopen() -> tuple[Any, Any]:
+                container = stack.enter_context(_open(av, buf, sample_id))
+                return container, _video_stream(container, sample_id, max_pixels=max_pixels)
+
+            container, stream = reopen()
+            _check_header(stream, max_pixels, sample_id)
             codec = str(stream.codec_context.codec.canonical_name)  # av1, not libdav1d
             rate = stream.average_rate or stream.guessed_rate
             index = _index(container, stream, sample_id)
+            first = {int(index.pts[0])}
+            cursor = _Cursor(
+                container, stream, reopen, index, first, _Stats(), sample_id, max_pixels=max_pixels
+            )
+            frame = _fetch(cursor, 0)
+            width, height = int(frame.width), int(frame.height)
     except DecodeError:
         raise
     except Exception as exc:  # FFmpegError and whatever else PyAV raises

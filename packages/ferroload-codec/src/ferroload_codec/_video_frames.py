@@ -8,6 +8,7 @@ when no keyframe lies in between). Used by `_video.decode_video` and `_video.vid
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ferroload_codec._errors import CodecUnavailableError, DecodeError
+from ferroload_codec._errors import CodecUnavailableError, DecodeError, ImageTooLargeError
 from ferroload_codec._reader import ByteReader
 
 logger = logging.getLogger(__name__)
@@ -109,11 +110,40 @@ def _open(av: Any, buf: bytes | bytearray | memoryview, sid: str | None) -> Any:
         raise _damaged(exc, "not a readable video container", sid) from None
 
 
-def _video_stream(container: Any, sid: str | None, codec_threads: int = 1) -> Any:
+def too_large(
+    w: int, h: int, max_pixels: int, sid: str | None, what: str = ""
+) -> ImageTooLargeError:
+    """The error for video frames of `w` x `h` over `max_pixels`."""
+    return ImageTooLargeError(
+        f"video frames of {w}x{h} = {w * h:,} pixels{what} exceed max_pixels={max_pixels:,}; "
+        "raise max_pixels if they are genuine",
+        sample_id=sid,
+        format=_FORMAT,
+    )
+
+
+def ffmpeg_max_pixels(max_pixels: int) -> int:
+    """The pixel limit given to FFmpeg's decoder for frames of at most `max_pixels`.
+
+    A container's header may declare a frame size the stream does not have (the lean
+    probe trusts it), so the decoder itself must not allocate a frame far over the
+    limit. FFmpeg checks its own limit on the frame with its padding and alignment (a
+    100x48 frame fails a limit of 4,800, an MPEG-4 one even 7,824), so it gets a margin:
+    64 pixels on each side of a frame of at most 65,536 a side. Each decoded frame is
+    then checked exactly (`_Cursor`).
+    """
+    return min(2**31 - 1, max_pixels + 128 * min(max_pixels + 1, 131_072) + 16_384)
+
+
+def _video_stream(
+    container: Any, sid: str | None, codec_threads: int = 1, *, max_pixels: int
+) -> Any:
     streams = container.streams.video
     if not streams:
         raise DecodeError("the container has no video stream", sample_id=sid, format=_FORMAT)
     stream = streams[0]
+    # applied when the decoder opens, at the first packet
+    stream.codec_context.options = {"max_pixels": str(ffmpeg_max_pixels(max_pixels))}
     # one thread by default: parallelism comes from the loader's threads
     stream.codec_context.thread_count = codec_threads
     if codec_threads > 1:  # frame threads: the same frames, in the same order
@@ -161,7 +191,9 @@ class _Cursor:
     """Decodes forward from a keyframe, one frame at a time, with a one-frame pushback.
 
     `reopen` opens a fresh container on the same bytes: the last resort where the
-    demuxer cannot seek (an avi that lost its index to truncation).
+    demuxer cannot seek (an avi that lost its index to truncation). Every frame out of
+    the decoder is checked against `max_pixels` by its own size, whatever the
+    container's header said (`ImageTooLargeError`), before anything converts it.
     """
 
     def __init__(
@@ -173,7 +205,12 @@ class _Cursor:
         wanted: set[int],
         stats: _Stats,
         sid: str | None,
+        *,
+        max_pixels: int,
     ) -> None:
+        self.max_pixels = max_pixels
+        codec = stream.codec_context
+        self.declared = f"{codec.width}x{codec.height}"  # before the decoder updates it
         self.container = container
         self.stream = stream
         self._reopen = reopen
@@ -256,9 +293,42 @@ class _Cursor:
                 continue
             if skips:  # a frame no other frame refers to is decoded only if it is wanted
                 codec.skip_frame = "DEFAULT" if packet.pts in wanted else "NONREF"
-            for frame in packet.decode():
+            try:
+                frames = packet.decode()
+            except Exception as exc:  # FFmpegError: damage, or a frame over FFmpeg's limit
+                refused = self._refused(exc)
+                if refused is None:
+                    raise
+                raise refused from None
+            for frame in frames:
                 self.stats.decoded += 1
+                if frame.width * frame.height > self.max_pixels:
+                    raise too_large(
+                        frame.width, frame.height, self.max_pixels, self.sid,
+                        f" (decoded; the stream's header says {self.declared})",
+                    )  # fmt: skip
                 yield frame
+
+    def _refused(self, exc: BaseException) -> ImageTooLargeError | None:
+        """The error for a packet FFmpeg's decoder refused because its frame exceeds
+        FFmpeg's pixel limit (`ffmpeg_max_pixels`); None for other damage. Some decoders
+        keep the frame's size (h264), others reset it and say only EINVAL or ENOMEM."""
+        codec = self.stream.codec_context
+        w, h = int(codec.width or 0), int(codec.height or 0)
+        if w * h > self.max_pixels:
+            return too_large(
+                w, h, self.max_pixels, self.sid,
+                f" (the decoder refused them; the stream's header says {self.declared})",
+            )  # fmt: skip
+        if getattr(exc, "errno", None) in (errno.EINVAL, errno.ENOMEM):
+            return ImageTooLargeError(
+                f"FFmpeg refused to decode a frame ({exc}): frames over max_pixels="
+                f"{self.max_pixels:,} (or of an impossible size; the stream's header says "
+                f"{self.declared}); raise max_pixels if they are genuine",
+                sample_id=self.sid,
+                format=_FORMAT,
+            )
+        return None
 
     def next(self) -> tuple[Any, int] | None:
         """The next decoded frame and its pts, or None at the end of the stream."""
