@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ferroload_codec import _audio
 from ferroload_codec._audio import AudioDecoder, Crop, DecodedAudioBatch, decode_audio
-from ferroload_codec._errors import DecodeError, UnsupportedFormatError
+from ferroload_codec._errors import AudioTooLongError, DecodeError, UnsupportedFormatError
 from ferroload_codec._reader import READAHEAD, WHOLE_READ_MIN_BYTES, ByteReader, read_ahead
 from ferroload_core import FerroloadError
 
@@ -638,6 +638,45 @@ def test_audio_without_frames_is_a_decode_error() -> None:
         decode_audio(encode(np.zeros((0, 1), np.float32), 8000, "WAV"), length=100)
 
 
+def test_resampling_a_low_rate_up_is_bounded_by_max_samples() -> None:
+    """Issue 31: a 2 MB WAV at 63 Hz decoded with sample_rate=16000 and no length gave
+    a 968 MiB array (the 256x rate cap was the only bound). The output's samples are
+    judged from the header before anything is read or resampled."""
+    data = encode(np.zeros((1_000_000, 1), np.int16), 63, "WAV")
+    assert len(data) < 2_100_000
+    with pytest.raises(AudioTooLongError, match=r"63 Hz to 16000 Hz .* max_samples=") as info:
+        decode_audio(data, sample_rate=16000, sample_id="bomb")
+    assert isinstance(info.value, DecodeError) and info.value.sample_id == "bomb"
+    assert _audio.DEFAULT_MAX_SAMPLES < 1_000_000 * 16000 // 63
+    # a crop of it is fine, and so is a limit raised for genuine long audio
+    audio, rate = decode_audio(data, sample_rate=16000, length=16000, crop="start")
+    assert audio.shape == (1, 16000) and rate == 16000
+    small = encode(np.zeros((630, 1), np.int16), 63, "WAV")  # 10 s: 160,000 frames out
+    assert decode_audio(small, sample_rate=16000, max_samples=160_000)[0].shape == (1, 160_000)
+    with pytest.raises(AudioTooLongError):
+        decode_audio(small, sample_rate=16000, max_samples=159_999)
+
+
+@pytest.mark.parametrize(("fmt", "subtype"), [("WAV", "PCM_16"), ("FLAC", "PCM_16")])
+def test_max_samples_bounds_what_a_file_decodes_to(fmt: str, subtype: str) -> None:
+    """A compressed file decodes to far more than its bytes (FLAC of silence: 4 KB for
+    the 2 x 100,000 samples here): `max_samples` counts the decoded frames x channels,
+    the resampled ones and the output's, before reading."""
+    data = encode(np.zeros((100_000, 2), np.int16), 8000, fmt, subtype)
+    assert decode_audio(data, max_samples=200_000)[0].shape == (2, 100_000)
+    with pytest.raises(AudioTooLongError, match="100,000 frames of 2 channels"):
+        decode_audio(data, max_samples=199_999)
+    # mixed down to mono the output is half, but the read is not
+    with pytest.raises(AudioTooLongError):
+        decode_audio(data, mono=True, max_samples=199_999)
+    # resampled down, the read still counts; a crop reads only its part
+    with pytest.raises(AudioTooLongError):
+        decode_audio(data, sample_rate=4000, max_samples=199_999)
+    assert decode_audio(data, length=1000, max_samples=2000)[0].shape == (2, 1000)
+    dec = AudioDecoder(mono=True, length=1000, max_samples=2000)
+    assert dec.decode_batch([data] * 2, seeds=[0, 1]).audio.shape == (2, 1, 1000)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -652,6 +691,9 @@ def test_audio_without_frames_is_a_decode_error() -> None:
         ({"sample_rate": True}, "sample_rate"),
         ({"channels": 0}, "channels"),
         ({"threads": 0}, "threads"),
+        ({"max_samples": 0}, "max_samples"),
+        ({"max_samples": True}, "max_samples"),
+        ({"max_samples": 1.5}, "max_samples"),
     ],
 )
 def test_bad_options_are_value_errors(options: dict[str, Any], message: str) -> None:

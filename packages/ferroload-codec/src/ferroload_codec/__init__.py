@@ -13,9 +13,15 @@ imports none of its optional libraries until they are used.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ferroload_codec._audio import AudioDecoder, DecodedAudioBatch, decode_audio
+from ferroload_codec._audio import (
+    DEFAULT_MAX_SAMPLES,
+    AudioDecoder,
+    DecodedAudioBatch,
+    decode_audio,
+)
 from ferroload_codec._backends import backends
 from ferroload_codec._errors import (
+    AudioTooLongError,
     CodecUnavailableError,
     DecodeError,
     ImageTooLargeError,
@@ -38,7 +44,9 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "DEFAULT_MAX_SAMPLES",
     "AudioDecoder",
+    "AudioTooLongError",
     "CodecUnavailableError",
     "DecodeError",
     "DecodedAudioBatch",

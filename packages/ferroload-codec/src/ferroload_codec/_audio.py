@@ -15,7 +15,12 @@ from typing import Any, Literal, NamedTuple, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from ferroload_codec._errors import CodecUnavailableError, DecodeError, UnsupportedFormatError
+from ferroload_codec._errors import (
+    AudioTooLongError,
+    CodecUnavailableError,
+    DecodeError,
+    UnsupportedFormatError,
+)
 from ferroload_codec._pool import DecodePool
 from ferroload_codec._reader import ByteReader
 from ferroload_codec._sndfile import (
@@ -45,6 +50,10 @@ AudioBytes: TypeAlias = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
 DTYPES = ("float32", "int16")
 CROPS = ("start", "center", "random")
 _MAX_UPSAMPLE = 256  # a higher ratio means a damaged header, not a real recording
+#: The most samples (frames x channels) a clip may decode or resample to: 256 MiB of
+#: float32, Pillow's quarter gigabyte for images; ~23 min of 48 kHz stereo, ~70 min of
+#: 16 kHz mono. A 2 MB WAV at 63 Hz resampled to 16 kHz would be 968 MiB.
+DEFAULT_MAX_SAMPLES = 1 << 26
 
 
 class DecodedAudioBatch(NamedTuple):
@@ -78,6 +87,11 @@ class AudioDecoder:
             padded with zeros at the end. None decodes everything.
         crop: where a crop starts: `start`, `center` or `random` (a seeded, uniform offset).
         threads: decode threads for batches (default: the CPUs available).
+        max_samples: refuse a clip whose decoded frames, resampled frames or output would
+            hold more samples (frames x channels) than this, judged from its header before
+            anything is read (default `DEFAULT_MAX_SAMPLES`, 2**26: 256 MiB of float32).
+            A compressed file or a low rate resampled up decodes to far more than its
+            bytes; crop with `length`, or raise the limit for genuine long audio.
 
     Raises:
         ValueError: for an unknown option value.
@@ -106,7 +120,10 @@ class AudioDecoder:
         length: int | None = None,
         crop: Crop = "random",
         threads: int | None = None,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
     ) -> None:
+        if not _positive_int(max_samples):
+            raise ValueError(f"max_samples must be a positive int, got {max_samples!r}")
         if sample_rate is not None and not _positive_int(sample_rate):
             raise ValueError(
                 f"sample_rate must be a positive int (Hz) or None, got {sample_rate!r}"
@@ -129,6 +146,7 @@ class AudioDecoder:
         self.dtype: AudioDType = "int16" if dtype_name == "int16" else "float32"
         self.length = length
         self.crop: Crop = crop
+        self.max_samples = int(max_samples)
         self.pool = DecodePool(threads)
 
     @property
@@ -142,7 +160,7 @@ class AudioDecoder:
         return (
             f"AudioDecoder(sample_rate={self.sample_rate}, mono={self.mono}, "
             f"channels={self.channels}, dtype={self.dtype!r}, length={self.length}, "
-            f"crop={self.crop!r}, threads={self.pool.threads})"
+            f"crop={self.crop!r}, max_samples={self.max_samples}, threads={self.pool.threads})"
         )
 
     # ------------------------------------------------------------------ one clip
@@ -167,6 +185,7 @@ class AudioDecoder:
         Raises:
             DecodeError: corrupt, truncated or empty input.
             UnsupportedFormatError: bytes of no audio format libsndfile knows.
+            AudioTooLongError: more samples than `max_samples` (read or resampled).
             CodecUnavailableError: soundfile (or soxr, to resample) is not installed.
         """
         return self._decode(as_buffer(data, sample_id), seed, sample_id, None)
@@ -271,6 +290,7 @@ class AudioDecoder:
                 start = max(0, offset * in_rate // out_rate - margin) // step * step
                 stop = min(total, -(-(offset + length) * in_rate // out_rate) + margin)
                 skip = offset - start * out_rate // in_rate
+        self._check_samples(stop - start, int(f.channels), in_rate, out_rate, sid, fmt)
         x = read_frames(f, start, stop - start, total, f.format in EXACT_SEEK, sid, fmt)
         if self.mono and x.shape[1] > 1:
             x = _mix_down(x)
@@ -279,6 +299,26 @@ class AudioDecoder:
             if length is not None:
                 x = x[skip : skip + length]
         return x, out_rate
+
+    def _check_samples(
+        self, frames: int, channels: int, in_rate: int, out_rate: int, sid: str | None, fmt: str
+    ) -> None:
+        """Refuse, before reading, a read of `frames` x `channels` whose frames, resampled
+        frames or output would hold more than `max_samples` samples."""
+        kept = 1 if self.mono else channels  # after mixing down
+        resampled = -(-frames * out_rate // in_rate)
+        out = self.length if self.length is not None else resampled
+        held = max(frames * channels, resampled * kept, out * (self.channels or kept))
+        if held <= self.max_samples:
+            return
+        how = f", resampled from {in_rate} Hz to {out_rate} Hz" if out_rate != in_rate else ""
+        raise AudioTooLongError(
+            f"{frames:,} frames of {channels} channels{how} would hold {held:,} samples, over "
+            f"max_samples={self.max_samples:,} (a decompression bomb?); crop it with length=, "
+            "or raise max_samples if it is genuine",
+            sample_id=sid,
+            format=fmt,
+        )
 
     def _offset(self, span: int, seed: int | None) -> int:
         """Where a crop of `length` starts, `span` being how many frames the audio has spare."""
@@ -426,6 +466,7 @@ def decode_audio(
     length: int | None = None,
     crop: Crop = "random",
     seed: int | None = None,
+    max_samples: int = DEFAULT_MAX_SAMPLES,
     sample_id: str | None = None,
 ) -> tuple[AudioArray, int]:
     """Decode one clip to a `(channels, frames)` array (see `AudioDecoder` for the options).
@@ -435,7 +476,7 @@ def decode_audio(
 
     Raises:
         DecodeError: corrupt, truncated or empty input (`UnsupportedFormatError` for bytes
-            of no audio format).
+            of no audio format, `AudioTooLongError` over `max_samples`).
         ValueError: for an unknown option value.
 
     Examples:
@@ -449,6 +490,6 @@ def decode_audio(
     """
     dec = AudioDecoder(
         sample_rate=sample_rate, mono=mono, channels=channels, dtype=dtype, length=length,
-        crop=crop, threads=1,
+        crop=crop, threads=1, max_samples=max_samples,
     )  # fmt: skip
     return dec.decode(data, seed=seed, sample_id=sample_id)

@@ -29,5 +29,10 @@ class ImageTooLargeError(DecodeError):
     """An image whose header declares more pixels than the limit (a decompression bomb)."""
 
 
+class AudioTooLongError(DecodeError):
+    """Audio that would decode, or resample, to more samples than the limit
+    (`max_samples`: a decompression bomb, or a rate that upsamples a file hugely)."""
+
+
 class CodecUnavailableError(FerroloadError, ImportError):
     """A codec that needs an optional dependency which is not installed."""
