@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -616,3 +617,54 @@ def test_an_entry_that_cannot_be_written(cache: BlockCache) -> None:
     with pytest.raises(CacheError) as info:
         cache.put(k, b"data")
     assert str(cache.directory) in str(info.value)
+
+
+def _plant(path: Path, kind: str, outside: Path) -> None:
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "chardev":  # like /dev/zero (c 1 5): mknod needs root
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    else:
+        path.symlink_to(outside)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["fifo", "chardev", "symlink"])
+def test_an_entry_that_is_no_regular_file_is_a_miss_and_deleted(
+    cache: BlockCache, tmp_path: Path, kind: str
+) -> None:
+    """A FIFO in an entry's place blocked get() for ever, a device was read without end,
+    a symlink was followed: each is now damaged (a miss, deleted) without being read."""
+    if kind == "chardev" and os.geteuid() != 0:
+        pytest.skip("mknod of a character device needs root")
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"not an entry")
+    k = key(1)
+    cache.put(k, payload(1, SMALL))
+    path = entry_path(cache, k)
+    _plant(path, kind, outside)
+    assert cache.get(k) is None
+    assert not path.exists() and not path.is_symlink()
+    assert outside.read_bytes() == b"not an entry"
+    assert (cache.stats.corrupt, cache.stats.misses) == (1, 1)
+    cache.put(k, payload(1, SMALL))  # fetched again
+    assert read(cache, k) == payload(1, SMALL)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_usage_file_that_is_no_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    """`.usage` is opened for appends: a FIFO blocked that open (no reader), a symlink
+    made every put grow the file it points at."""
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"victim")
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    (directory / ".usage").write_bytes(b"")
+    _plant(directory / ".usage", kind, outside)
+    cache = BlockCache(directory, max_bytes=64 << 20)
+    why = "is a symlink" if kind == "symlink" else "cannot be opened"
+    with pytest.raises(CacheError, match=rf"\.usage {why}"):
+        cache.put(key(1), payload(1, SMALL))
+    assert outside.read_bytes() == b"victim"

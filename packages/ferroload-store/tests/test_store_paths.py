@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from ferroload_core import UnsafePathError
-from ferroload_store import _local as _local_module
+from ferroload_store import NotARegularFileError, ObjectNotFoundError, open_store
 from ferroload_store import _nofollow as _nofollow_module
-from ferroload_store import open_store
 from ferroload_store._nofollow import RACE_FREE
 
 
@@ -133,7 +133,7 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_followed(
     root = tmp_path / "root"
     store = open_store(root)
     store.put("shards/secret.txt", b"the dataset's own bytes")
-    real_open_below = _local_module.open_below
+    real_open_below = _nofollow_module.open_below
 
     def swap_then_open(root_dir: str, real: str, flags: int = os.O_RDONLY) -> int:
         if (root / "shards").is_dir() and not (root / "shards").is_symlink():
@@ -141,7 +141,6 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_followed(
             (root / "shards").symlink_to(outside, target_is_directory=True)
         return real_open_below(root_dir, real, flags)
 
-    monkeypatch.setattr(_local_module, "open_below", swap_then_open)
     monkeypatch.setattr(_nofollow_module, "open_below", swap_then_open)
     call = {
         "get": lambda: store.get("shards/secret.txt"),
@@ -152,3 +151,51 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_followed(
     with pytest.raises(UnsafePathError, match="became a symlink"):
         call()
     assert (outside / "secret.txt").read_bytes() == b"secret bytes, not the dataset's"
+
+
+def _plant(path: Path, kind: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "chardev":  # like /dev/zero (c 1 5): mknod needs root
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    else:
+        path.mkdir()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["fifo", "chardev", "folder"])
+def test_only_regular_files_are_read(tmp_path: Path, kind: str) -> None:
+    """A FIFO at a key hung every read for ever (the open waited for a writer), a device
+    such as /dev/zero was read without end: anything but a regular file is now no object,
+    refused without blocking and without opening a device, naming the key."""
+    if kind == "chardev" and os.geteuid() != 0:
+        pytest.skip("mknod of a character device needs root")
+    root = tmp_path / "root"
+    store = open_store(root)
+    store.put("index/ok.parquet", b"ok")
+    _plant(root / "index" / "part.parquet", kind)
+    os.symlink(root / "index" / "part.parquet", root / "index" / "link.parquet")
+    words = {"fifo": "a FIFO", "chardev": "a character device", "folder": "a folder"}[kind]
+    for key in ("index/part.parquet", "index/link.parquet"):
+        for call in (
+            lambda k: store.get(k),
+            lambda k: store.get_range(k, 0, 4),
+            lambda k: store.get_ranges(k, [0], [4]),
+            lambda k: store.head(k),
+            lambda k: store.local_path(k),
+            lambda k: store.open_input(k),
+        ):
+            with pytest.raises(NotARegularFileError, match=f"is {words}, not a regular file") as e:
+                call(key)
+            assert isinstance(e.value, ObjectNotFoundError) and e.value.path == key
+            assert e.value.kind == words
+        assert not store.exists(key)
+    assert [o.path for o in store.list("index/")] == ["index/ok.parquet"]
+    if kind != "folder":
+        # nothing can be created there: said so, not a lost race (ObjectExistsError)
+        with pytest.raises(NotARegularFileError):
+            store.put_if_absent("index/part.parquet", b"new")
+        store.put("index/part.parquet", b"new")  # a put replaces it, as any object
+        assert store.get("index/part.parquet") == b"new"
+    assert store.local_path("index/missing.parquet") == (root / "index" / "missing.parquet")

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import struct
 import time
 from collections.abc import Iterable
@@ -39,7 +40,6 @@ import platformdirs
 from ferroload_store._cache_dir import CacheDirectory, cache_error
 from ferroload_store._cache_entry import (
     KEY_RE,
-    O_CLOEXEC,
     TMP_PREFIX,
     entry_header,
     read_entry,
@@ -48,6 +48,7 @@ from ferroload_store._cache_entry import (
 )
 from ferroload_store._counters import CacheStats
 from ferroload_store._errors import CacheConfigError, CacheError, InvalidCacheKeyError
+from ferroload_store._nofollow import READ_FLAGS
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +240,10 @@ class BlockCache:
         marked cold). The view is read-only and private to the caller: the entry is read
         into a fresh buffer and verified, never mapped, so a file truncated, replaced or
         corrupted by another process later can neither change the bytes nor crash the
-        process (a truncated entry reads short and counts as damaged).
+        process (a truncated entry reads short and counts as damaged). Anything in an
+        entry's place that is not a regular file (a symlink, a FIFO, which would block the
+        read, a device) is damaged too: opened without following a link or blocking,
+        never read.
 
         Raises:
             InvalidCacheKeyError: `key` is not a key `BlockCache.key` makes.
@@ -247,15 +251,22 @@ class BlockCache:
         """
         path = self._entry_path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+            fd = os.open(path, READ_FLAGS | os.O_NOFOLLOW)
         except (FileNotFoundError, NotADirectoryError):  # absent, or evicted meanwhile
             self.stats.add(misses=1)
             return None
         except OSError as exc:
-            raise self._error(f"entry {path} cannot be read", exc) from exc
+            if exc.errno != errno.ELOOP:
+                raise self._error(f"entry {path} cannot be read", exc) from exc
+            logger.warning("block cache entry %s is a symlink; deleted", path)
+            with suppress(OSError):
+                os.unlink(path)  # the link, never its target
+            self.stats.add(misses=1, corrupt=1)
+            return None
         try:
             st = os.fstat(fd)
-            data = verify_entry(key, read_entry(fd, st.st_size))
+            regular = stat.S_ISREG(st.st_mode)
+            data = verify_entry(key, read_entry(fd, st.st_size)) if regular else None
             if data is not None and time.time_ns() - st.st_mtime_ns > _TOUCH_INTERVAL_NS:
                 with suppress(OSError):  # advisory: an entry owned by another user
                     os.utime(fd if _UTIME_FD else path)

@@ -4,6 +4,7 @@ directory's file lock."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -83,12 +84,17 @@ class CacheDirectory:
         return estimate > max_bytes
 
     def _open_usage(self) -> tuple[int, bool]:
-        """The open `.usage` file, and whether this call created it."""
+        """The open `.usage` file, and whether this call created it.
+
+        An existing one is opened without following a symlink (appends would grow the
+        file it points at) or blocking (a FIFO without a reader), and must be a regular
+        file.
+        """
         fd = self._usage
         if fd is not None:
             return fd, False
         path = os.path.join(self.root, ".usage")
-        flags = os.O_WRONLY | os.O_APPEND | O_CLOEXEC
+        flags = os.O_WRONLY | os.O_APPEND | O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
         with self._usage_lock:
             if self._usage is None:
                 try:
@@ -96,9 +102,14 @@ class CacheDirectory:
                         self._usage = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
                         return self._usage, True
                     except FileExistsError:
-                        self._usage = os.open(path, flags)
+                        fd = os.open(path, flags)
+                        if not stat.S_ISREG(os.fstat(fd).st_mode):
+                            os.close(fd)
+                            raise OSError(errno.EINVAL, "not a regular file") from None
+                        self._usage = fd
                 except OSError as exc:
-                    raise cache_error(self.root, f"{path} cannot be opened", exc) from exc
+                    why = "is a symlink" if exc.errno == errno.ELOOP else "cannot be opened"
+                    raise cache_error(self.root, f"{path} {why}", exc) from exc
             return self._usage, False
 
     def _usage_units(self) -> int:

@@ -35,6 +35,21 @@ class ObjectNotFoundError(StoreError, FileNotFoundError):
     """The object (file) does not exist."""
 
 
+class NotARegularFileError(ObjectNotFoundError):
+    """A key of a local store names something other than a regular file: a FIFO, a
+    device, a socket, a folder. It is never read (a FIFO would block for ever, a device
+    never ends), and counts as no object: listings leave it out, so callers treat it as
+    a missing file (`verify()` reports it).
+
+    Attributes:
+        kind: what the key names, in words (`a FIFO`, `a character device`, …).
+    """
+
+    def __init__(self, message: str, *, uri: str = "", path: str = "", kind: str = "") -> None:
+        super().__init__(message, uri=uri, path=path)
+        self.kind = kind
+
+
 class ObjectExistsError(StoreError, FileExistsError):
     """A put-if-absent found the object already there."""
 

@@ -9,8 +9,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ferroload_core import UnsafePathError, check_relative_path
+from ferroload_store._errors import NotARegularFileError
 from ferroload_store._info import ObjectInfo
-from ferroload_store._nofollow import SymlinkSwappedError, open_below, unlink_below
+from ferroload_store._nofollow import (
+    NotRegularError,
+    SymlinkSwappedError,
+    open_file_below,
+    unlink_below,
+)
 
 
 class LocalRoot:
@@ -18,7 +24,8 @@ class LocalRoot:
 
     Its methods raise the `OSError`s of the file system as they come (the `Store`
     translates them); an unsafe key, or one that leads outside the root through a
-    symlink, raises `UnsafePathError`.
+    symlink, raises `UnsafePathError`; a file to read that is not a regular file raises
+    `NotARegularFileError`.
 
     Args:
         path: the root folder (it need not exist yet).
@@ -58,21 +65,33 @@ class LocalRoot:
 
     def open(self, key: str) -> int:
         """A read-only descriptor of `key`, checked by `file` and opened from the root one
-        component at a time without following a symlink (`open_below`), so a folder
-        swapped for a link after the check cannot lead the open outside the root.
+        component at a time without following a symlink (`open_file_below`), so a folder
+        swapped for a link after the check cannot lead the open outside the root; only a
+        regular file is opened, never blocking (a FIFO) and never a device.
 
         Raises:
             UnsafePathError: if the key is unsafe, resolves outside the root, or became a
                 symlink between the check and the open.
+            NotARegularFileError: (an `ObjectNotFoundError`) if it names a FIFO, a
+                device, a socket or a folder.
         """
         real = self.file(key, resolve=True)
         try:
-            return open_below(self.real(), str(real))
+            return open_file_below(self.real(), str(real))
         except SymlinkSwappedError as exc:
             raise UnsafePathError(
                 key,
                 what=f"key of store {self.uri}",
                 reason="a folder on its way became a symlink while it was opened",
+            ) from exc
+        except NotRegularError as exc:
+            raise NotARegularFileError(
+                f"{self.uri}/{key} is {exc.kind}, not a regular file: a store reads only "
+                "regular files (a FIFO would block every read, a device never ends); "
+                "remove it or put the real file in its place",
+                uri=self.uri,
+                path=key,
+                kind=exc.kind,
             ) from exc
 
     def read(self, key: str) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
@@ -18,7 +19,7 @@ from ferroload_store._cached_reads import CachedReads
 from ferroload_store._commit import remote_put_if_absent
 from ferroload_store._counters import StoreStats
 from ferroload_store._direct import direct_ranges
-from ferroload_store._errors import ObjectNotFoundError
+from ferroload_store._errors import NotARegularFileError, ObjectExistsError, ObjectNotFoundError
 from ferroload_store._file import RangeFile
 from ferroload_store._info import ObjectInfo
 from ferroload_store._local import LocalRoot
@@ -102,13 +103,30 @@ class Store:
     def local_path(self, path: str = "") -> Path | None:
         """The filesystem path of `path` (resolved), or None when the store is not local.
 
+        For a reader that opens the file by name (pyarrow, DuckDB): a file that exists is
+        opened the way the store opens files (no symlink out of the root, never
+        blocking) and must be a regular file; a missing one is returned as it is.
+
         Raises:
             UnsafePathError: if `path` is unsafe or resolves (through a symlink) outside
                 the root.
+            NotARegularFileError: (an `ObjectNotFoundError`) if it names a FIFO, a
+                device, a socket or a folder, which such a reader would wait on for
+                ever or read without end.
         """
         if self._disk is None:
             return None
-        return self._disk.file(path, resolve=True) if path else self._disk.path
+        if not path:
+            return self._disk.path
+        real = self._disk.file(path, resolve=True)
+        try:
+            with self._errors(path, "open"):
+                os.close(self._disk.open(path))
+        except NotARegularFileError:
+            raise
+        except ObjectNotFoundError:  # missing: the reader says so, as before
+            pass
+        return real
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -392,6 +410,8 @@ class Store:
 
         Raises:
             ObjectExistsError: if an object already exists at `path`.
+            NotARegularFileError: if a local `path` holds a FIFO, a device, a socket or
+                a folder (no object, but nothing can be created there either).
             UnsupportedOperationError: if the backend has no conditional put (plain
                 HTTP(S) servers).
         """
@@ -404,9 +424,14 @@ class Store:
             if self._disk is not None:
                 self._disk.file(path)
             key = self._objects.key(path)
-            self._objects.call(
-                lambda ob: obstore.put(ob, key, payload, mode="create"), path, "put-if-absent"
-            )
+            try:
+                self._objects.call(
+                    lambda ob: obstore.put(ob, key, payload, mode="create"), path, "put-if-absent"
+                )
+            except ObjectExistsError:
+                if self._disk is not None:  # a FIFO or a device there is no object taken
+                    os.close(self._disk.open(path))  # raises NotARegularFileError
+                raise
         self.stats.add(put_requests=1, bytes_written=len(payload))
 
     def _get_or_none(self, path: str) -> bytes | None:
