@@ -482,6 +482,21 @@ def test_bad_options(kwargs: dict[str, Any], match: str) -> None:
         ImageDecoder(**kwargs)
 
 
+def test_an_output_size_over_max_pixels_is_an_option_error() -> None:
+    """Issue 31: `resize=(10**6, 10**6)` was a MemoryError at the first batch. An output
+    of more pixels than `max_pixels` is refused when the decoder is made; raising
+    `max_pixels` allows it (nothing is allocated until a batch)."""
+    with pytest.raises(ValueError, match=r"1,000,000,000,000 pixels .* max_pixels=89,478,485"):
+        ImageDecoder((10**6, 10**6))
+    with pytest.raises(ValueError, match="max_pixels=1,024"):
+        decode_image(PNG, size=33, max_pixels=32 * 32)
+    with pytest.raises(ValueError, match="max_pixels"):
+        decode_images([PNG], size=(10**6, 10**6))
+    assert decode_image(PNG, size=32, max_pixels=32 * 40 * 60).shape == (32, 32, 3)
+    assert ImageDecoder((10**6, 10**6), max_pixels=10**12).size == (10**6, 10**6)
+    assert ImageDecoder((np.int64(8), np.int32(9))).size == (8, 9)  # numpy ints, as video
+
+
 def _valid_images() -> list[bytes]:
     return [JPEG, PNG, *(data for data, _ in SOURCES.values())]
 

@@ -450,6 +450,8 @@ def test_parallel_threads_give_the_same_frames() -> None:
         ({"interpolation": "lanczos"}, "interpolation must be"),
         ({"mode": "CMYK"}, "mode must be"),
         ({"max_pixels": 0}, "max_pixels must be"),
+        ({"size": (10**6, 10**6)}, r"10\^12|1,000,000,000,000 pixels .* max_pixels="),
+        ({"size": 65, "max_pixels": 64 * 64}, "4,225 pixels an image, more than max_pixels=4,096"),
     ],
 )
 def test_bad_options_fail_before_any_decoding(options: dict[str, object], match: str) -> None:

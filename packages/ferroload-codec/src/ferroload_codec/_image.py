@@ -30,7 +30,13 @@ from ferroload_codec._image_paths import SPNG_CHANNELS, ImagePaths, jpeg_header,
 from ferroload_codec._pixels import CHANNELS, ImageMode, scratch
 from ferroload_codec._png_fast import same_size_png
 from ferroload_codec._pool import DecodePool
-from ferroload_codec._resize import IMAGE_RESIZE_MODES, INTERPOLATIONS, ImageResize, Interpolation
+from ferroload_codec._resize import (
+    IMAGE_RESIZE_MODES,
+    INTERPOLATIONS,
+    ImageResize,
+    Interpolation,
+    check_size,
+)
 from ferroload_codec._sniff import (
     Buffer,
     as_buffer,
@@ -112,7 +118,8 @@ class ImageDecoder(ImagePaths):
             ratio in `crop_ratio`, resized to `size`; needs seeds and a `size`).
         interpolation: `bilinear`, `bicubic`, `area` or `nearest`.
         exif: apply the EXIF orientation first.
-        max_pixels: refuse images whose header declares more pixels (decompression bombs).
+        max_pixels: refuse images whose header declares more pixels (decompression bombs),
+            and a `size` of more pixels.
         pad_value: fill value of the padding with `resize="longer"`.
         threads: decode threads for batches (default: the CPUs available).
         crop_scale: with `resize="random"`, the range of the box's area as a fraction of
@@ -132,8 +139,9 @@ class ImageDecoder(ImagePaths):
             `Normalize` compute it in float32.
 
     Raises:
-        ValueError: for an option out of range, or options that do not go together
-            (`crop_scale` without `resize="random"`, `mean` with uint8, …).
+        ValueError: for an option out of range (a `size` over `max_pixels` too), or
+            options that do not go together (`crop_scale` without `resize="random"`,
+            `mean` with uint8, …).
 
     Examples:
         >>> import io
@@ -171,15 +179,9 @@ class ImageDecoder(ImagePaths):
         mean: float | Sequence[float] | None = None,
         std: float | Sequence[float] | None = None,
     ) -> None:
-        dims = (size, size) if isinstance(size, int) and not isinstance(size, bool) else size
-        if dims is not None and (
-            not isinstance(dims, tuple | list)
-            or len(dims) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in dims)
-        ):
-            raise ValueError(
-                f"size must be (height, width) of positive ints or an int, got {size!r}"
-            )
+        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
+            raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
+        dims = check_size(size, max_pixels)
         if mode not in CHANNELS:
             raise ValueError(f"mode must be one of {', '.join(CHANNELS)}, got {mode!r}")
         if resize not in IMAGE_RESIZE_MODES:
@@ -194,15 +196,13 @@ class ImageDecoder(ImagePaths):
             raise ValueError(
                 f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {interpolation!r}"
             )
-        if not isinstance(max_pixels, int) or max_pixels <= 0:
-            raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
         if not 0 <= pad_value <= 255:
             raise ValueError(f"pad_value must be in 0..255, got {pad_value!r}")
         self.crop_scale, self.crop_ratio = check_crop(crop_scale, crop_ratio)
         self.hflip = check_hflip(hflip)
         #: The output conversion (dtype, layout, normalisation).
         self.format = OutputFormat(CHANNELS[mode], dtype=dtype, layout=layout, mean=mean, std=std)
-        self.size: tuple[int, int] | None = None if dims is None else (int(dims[0]), int(dims[1]))
+        self.size: tuple[int, int] | None = dims
         self.mode: ImageMode = mode
         self.channels = CHANNELS[mode]
         self.resize: ImageResize = resize

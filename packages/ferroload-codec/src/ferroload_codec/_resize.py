@@ -19,6 +19,35 @@ IMAGE_RESIZE_MODES = (*RESIZE_MODES, "random")
 INTERPOLATIONS = ("bilinear", "bicubic", "area", "nearest")
 
 
+def check_size(size: object, max_pixels: int) -> tuple[int, int] | None:
+    """An output `size` as `(height, width)` (an int is a square, None stays None).
+
+    Raises:
+        ValueError: unless positive ints, or for an output of more than `max_pixels`
+            pixels: no image that decodes may have that many, and its buffers would
+            only fail to allocate (`size=(10**6, 10**6)` was a `MemoryError` at the
+            first batch).
+    """
+
+    def ok(v: object) -> bool:
+        return isinstance(v, int | np.integer) and not isinstance(v, bool) and int(v) > 0
+
+    if size is None:
+        return None
+    if isinstance(size, int | np.integer) and ok(size):
+        dims = int(size), int(size)
+    elif isinstance(size, tuple | list) and len(size) == 2 and all(ok(v) for v in size):
+        dims = int(size[0]), int(size[1])
+    else:
+        raise ValueError(f"size must be (height, width) of positive ints or an int, got {size!r}")
+    if dims[0] * dims[1] > max_pixels:
+        raise ValueError(
+            f"size={size!r} is {dims[0] * dims[1]:,} pixels an image, more than "
+            f"max_pixels={max_pixels:,}; raise max_pixels if you mean it"
+        )
+    return dims
+
+
 @dataclass(frozen=True)
 class Geometry:
     """How a source image maps onto the output.

@@ -43,6 +43,7 @@ from ferroload_codec._resize import (
     RESIZE_MODES,
     Interpolation,
     ResizeMode,
+    check_size,
     geometry,
     resize_into,
 )
@@ -199,22 +200,7 @@ def _check_options(
             f"codec_threads must be a positive int of at most {MAX_CODEC_THREADS}, "
             f"got {codec_threads!r}"
         )
-    return _size(size)
-
-
-def _size(size: object) -> tuple[int, int] | None:
-    """`size` as `(height, width)`: an int is a square."""
-
-    def ok(v: object) -> bool:
-        return isinstance(v, int | np.integer) and not isinstance(v, bool) and int(v) > 0
-
-    if size is None:
-        return None
-    if isinstance(size, int | np.integer) and ok(size):
-        return int(size), int(size)
-    if isinstance(size, tuple | list) and len(size) == 2 and all(ok(v) for v in size):
-        return int(size[0]), int(size[1])
-    raise ValueError(f"size must be (height, width) of positive ints or an int, got {size!r}")
+    return check_size(size, max_pixels)
 
 
 def decode_video(
