@@ -48,7 +48,7 @@ from ferroload_store._cache_entry import (
 )
 from ferroload_store._counters import CacheStats
 from ferroload_store._errors import CacheConfigError, CacheError, InvalidCacheKeyError
-from ferroload_store._nofollow import READ_FLAGS
+from ferroload_store._nofollow import O_NOFOLLOW, READ_FLAGS
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ class BlockCache:
         """
         path = self._entry_path(key)
         try:
-            fd = os.open(path, READ_FLAGS | os.O_NOFOLLOW)
+            fd = os.open(path, READ_FLAGS | O_NOFOLLOW)
         except (FileNotFoundError, NotADirectoryError):  # absent, or evicted meanwhile
             self.stats.add(misses=1)
             return None

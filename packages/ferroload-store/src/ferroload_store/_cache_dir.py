@@ -19,6 +19,7 @@ from filelock import FileLock
 from ferroload_store._cache_entry import KEY_RE, O_CLOEXEC, TMP_PREFIX
 from ferroload_store._counters import CacheStats
 from ferroload_store._errors import CacheConfigError, CacheError
+from ferroload_store._nofollow import O_NOFOLLOW
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class CacheDirectory:
         if fd is not None:
             return fd, False
         path = os.path.join(self.root, ".usage")
-        flags = os.O_WRONLY | os.O_APPEND | O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        flags = os.O_WRONLY | os.O_APPEND | O_CLOEXEC | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
         with self._usage_lock:
             if self._usage is None:
                 try:

@@ -29,14 +29,12 @@ RACE_FREE = (
 )
 
 
+#: Not following a symlink in the last component (0 where the platform has no such flag).
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 #: Flags of a file opened for reading: never blocking (a FIFO), never becoming the
 #: controlling terminal (a tty), not inherited by child processes.
-READ_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_NOCTTY", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
+READ_FLAGS = os.O_RDONLY | _O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFCHR: "a character device",
@@ -102,7 +100,8 @@ def _opened_regular(name: str, fd: int) -> int:
     `lstat`), back in blocking mode; else it is closed and `NotRegularError` raised."""
     try:
         _check_regular(name, os.fstat(fd).st_mode)
-        os.set_blocking(fd, True)
+        if _O_NONBLOCK:
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
