@@ -1,12 +1,14 @@
 """A writer run in a child process by the concurrency and crash tests.
 
 usage: python _child_writer.py URI FIRST COUNT [--crash-at POINT] [--go-file PATH] [--prefix P]
-                               [--max-inline N]
+                               [--max-inline N] [--mode MODE] [--loop N] [--overwrite-every K]
 
 Writes COUNT samples with ids <prefix>FIRST.. to URI. With --go-file, waits until that file
 exists before closing (so that several children commit at the same moment). With
---crash-at, SIGKILLs itself at that point of the commit protocol. Exit codes: 0 committed,
-3 CommitConflictError, 4 DuplicateSampleError.
+--crash-at, SIGKILLs itself at that point of the commit protocol (or of retirement). With
+--loop N, commits N writes of COUNT samples each, the ids going on from FIRST, every K-th
+an overwrite with --overwrite-every K (for kill -9 at random moments). Exit codes: 0
+committed, 3 CommitConflictError, 4 DuplicateSampleError.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 
 import ferroload_format
-from ferroload_format import _commit, _shard_lists
+from ferroload_format import _commit, _publish, _shard_lists
 
 
 def main() -> int:
@@ -31,6 +33,9 @@ def main() -> int:
     p.add_argument("--prefix", default="s")
     p.add_argument("--label-type", default="int")
     p.add_argument("--max-inline", type=int)
+    p.add_argument("--mode", default="append")
+    p.add_argument("--loop", type=int, default=1)
+    p.add_argument("--overwrite-every", type=int, default=0)
     args = p.parse_args()
     if args.max_inline is not None:
         _shard_lists.MAX_INLINE_SHARDS = args.max_inline
@@ -42,9 +47,21 @@ def main() -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         _commit._checkpoint = crash
-    w = ferroload_format.Writer(args.uri, "concurrent", shard_size=2048)
+        _publish._checkpoint = crash
+    for k in range(args.loop):
+        every = args.overwrite_every
+        mode = "overwrite" if every and k % every == every - 1 else args.mode
+        first = args.first + k * args.count
+        code = write(args, first, mode)
+        if code:
+            return code
+    return 0
+
+
+def write(args: argparse.Namespace, first: int, mode: str) -> int:
+    w = ferroload_format.Writer(args.uri, "concurrent", shard_size=2048, mode=mode)
     w.declare("image", "jpg", "tensor", "image")
-    for i in range(args.first, args.first + args.count):
+    for i in range(first, first + args.count):
         label: object = i % 5 if args.label_type == "int" else f"c{i % 5}"
         w.add(f"{args.prefix}{i:05d}", {"image": f"payload-{i}".encode() * 20}, {"label": label})
     if args.go_file:

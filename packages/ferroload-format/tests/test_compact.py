@@ -20,7 +20,7 @@ from ferroload_format import (
     _compact,
     gc,
 )
-from ferroload_format._paths import INDEX_DIR
+from ferroload_format._paths import INDEX_DIR, MERGED_DIR, merged_part_path, part_path
 from ferroload_store import open_store
 
 
@@ -84,8 +84,14 @@ def test_the_glob_sees_each_row_once_and_gc_keeps_old_versions(local_uri: str) -
         assert len([ds[i] for i in range(len(ds))]) == len(ds)
     gc(local_uri, grace=timedelta(0), keep_versions=2)
     store = open_store(local_uri)
+    # the glob keeps one file per version that added rows (a compaction adds none); the
+    # compacted part, outside it, is what ferroload reads
     left = sorted(o.path for o in store.list(INDEX_DIR))
-    assert left == ["index/part-0000000007.parquet", "index/part-0000000008.parquet"]
+    assert left == [part_path(v) for v in (1, 2, 3, 4, 5, 6, 8)]
+    assert [o.path for o in store.list(MERGED_DIR)] == [merged_part_path(7)]
+    assert duckdb.sql(
+        f"SELECT count(DISTINCT sample_id), count(*) FROM read_parquet('{root}/index/part-*.parquet')"
+    ).fetchall() == [(20, 20)]
     assert Dataset.open(local_uri).verify().ok
     assert not Path(root, "_ferroload", "staging").exists() or not any(
         Path(root, "_ferroload", "staging").iterdir()
@@ -105,6 +111,28 @@ def test_an_append_started_before_compact_rebases_on_top(uri: str) -> None:
     assert ds.to_table()["sample_id"].to_pylist()[-1] == "late"
     assert len(ds) == 19
     assert ds.verify().ok
+
+
+def test_a_compact_of_an_older_version_is_refused_before_anything_is_written(
+    local_uri: str,
+) -> None:
+    """`Dataset.open(root, version=2).compact()` merged the parts, then answered "run
+    compact() again", which could never succeed on that object (and a version with one
+    part returned itself, as if compacted)."""
+    append(local_uri, 0, 20)
+    append(local_uri, 100, 3)  # version 2: two parts
+    append(local_uri, 200, 2)  # version 3: two parts still (20 rows, 5)
+    files = sorted(Path(local_uri).rglob("*"))
+    for version in (1, 2):
+        old = Dataset.open(local_uri, version=version)
+        with pytest.raises(CommitConflictError) as info:
+            old.compact()
+        message = str(info.value)
+        assert f"is open at version {version}, but version 3 is the latest" in message
+        assert "open the dataset again, without version=" in message
+        assert "run compact() again" not in message.lower()
+    assert sorted(Path(local_uri).rglob("*")) == files
+    assert Dataset.open(local_uri).compact().version == 4
 
 
 def test_a_compact_of_a_version_appended_to_since_conflicts(uri: str) -> None:
@@ -199,8 +227,8 @@ def test_a_compaction_that_dies_leaves_a_readable_dataset(
     report = gc(local_uri, grace=timedelta(0))
     if point == "compact-staged":  # the staged part and the run are leftovers
         assert len(report.deleted) == 2
-    else:  # gc publishes the part and retires the compacted ones from the glob
-        assert report.published == ["index/part-0000000007.parquet"]
+    else:  # gc publishes the part (outside the glob, which it leaves as it is)
+        assert report.published == [merged_part_path(7)]
     root = local_uri.removeprefix("file://")
     n = duckdb.sql(f"SELECT count(*) FROM read_parquet('{root}/index/part-*.parquet')")
     assert n.fetchall() == [(18,)]

@@ -26,7 +26,7 @@ from ferroload_format import (
 from ferroload_format._commit import MERGE_FACTOR, tiered_merge
 from ferroload_format._ids import write_run
 from ferroload_format._manifest import Manifest
-from ferroload_format._paths import IDS_DIR, INDEX_DIR
+from ferroload_format._paths import IDS_DIR, INDEX_DIR, part_path
 from ferroload_format._records import IndexPart
 from ferroload_format._versions import read_manifest
 from ferroload_store import open_store
@@ -103,9 +103,11 @@ def test_300_appends_leave_log_n_parts_with_the_same_rows(local_uri: str) -> Non
     for v in (1, 2, 3, 64, 65, 200, n):
         assert ids_of(local_uri, v) == [f"s{i:05d}" for i in range(v)]
     assert Dataset.open(local_uri, version=65).verify().ok
-    # the parts left in index/ are exactly the latest's; ids/ holds the referenced runs
+    # index/ holds one part per version, its own rows (merges never touch the glob);
+    # the merged parts ferroload reads are outside it
     store = open_store(local_uri)
-    assert {o.path for o in store.list(INDEX_DIR)} == {p.path for p in ds.manifest.index_parts}
+    assert {o.path for o in store.list(INDEX_DIR)} == {part_path(v) for v in range(1, n + 1)}
+    assert all(not p.path.startswith(INDEX_DIR) for p in ds.manifest.index_parts[:-1])
     for sid in ("s00000", "s00150", "s00299"):
         with pytest.raises(DuplicateSampleError, match=sid):
             append(local_uri, int(sid[1:]))

@@ -42,6 +42,7 @@ from ferroload_format._paths import (
     IDS_DIR,
     SHARD_LISTS_DIR,
     part_path,
+    staged_own_path,
     staged_part_path,
     version_path,
 )
@@ -52,7 +53,14 @@ from ferroload_format._pending import (
     merged_part,
     next_manifest,
 )
-from ferroload_format._publish import ensure_published, replaced_anything, settle_retirement
+from ferroload_format._publish import (
+    ensure_published,
+    has_glob_merges,
+    publications,
+    put_barrier,
+    retire_replaced_parts,
+    settle_retirement,
+)
 from ferroload_format._records import IdRun, IndexPart
 from ferroload_format._shard_lists import spill
 from ferroload_format._tiers import MERGE_FACTOR, newest_taken
@@ -80,7 +88,10 @@ def _checkpoint(name: str) -> None:
     Does nothing. Crash tests replace it, in a child process, with a function that kills
     the process at one of: `shards-written`, `part-staged`, `list-written` (a commit
     that moves its inline shards into a shard list), `before-commit`, `committed`,
-    `published`; layers add `partition-shard-written` and `partition-staged`.
+    `barrier-put` (an overwrite), `merged-published` (a merge's part, before its own rows
+    join the glob), `published`; layers add `partition-shard-written` and
+    `partition-staged`; `_publish._checkpoint` adds `retired` (after each part that
+    leaves the glob).
     """
 
 
@@ -289,12 +300,15 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
                 "but now has none; was it deleted?",
                 uri=store.uri,
             )
+        if merged and latest is not None and has_glob_merges(latest):
+            # written before format 1.4: what its merges replaced leaves the glob before a
+            # part outside it covers their versions (`glob_parts`)
+            retire_replaced_parts(store, latest)
         if staged_as != tuple(p.version for p in merged):
-            part_bytes = (
-                merged_part(store, merged, table, tables, pending.row_group_size)
-                if merged
-                else own_bytes
-            )
+            part_bytes = own_bytes
+            if merged:
+                part_bytes = merged_part(store, merged, table, tables, pending.row_group_size)
+                store.put(staged_own_path(pending.txn), own_bytes)
             store.put(staged, part_bytes)
             staged_as = tuple(p.version for p in merged)
         manifest = next_manifest(latest, pending, table, part_bytes, staged, merged)
@@ -326,22 +340,40 @@ def commit(store: Store, pending: PendingCommit) -> Manifest:
         )
     manifest.bind(store)
     _checkpoint("committed")
-    try:
-        store.put_if_absent(part_path(manifest.version), part_bytes)
-        settle_retirement(store, manifest, latest)
-    except ObjectExistsError:  # a concurrent writer published it for us
-        if replaced_anything(manifest):
-            settle_retirement(store, manifest, latest)
+    _publish_own(store, manifest, part_bytes, own_bytes, latest)
     _checkpoint("published")
     write_hint(store, manifest.version)
     try:
-        # not once a later append merged this part and retired it (it then reads from
-        # `staged`, which the retirement may have found present and not copied)
-        if store.exists(part_path(manifest.version)):
-            store.delete(staged)
+        # not once a later overwrite retired the part (it then reads from `staged`, which
+        # the retirement may have found present and not copied)
+        done = [
+            source
+            for source, target in publications(manifest.index_parts[-1])
+            if store.exists(target)
+        ]
+        store.delete(done)
     except OSError:
         logger.warning("could not remove staged part %s; gc will", staged, exc_info=True)
     return manifest
+
+
+def _publish_own(
+    store: Store, manifest: Manifest, part_bytes: bytes, own_bytes: bytes, known: Manifest | None
+) -> None:
+    """Publish the new base part of the version this writer committed (§7 step 5): a
+    merged part first (outside the glob), then the version's own rows, so that the glob
+    goes from the previous version's rows to this version's in one put; an overwrite keeps
+    a barrier in the glob until the parts it replaced are retired."""
+    if manifest.operation == "overwrite":
+        put_barrier(store, manifest.version)
+        _checkpoint("barrier-put")
+    part = manifest.index_parts[-1]
+    for (_, target), data in zip(publications(part), (part_bytes, own_bytes), strict=False):
+        with suppress(ObjectExistsError):  # a concurrent writer published it for us
+            store.put_if_absent(target, data)
+        if target != part_path(part.version):
+            _checkpoint("merged-published")
+    settle_retirement(store, manifest, known)
 
 
 def _id_runs(

@@ -15,9 +15,9 @@ from ferroload_format._ids import hash_ids, run_path, write_run
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, write_part
 from ferroload_format._manifest import Manifest, utc_now
 from ferroload_format._names import new_txn_id
-from ferroload_format._part_files import read_part_table
-from ferroload_format._paths import part_path, staged_part_path
-from ferroload_format._publish import ensure_published, retire_replaced_parts
+from ferroload_format._part_schema import read_part_as
+from ferroload_format._paths import merged_part_path, staged_part_path
+from ferroload_format._publish import ensure_published, has_glob_merges, retire_replaced_parts
 from ferroload_format._records import IndexPart
 from ferroload_format._shard_lists import fold
 from ferroload_format._versions import read_manifest, write_hint
@@ -49,6 +49,10 @@ def compact_store(store: Store, manifest: Manifest) -> Manifest:
     if len(manifest.index_parts) <= 1 and (lists <= 1 or not manifest.shard_lists):
         return manifest
     ensure_published(store, manifest)
+    if has_glob_merges(manifest):
+        # written before format 1.4: what its merges replaced leaves the glob before the
+        # compacted part, outside it, covers their versions (`_publish.glob_parts`)
+        retire_replaced_parts(store, manifest)
     txn = new_txn_id()
     version = manifest.version + 1
     written: list[str] = []
@@ -58,7 +62,7 @@ def compact_store(store: Store, manifest: Manifest) -> Manifest:
     data: bytes | None = None  # one part: it stays as it is, only the lists are folded
     if len(manifest.index_parts) > 1:
         target = index_schema([m.name for m in manifest.modalities], manifest.metadata)
-        tables = [read_part_table(store, p, None).cast(target) for p in manifest.index_parts]
+        tables = [read_part_as(store, p, target) for p in manifest.index_parts]
         table = pa.concat_tables(tables)
         data = part_bytes = write_part(table, row_group_size=ROW_GROUP_SIZE)
         staged = staged_part_path(txn)
@@ -75,8 +79,8 @@ def compact_store(store: Store, manifest: Manifest) -> Manifest:
         stats["index_bytes"] = len(part_bytes)
         new = new.derive(
             index_parts=(
-                IndexPart(
-                    part_path(version),
+                IndexPart(  # outside the glob, which keeps its files (docs/format.md §7.5)
+                    merged_part_path(version),
                     staged,
                     table.num_rows,
                     len(part_bytes),
@@ -107,17 +111,11 @@ def compact_store(store: Store, manifest: Manifest) -> Manifest:
     _checkpoint("compact-committed")
     if data is not None:
         with suppress(ObjectExistsError):
-            store.put_if_absent(part_path(version), data)
+            store.put_if_absent(merged_part_path(version), data)
     write_hint(store, version)
     if data is not None:
         with suppress(OSError):
             store.delete([staged_part_path(txn)])
-        try:
-            retire_replaced_parts(store, new, manifest)
-        except OSError:
-            logger.warning(
-                "could not retire compacted parts of %s; gc will", store.uri, exc_info=True
-            )
     logger.info(
         "compacted %d index parts and %d shard lists of %s (version %d)",
         len(manifest.index_parts),

@@ -20,13 +20,19 @@ from ferroload_format._paths import (
     IDS_DIR,
     INDEX_DIR,
     LAYERS_DIR,
+    MERGED_DIR,
     SHARD_LISTS_DIR,
     SHARDS_DIR,
     STAGING_DIR,
     version_path,
 )
 from ferroload_format._plugins import resolve_uri
-from ferroload_format._publish import ensure_published, retire_replaced_parts
+from ferroload_format._publish import (
+    ensure_published,
+    glob_parts,
+    publications,
+    retire_replaced_parts,
+)
 from ferroload_format._records import ShardList
 from ferroload_format._shard_lists import read_shard_list
 from ferroload_format._versions import list_versions, read_manifest
@@ -110,7 +116,7 @@ def gc(
     latest = read_manifest(store)
     report = GcReport(store.uri, dry_run=dry_run)
     if not dry_run:
-        report.published = ensure_published(store, latest)
+        report.published = ensure_published(store, latest, settle=False)  # retired below
     cutoff = datetime.now(UTC) - grace
     manifests = {
         v: latest if v == latest.version else read_manifest(store, v) for v in list_versions(store)
@@ -129,6 +135,8 @@ def gc(
     if not dry_run:
         report.retired = retire_replaced_parts(store, latest)
     live = {p.path for p in latest.index_parts}
+    # the glob's files of the latest version: one per version that added rows
+    referenced.update(glob_parts(store, latest))
     for m in manifests.values():
         shards = [*m.inline_shards, *(s for la in m.layers for s in la.shards)]
         for s in shards:
@@ -136,7 +144,7 @@ def gc(
         for p in (*m.index_parts, *(p for la in m.layers for p in la.index_parts)):
             referenced.add(p.path)
             if dry_run and p.version == latest.version:
-                referenced.add(p.staged)
+                referenced.update(source for source, _ in publications(p))
         # a part that an overwrite or a merge replaced lives at its staged path
         # (retire_replaced_parts)
         referenced.update(p.staged for p in m.index_parts if p.path not in live)
@@ -144,7 +152,8 @@ def gc(
     doomed = []
     layer_objects = store.list(LAYERS_DIR)
     in_progress = _in_progress_layers(store, layer_objects, cutoff)
-    for prefix in (SHARDS_DIR, INDEX_DIR, STAGING_DIR, IDS_DIR, SHARD_LISTS_DIR, LAYERS_DIR):
+    prefixes = (SHARDS_DIR, INDEX_DIR, MERGED_DIR, STAGING_DIR, IDS_DIR, SHARD_LISTS_DIR)
+    for prefix in (*prefixes, LAYERS_DIR):
         for obj in layer_objects if prefix == LAYERS_DIR else store.list(prefix):
             if obj.path in referenced:
                 continue

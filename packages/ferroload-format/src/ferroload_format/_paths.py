@@ -13,6 +13,7 @@ INDEX_DIR = "index/"
 LAYERS_DIR = "layers/"
 IDS_DIR = f"{META_DIR}/ids/"
 SHARD_LISTS_DIR = f"{META_DIR}/shardlists/"
+MERGED_DIR = f"{META_DIR}/merged/"
 
 
 def version_path(version: int) -> str:
@@ -23,6 +24,26 @@ def version_path(version: int) -> str:
 def part_path(version: int) -> str:
     """Key of the published index part that `version` adds."""
     return f"{INDEX_DIR}part-{version:010d}.parquet"
+
+
+def merged_part_path(version: int) -> str:
+    """Key of the merged index part that `version` adds (a tiered append or a compaction,
+    docs/format.md §7.6): outside `index/`, so that the `index/part-*` glob never shows
+    a row twice."""
+    return f"{MERGED_DIR}part-{version:010d}.parquet"
+
+
+def barrier_path(version: int) -> str:
+    """Key of the file that an overwrite committing `version` keeps in the `index/part-*`
+    glob while it replaces the parts there (§7.4): not Parquet, so that DuckDB refuses the
+    glob rather than show two versions' rows."""
+    return f"{INDEX_DIR}part-{version:010d}-overwriting.parquet"
+
+
+def staged_own_path(txn: str) -> str:
+    """Key where transaction `txn` stages its own rows when its index part is merged: the
+    bytes of `index/part-<version>.parquet`, the glob's share of the version (§7.6)."""
+    return f"{STAGING_DIR}{txn}/own.parquet"
 
 
 def staged_part_path(txn: str) -> str:

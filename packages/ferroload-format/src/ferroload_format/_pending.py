@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 from ferroload_format._errors import CommitConflictError
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, write_part
 from ferroload_format._manifest import Manifest, utc_now
-from ferroload_format._part_files import read_part_table
-from ferroload_format._paths import SHARDS_DIR, part_path
+from ferroload_format._part_schema import read_part_as
+from ferroload_format._paths import SHARDS_DIR, merged_part_path, part_path, staged_own_path
 from ferroload_format._records import IndexPart, Modality, ShardInfo
 from ferroload_format._types import fits_in, type_name
 from ferroload_store import Store
@@ -122,7 +122,7 @@ def merged_part(
     for part in merged:
         got = tables.get(part.version)
         if got is None:
-            got = read_part_table(store, part, None)
+            got = read_part_as(store, part, table.schema)
         if not got.schema.equals(table.schema):
             got = got.cast(table.schema)
         tables[part.version] = got
@@ -148,10 +148,19 @@ def next_manifest(
         for s in pending.shards
     )
     rows = table.num_rows + sum(p.num_rows for p in merged)
-    first = min((p.since for p in merged), default=None)
-    part = IndexPart(
-        part_path(version), staged, rows, len(part_bytes), version, first_version=first
-    )
+    if merged:  # outside the glob, which gets the version's own rows (docs/format.md §7.6)
+        first = min(p.since for p in merged)
+        part = IndexPart(
+            merged_part_path(version),
+            staged,
+            rows,
+            len(part_bytes),
+            version,
+            first_version=first,
+            own_staged=staged_own_path(pending.txn),
+        )
+    else:
+        part = IndexPart(part_path(version), staged, rows, len(part_bytes), version)
     if pending.mode == "overwrite" and latest is not None:
         return latest.derive(
             name=pending.name,

@@ -104,6 +104,9 @@ class IndexPart(Record):
         first_version: the version that added its oldest rows, when it merged the parts
             of older versions (a tiered append or a compaction, docs/format.md §7.5);
             None for a part holding only the rows of `version`.
+        own_staged: for a merged part outside the glob (`_ferroload/merged/`, §7.6) of a
+            version that added rows: where those rows alone were staged, to be published
+            as `index/part-<version>.parquet`; None otherwise.
     """
 
     path: str
@@ -113,6 +116,7 @@ class IndexPart(Record):
     version: int
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     first_version: int | None = None
+    own_staged: str | None = None
 
     @property
     def since(self) -> int:
@@ -120,21 +124,24 @@ class IndexPart(Record):
         return self.version if self.first_version is None else self.first_version
 
     def to_json(self) -> dict[str, Any]:
-        """The part as a JSON object (`first_version` only when set)."""
+        """The part as a JSON object (`first_version` and `own_staged` only when set)."""
         out = super().to_json()
-        if self.first_version is None:
-            del out["first_version"]
+        for name in ("first_version", "own_staged"):
+            if out[name] is None:
+                del out[name]
         return out
 
     @classmethod
     def from_json(cls, raw: Any, *, key: str = "record") -> Self:
         """Parse a part record (see `Record.from_json`); `first_version`, when present,
-        must be a version no newer than `version`."""
+        must be a version no newer than `version`; `own_staged` a string."""
         part = super().from_json(raw, key=key)
         if part.first_version is not None:
             check_count(part.first_version, f"{key}.first_version")
             if part.first_version > part.version:
                 raise TypeError(f"{key}.first_version must not be above {key}.version")
+        if part.own_staged is not None and not isinstance(part.own_staged, str):
+            raise TypeError(f"{key}.own_staged must be a string, not {json_type(part.own_staged)}")
         return part
 
 
@@ -224,6 +231,10 @@ def check_part_paths(part: IndexPart, *, where: str) -> IndexPart:
     """
     check_relative_path(part.path, what=f"index part path in {where}")
     check_relative_path(part.staged, what=f"staged path of index part {part.path} in {where}")
+    if part.own_staged is not None:
+        check_relative_path(
+            part.own_staged, what=f"staged own rows of index part {part.path} in {where}"
+        )
     return part
 
 
