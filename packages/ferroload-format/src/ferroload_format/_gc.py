@@ -72,7 +72,7 @@ def gc(
 
     Publishes the index part of the latest version if its writer died between commit and
     publish, then deletes every object under `shards/`, `index/`, `_ferroload/staging/`,
-    `_ferroload/ids/` and `_ferroload/shardlists/` that no committed version references
+    `_ferroload/merged/`, `_ferroload/ids/` and `_ferroload/shardlists/` that no committed version references
     (the shards of a kept version's shard lists included: each list is read once) and
     that is older than `grace`. Under `layers/` it does the same for layer shards and index parts, and
     deletes a layer's staging folder (a map that was never committed) once everything in
@@ -81,8 +81,9 @@ def gc(
     versions older than the newest `keep_versions` are deleted (oldest first) once the
     version after each was committed more than `grace` ago, and what only they referenced
     (e.g. the shards of content an overwrite replaced) becomes a leftover deleted in the
-    same run. It also finishes an overwrite, a merging append or a compaction that died
-    before taking the index parts it replaced out of the `index/part-*` glob. On a local
+    same run. It also finishes an overwrite that died before taking the index parts it
+    replaced (and its barrier) out of the `index/part-*` glob, and retires what a merge
+    of a ferroload before format 1.4 left there. On a local
     root, nothing reached through a symlink is listed, deleted or published
     (docs/format.md, "Paths").
 
