@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from ferroload_core import FerroloadError
-from ferroload_format import Dataset, ManifestError, PayloadRangeError, ShardTruncatedError
+from ferroload_format import (
+    Dataset,
+    ManifestError,
+    PayloadRangeError,
+    ShardTruncatedError,
+    Writer,
+)
 from ferroload_format._paths import version_path
 
 from .conftest import WriteFn
+from .test_verify import PART_CHANGES, _rewrite_part, _set, _two_parts
 
 
 def _manifest(root: str) -> tuple[Path, dict[str, Any]]:
@@ -184,3 +193,46 @@ def test_a_huge_range_in_a_huge_claimed_shard_is_never_allocated(
         with pytest.raises(ShardTruncatedError, match="s00001"):
             read(Dataset.open(local_uri))
     assert Dataset.open(local_uri).get(0)["image"]
+
+
+@pytest.mark.parametrize(("change", "column", "says"), PART_CHANGES)
+def test_parts_that_do_not_hold_the_schema_are_refused_by_compact_and_merges(
+    local_uri: str, change: Callable[[pa.Table], pa.Table], column: str, says: str
+) -> None:
+    """`compact()` (and an append that merges the part) cast each part to the schema: a
+    part missing a column, holding another or storing one as another type was a raw
+    `ArrowInvalid` / `ValueError` from the cast."""
+    _two_parts(local_uri)
+    path = _rewrite_part(local_uri, 0, change)
+    with pytest.raises(ManifestError, match=re.escape(says)) as info:
+        Dataset.open(local_uri).compact()
+    assert (info.value.part, info.value.column) == (path, column)
+    assert isinstance(info.value, FerroloadError) and isinstance(info.value, ValueError)
+    assert path in str(info.value) and "run verify()" in str(info.value)
+    # the newest part (3 rows), which an append of 2 merges (at most MERGE_FACTOR times)
+    path = _rewrite_part(local_uri, 1, change)
+    with (
+        pytest.raises(ManifestError, match=re.escape(says)) as info,
+        Writer(local_uri, "parts", shard_size=4096) as w,
+    ):
+        w.declare("image", "jpg", "tensor", "image")
+        for i in (998, 999):
+            w.add(f"s{i}", {"image": b"y"}, {"label": 1, "caption": "c"})
+    assert (info.value.part, info.value.column) == (path, column)
+
+
+def test_values_that_do_not_convert_are_refused_by_compact(local_uri: str) -> None:
+    """A column the schema widens (`int64` stored for a `float64` column) whose values
+    do not convert exactly fails the cast itself: named too."""
+    for first, count in ((0, 20), (100, 3)):
+        with Writer(local_uri, "floats", shard_size=4096) as w:
+            for i in range(first, first + count):
+                w.add(f"s{i:03d}", None, {"score": i / 2})
+    path = _rewrite_part(
+        local_uri, 0, lambda t: _set(t, "score", pa.array([2**62 + 1] * len(t), pa.int64()))
+    )
+    with pytest.raises(
+        ManifestError, match="values of column 'score' that are not float64"
+    ) as info:
+        Dataset.open(local_uri).compact()
+    assert (info.value.part, info.value.column) == (path, "score")

@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from ferroload_format import Dataset, DatasetDamagedError
+from ferroload_format import Dataset, DatasetDamagedError, LayerWriter, Writer
+from ferroload_format._paths import version_path
 
 from .conftest import WriteFn
 
@@ -130,3 +136,118 @@ def test_verify_refuses_statistics_that_do_not_bound_the_values(local_uri: str) 
     assert kinds == {"statistics"}, report.problems
     problem = report.problems[0]
     assert problem.column == "label" and "123456749" in problem.message
+
+
+def _two_parts(root: str) -> Dataset:
+    """A dataset whose latest version (2) has two index parts: 20 rows, then 3 (an
+    append that small does not merge the first part)."""
+    for first, count in ((0, 20), (100, 3)):
+        with Writer(root, "parts", shard_size=4096) as w:
+            w.declare("image", "jpg", "tensor", "image")
+            for i in range(first, first + count):
+                w.add(f"s{i:03d}", {"image": b"x" * (10 + i)}, {"label": i, "caption": f"c{i}"})
+    ds = Dataset.open(root)
+    assert len(ds.manifest.index_parts) == 2 and ds.verify().ok
+    return ds
+
+
+def _rewrite_part(root: str, k: int, change: Callable[[pa.Table], pa.Table]) -> str:
+    """Rewrite index part `k` of the latest version with `change`, recording its new size
+    in the latest manifest (the only lie is in the part's columns); the part's path."""
+    ds = Dataset.open(root)
+    part = ds.manifest.index_parts[k]
+    path = Path(root, part.path)
+    pq.write_table(change(pq.read_table(path)), path)
+    mpath = Path(root, version_path(ds.version))
+    manifest = json.loads(mpath.read_bytes())
+    manifest["index_parts"][k]["size"] = path.stat().st_size
+    mpath.write_text(json.dumps(manifest))
+    return part.path
+
+
+def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), name, values)
+
+
+#: Index parts that open and count their rows, but do not hold the version's schema:
+#: (what was done, the column named, a phrase of the problem).
+PART_CHANGES: list[tuple[Callable[[pa.Table], pa.Table], str, str]] = [
+    (lambda t: t.drop_columns(["label"]), "label", "has no column 'label'"),
+    (
+        lambda t: _set(t, "label", pa.array([f"x{i}" for i in range(len(t))])),
+        "label",
+        "stores column 'label' as string; the manifest's schema says int64",
+    ),
+    (
+        lambda t: _set(t, "image", pa.array([{"present": True}] * len(t))),
+        "image",
+        "stores column 'image' as struct<present: bool>",
+    ),
+    (
+        lambda t: t.append_column("extra", pa.array(range(len(t)))),
+        "extra",
+        "has a column 'extra' that the manifest's schema does not name",
+    ),
+    (
+        lambda t: pa.Table.from_arrays([*t.columns, t.column("label")], [*t.schema.names, "label"]),
+        "label",
+        "has 2 columns named 'label'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "column", "says"), PART_CHANGES)
+def test_verify_compares_each_index_part_with_the_schema(
+    local_uri: str, change: Callable[[pa.Table], pa.Table], column: str, says: str
+) -> None:
+    _two_parts(local_uri)
+    path = _rewrite_part(local_uri, 0, change)
+    report = Dataset.open(local_uri).verify()
+    assert [(p.kind, p.shard, p.column) for p in report.problems] == [
+        ("index-schema", path, column)
+    ], report.problems
+    assert says in report.problems[0].message
+    with pytest.raises(DatasetDamagedError, match="index-schema"):
+        report.raise_for_problems()
+
+
+def test_verify_compares_a_layer_part_with_the_layer_schema(local_uri: str) -> None:
+    ds = _two_parts(local_uri)
+    lw = LayerWriter(ds, "extra", identity="v1", columns={"double": pa.int64()})
+    lw.write_partition(0, np.arange(len(ds)), {"double": [2 * i for i in range(len(ds))]}, {})
+    lw.commit(1)
+    ds = Dataset.open(local_uri)
+    assert ds.verify().ok
+    (part,) = ds.manifest.layers[0].index_parts
+    path = Path(local_uri, part.path)
+    table = pq.read_table(path)
+    pq.write_table(_set(table, "double", table.column("double").cast(pa.string())), path)
+    mpath = Path(local_uri, version_path(ds.version))
+    manifest = json.loads(mpath.read_bytes())
+    manifest["layers"][0]["index_parts"][0]["size"] = path.stat().st_size
+    mpath.write_text(json.dumps(manifest))
+    report = Dataset.open(local_uri).verify()
+    assert [(p.kind, p.shard, p.column) for p in report.problems] == [
+        ("index-schema", part.path, "double")
+    ]
+
+
+def test_verify_compares_an_index_part_with_its_recorded_size(local_uri: str) -> None:
+    ds = _two_parts(local_uri)
+    mpath = Path(local_uri, version_path(ds.version))
+    manifest = json.loads(mpath.read_bytes())
+    manifest["index_parts"][1]["size"] = 10**15
+    mpath.write_text(json.dumps(manifest))
+    report = Dataset.open(local_uri).verify()
+    assert [(p.kind, p.shard) for p in report.problems] == [
+        ("index-part", ds.manifest.index_parts[1].path)
+    ]
+    assert "the manifest says 1000000000000000" in report.problems[0].message
+
+
+def test_verify_checks_an_older_version(local_uri: str) -> None:
+    _two_parts(local_uri)
+    _rewrite_part(local_uri, 1, lambda t: t.drop_columns(["caption"]))
+    assert [p.kind for p in Dataset.open(local_uri).verify().problems] == ["index-schema"]
+    report = Dataset.open(local_uri, version=1).verify()
+    assert report.ok and report.version == 1

@@ -13,11 +13,12 @@ import pyarrow as pa
 
 from ferroload_core import ProgressArg
 from ferroload_format._dataset_base import DatasetBase
+from ferroload_format._errors import CommitConflictError
 from ferroload_format._history import VersionInfo, version_history
 from ferroload_format._manifest import Manifest
 from ferroload_format._plugins import plugin, resolve_uri
 from ferroload_format._positions import IndexLike
-from ferroload_format._versions import read_manifest
+from ferroload_format._versions import latest_version, read_manifest
 from ferroload_store import BlockCache, IOOptions, Store, open_store
 
 if TYPE_CHECKING:
@@ -305,15 +306,19 @@ class Dataset(DatasetBase):
         several shard lists is compacted for them alone. The old parts leave the `index/part-*.parquet` glob (readers of older versions
         still find them) and are deleted by `gc` once no kept version references them.
         A writer appending at the same time either lands on top of the compacted version
-        or, if it committed first, makes `compact` fail: run it again.
+        or, if it committed first, makes `compact` fail: open the dataset again and
+        compact that.
 
         Returns:
             The compacted version (this dataset itself when it has one part and at most
             one shard list already).
 
         Raises:
-            CommitConflictError: a version was committed after this one; nothing of the
-                compaction was committed.
+            CommitConflictError: this is not the latest version (a dataset opened with
+                `version=` an older one, or one committed on since it was opened: compact
+                works on the latest version, so open the dataset again without
+                `version=`), or a version was committed while `compact` ran; nothing of
+                the compaction was committed.
 
         Examples:
             >>> from ferroload_format import Writer
@@ -329,6 +334,14 @@ class Dataset(DatasetBase):
         """
         from ferroload_format._compact import compact_store
 
+        latest = latest_version(self._store)
+        if latest != self._manifest.version:
+            raise CommitConflictError(
+                f"{self.uri} is open at version {self._manifest.version}, but version "
+                f"{latest} is the latest: compact works on the latest version; open the "
+                "dataset again, without version=, and compact that",
+                uri=self.uri,
+            )
         manifest = compact_store(self._store, self._manifest)
         if manifest is self._manifest:
             return self

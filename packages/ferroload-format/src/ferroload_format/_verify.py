@@ -20,15 +20,17 @@ from ferroload_format._index_arrays import ModalityArrays
 from ferroload_format._index_columns import IndexColumns
 from ferroload_format._manifest import Manifest
 from ferroload_format._names import member_name
-from ferroload_format._part_files import read_part_table
+from ferroload_format._part_files import PartFiles, read_part_table
 from ferroload_format._records import ShardInfo
 from ferroload_format._shard_lists import shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_format._verify_index import (
     check_id_runs,
     check_layer_index,
+    check_part,
     check_shard_lists,
     check_statistics,
+    part_schemas,
 )
 from ferroload_format._verify_report import Problem, VerifyReport
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store, StoreError
@@ -131,9 +133,13 @@ def _verify(
 ) -> VerifyReport:
     report = VerifyReport(store.uri, manifest.version)
     check_shard_lists(store, manifest, report)
-    for part in manifest.index_parts:
+    files: PartFiles = {}
+    base = {p.path for p in manifest.index_parts}
+    for schema, part in part_schemas(manifest, store.uri):
+        if not check_part(store, part, schema, files, report) or part.path not in base:
+            continue
         try:
-            read_part_table(store, part, ["sample_id"])
+            read_part_table(store, part, ["sample_id"], files)
         except ManifestError as exc:
             kind = "num-rows" if getattr(exc, "part", None) == part.path else "index-part"
             report.problems.append(Problem(kind, part.path, str(exc)))

@@ -10,25 +10,92 @@ import pyarrow.compute as pc
 
 from ferroload_core import UnsafePathError
 from ferroload_format._errors import FormatError, ManifestError
+from ferroload_format._index import index_schema
 from ferroload_format._index_columns import IndexColumns
+from ferroload_format._layer_parts import LayerSchema
 from ferroload_format._manifest import Manifest
-from ferroload_format._part_files import open_part
+from ferroload_format._part_files import PartFiles, open_part
+from ferroload_format._part_schema import schema_problems
 from ferroload_format._paths import version_path
 from ferroload_format._records import IndexPart, LayerInfo
 from ferroload_format._shard_lists import read_shard_list
 from ferroload_format._verify_report import Problem, VerifyReport
-from ferroload_store import Store, StoreError
+from ferroload_store import ObjectNotFoundError, Store, StoreError
 
 
 def check_shard_lists(store: Store, manifest: Manifest, report: VerifyReport) -> None:
     """Every shard list of `manifest` is there, of its recorded size and checksum, and
-    holds its recorded number of valid shard records (read again, not from the cache)."""
+    holds its recorded number of valid shard records, whose sizes add up to its recorded
+    `shard_bytes` (read again, not from the cache; each shard's size is then checked
+    against the shard itself)."""
     uri = f"{store.uri}/{version_path(manifest.version)}"
     for lst in manifest.shard_lists:
         try:
             read_shard_list(store, lst, manifest_uri=uri, cached=False)
         except (ManifestError, UnsafePathError) as exc:
             report.problems.append(Problem("shard-list", lst.path, str(exc)))
+
+
+def part_schemas(manifest: Manifest, uri: str) -> list[tuple[pa.Schema, IndexPart]]:
+    """(the schema it must have, the part) for every index part of `manifest`, its
+    layers' included."""
+    base = index_schema([m.name for m in manifest.modalities], manifest.metadata)
+    out = [(base, part) for part in manifest.index_parts]
+    for la in manifest.layers:
+        schema = LayerSchema(uri, la.name, la.columns, la.modalities, la.base_version)
+        out += [(schema.layer_schema(), part) for part in la.index_parts]
+    return out
+
+
+def check_part(
+    store: Store, part: IndexPart, schema: pa.Schema, files: PartFiles, report: VerifyReport
+) -> bool:
+    """An index part is there with its recorded size, its footer parses, and its columns
+    (read from the footer, no data page) are exactly `schema`'s, each of the schema's
+    type (`schema_problems`): a part missing a column, holding another or storing one as
+    another type opens and counts its rows, but reads of its rows fail. False when the
+    part is missing or its footer unreadable (nothing else of it can be read)."""
+    size = None
+    for key in (part.path, part.staged):
+        try:
+            size = store.head(key).size
+            break
+        except ObjectNotFoundError:
+            continue
+        except (OSError, StoreError) as exc:
+            report.problems.append(
+                Problem("index-part", part.path, f"index part {part.path} unreadable: {exc}")
+            )
+            return False
+    if size is not None and size != part.size:
+        report.problems.append(
+            Problem(
+                "index-part",
+                part.path,
+                f"index part {part.path} is {size} bytes, the manifest says {part.size}",
+            )
+        )
+    try:
+        have = open_part(store, part, files)[0].schema_arrow
+    except ManifestError as exc:
+        report.problems.append(Problem("index-part", part.path, str(exc)))
+        return False
+    except (OSError, StoreError, pa.ArrowException) as exc:
+        report.problems.append(
+            Problem("index-part", part.path, f"index part {part.path} is not a Parquet file: {exc}")
+        )
+        return False
+    for column, why in schema_problems(have, schema):
+        report.problems.append(
+            Problem(
+                "index-schema",
+                part.path,
+                f"index part {part.path} {why}. The part was altered (reads or merges "
+                "of its rows fail on it): restore it",
+                column=column,
+            )
+        )
+    return True
 
 
 def _leaf(table: pa.Table, path: str) -> pa.Array | None:

@@ -17,8 +17,11 @@ class Problem:
             `payload-range` (a range outside its shard or off the tar block grid),
             `tar-header` (a range over the tar header of its member), `overlap` (two
             ranges of one shard overlapping), `num-rows` (an index part holding another
-            number of rows than the manifest says), `index-part` (an index part missing
-            or unreadable), `id-run` (a sample-id run unreadable or not holding exactly
+            number of rows than the manifest says), `index-part` (an index part missing,
+            unreadable, or of another size than the manifest says), `index-schema` (an
+            index part, of the base or a layer, that lacks a column of the schema, holds
+            one twice or stores it as another type, or holds a column the schema does not
+            name: `column` names it), `id-run` (a sample-id run unreadable or not holding exactly
             the ids of the parts it covers), `shard-list` (a shard list missing, of
             another size or checksum, or not holding its shards: nothing else is
             checked then), `statistics` (a row group's Parquet
