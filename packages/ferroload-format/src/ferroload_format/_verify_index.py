@@ -1,4 +1,4 @@
-"""The index checks of `verify`: shard lists, Parquet statistics, sample-id runs, layer indexes."""
+"""The index checks of `verify`: shard lists, index parts (size, columns), Parquet statistics, sample-id runs, layer indexes."""
 
 from __future__ import annotations
 
