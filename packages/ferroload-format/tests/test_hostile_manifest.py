@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,68 @@ def test_object_store_uris_with_dot_segments_are_refused(uri: str) -> None:
 def test_a_local_path_with_dot_dot_still_opens(tmp_path: Path, write: WriteFn) -> None:
     write(str(tmp_path / "ds"), 2)
     assert len(Dataset.open(str(tmp_path / "sub" / ".." / "ds"))) == 2
+
+
+def _edit_text(root: str, old: str, new: str) -> None:
+    path = Path(root, version_path(Dataset.open(root).version))
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('"version": 1', '"version": 1' + "0" * 5000, "version holds an integer of 5001 digits"),
+        ('"size": ', '"size": Infinity, "x": ', r"shards\[0\].size holds Infinity"),
+        ('"extensions": {}', '"extensions": {"a": [NaN]}', r"extensions.a\[0\] holds NaN"),
+        ('"format_minor": 3', '"format_minor": 1e999', "format_minor holds 1e999, out of"),
+        ('"format_minor": 3', '"format_minor": -Infinity', "format_minor holds -Infinity"),
+        ('"statistics": {', '"statistics": {"z": -' + "9" * 4400 + ",", "statistics.z holds an"),
+        ('"parent_version": null', '"parent_version": "1"', "parent_version must be a non-neg"),
+        ('"format_minor": 3', '"format_minor": "3"', "format_minor must be a non-negative"),
+        ('"format_version": 1', '"format_version": true', "no integer format_version"),
+    ],
+)
+def test_numbers_no_field_may_hold_are_refused_naming_the_field(
+    local_uri: str, write: WriteFn, old: str, new: str, message: str
+) -> None:
+    # issue 31 point 12: a bare ValueError / OverflowError (a traceback from `ferroload
+    # info`) for an integer of over 4,300 digits or Infinity
+    write(local_uri, 3)
+    _edit_text(local_uri, old, new)
+    with pytest.raises(ManifestError, match=message) as info:
+        Dataset.open(local_uri)
+    assert "0000000001.json" in str(info.value) and isinstance(info.value, ValueError)
+
+
+def test_a_long_integer_is_refused_where_python_lifted_its_limit(
+    local_uri: str, write: WriteFn
+) -> None:
+    write(local_uri, 3)
+    _edit_text(local_uri, '"version": 1', '"version": 1' + "0" * 5000)
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # a program may; json would then convert any length
+    try:
+        with pytest.raises(ManifestError, match="version holds an integer of 5001 digits"):
+            Dataset.open(local_uri)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
+def test_integers_of_forty_digits_in_unknown_fields_round_trip(
+    local_uri: str, write: WriteFn
+) -> None:
+    write(local_uri, 3)
+    big = -(10**39)
+    _tamper(local_uri, lambda raw: raw["extensions"].update(h=big, f=1.5e300))
+    assert Dataset.open(local_uri).manifest.extensions == {"h": big, "f": 1.5e300}
+
+
+@pytest.mark.parametrize("hint", ["7" * 5000, "99999999999999999999", "-1", "1e3"])
+def test_a_latest_hint_that_is_not_a_version_number_is_ignored(
+    local_uri: str, write: WriteFn, hint: str
+) -> None:
+    write(local_uri, 3)
+    Path(local_uri, "_ferroload", "latest").write_text(hint)
+    assert Dataset.open(local_uri).version == 1

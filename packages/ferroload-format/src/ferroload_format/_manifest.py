@@ -18,6 +18,7 @@ import pyarrow as pa
 from ferroload_core import check_relative_path
 from ferroload_format._errors import ManifestError, UnsupportedFormatVersionError
 from ferroload_format._record_json import (
+    JsonReader,
     check_array,
     check_count,
     check_json_depth,
@@ -58,7 +59,7 @@ CHECKSUM_ALGORITHM = "xxh3_64"
 MAX_MANIFEST_DEPTH = 128
 
 
-_ENCODE = json.JSONEncoder().encode
+_ENCODE = json.JSONEncoder(allow_nan=False).encode  # what JsonReader reads back
 
 _KNOWN_TOP = {
     "format",
@@ -283,7 +284,7 @@ class Manifest:
         if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
             raise ManifestError(f"{uri}: not a ferroload manifest", uri=uri)
         major = raw.get("format_version")
-        if not isinstance(major, int):
+        if type(major) is not int:
             raise ManifestError(f"{uri}: manifest has no integer format_version", uri=uri)
         if major not in READABLE_FORMAT_VERSIONS:
             raise UnsupportedFormatVersionError(
@@ -304,7 +305,11 @@ class Manifest:
             manifest = cls(
                 name=str(known["name"]),
                 version=check_count(known["version"], "version"),
-                parent_version=known.get("parent_version"),
+                parent_version=(
+                    None
+                    if known.get("parent_version") is None
+                    else check_count(known["parent_version"], "parent_version")
+                ),
                 created_at=str(known["created_at"]),
                 txn=str(known["txn"]),
                 operation=str(known["operation"]),
@@ -316,7 +321,7 @@ class Manifest:
                 statistics=check_object(known.get("statistics", {}), "statistics"),
                 extensions=check_object(known.get("extensions", {}), "extensions"),
                 checksum_algorithm=str(known.get("checksum_algorithm", CHECKSUM_ALGORITHM)),
-                format_minor=int(known.get("format_minor", 0)),
+                format_minor=check_count(known.get("format_minor", 0), "format_minor"),
                 extra=extra,
                 schema_extra=schema,
                 layers=tuple(
@@ -349,9 +354,11 @@ class Manifest:
     def from_bytes(cls, data: bytes, *, uri: str = "") -> Manifest:
         """Parse manifest JSON bytes (see `from_json`)."""
         try:
-            raw = json.loads(data)
+            raw = JsonReader().loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ManifestError(f"{uri}: manifest is not valid JSON: {exc}", uri=uri) from exc
+        except ValueError as exc:  # a number no field may hold (NaN, 1e999, 5,000 digits)
+            raise ManifestError(f"{uri}: malformed manifest: {exc}", uri=uri) from exc
         except RecursionError:
             raise ManifestError(
                 f"{uri}: manifest nests deeper than {MAX_MANIFEST_DEPTH} levels", uri=uri

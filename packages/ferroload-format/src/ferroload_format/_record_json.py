@@ -3,10 +3,16 @@
 `Record` reads and writes the manifest's flat records (fields it does not know are kept
 in `extra`); the checks refuse, with a TypeError naming the key, a value of the wrong JSON
 type, a count that is not a non-negative int64, or a document nested too deep.
+`JsonReader` parses the format's JSON documents (manifests, shard-list lines) and refuses
+the numbers no field may hold, naming where they are.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import sys
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import fields
 from typing import Any, Self, TypeVar
@@ -17,6 +23,122 @@ from ferroload_format._types import type_from_json, type_to_json
 
 #: Counts, sizes and versions in a manifest fit int64 (they become numpy and Arrow values).
 MAX_INT64 = 2**63 - 1
+#: The most digits of an integer in the format's JSON: Python's own limit on `int()`
+#: (`sys.get_int_max_str_digits()`, which raises a bare ValueError past it); where a
+#: program lifted it, a longer integer would be converted in quadratic time.
+MAX_JSON_INT_DIGITS = 4300
+
+
+class _Unfit:
+    """A number no field of the format may hold, left in place by `JsonReader` until the
+    error names where it is."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+class JsonReader:
+    """Parses the format's JSON documents like `json.loads`, but refuses the numbers no
+    field may hold: `NaN`, `Infinity`, `-Infinity`, a float out of range (`1e999`) and an
+    integer of more than `MAX_JSON_INT_DIGITS` digits, naming where they are. One reader
+    parses many documents (the lines of a shard list) with one decoder; it is not
+    thread-safe.
+
+    Integers take json's C path (a hook on each one made a shard list 30% slower to
+    read): Python's own limit on the digits `int()` converts refuses a long one, and the
+    document is then parsed again with a hook that names where it is. Where a program
+    lifted that limit, every integer goes through the hook.
+    """
+
+    __slots__ = ("_bounded", "_fast", "_scan", "_unfit")
+
+    def __init__(self) -> None:
+        self._unfit = False
+        hooks: dict[str, Any] = {"parse_constant": self._constant, "parse_float": self._float}
+        self._bounded = json.JSONDecoder(**hooks, parse_int=self._int)
+        limit = sys.get_int_max_str_digits()
+        native = 0 < limit <= MAX_JSON_INT_DIGITS
+        self._fast = json.JSONDecoder(**hooks) if native else self._bounded
+        # the C scanner `raw_decode` calls (not in the stubs): (value, end), or StopIteration
+        self._scan: Callable[[str, int], tuple[Any, int]] = self._fast.scan_once  # type: ignore[attr-defined]
+
+    def _constant(self, text: str) -> _Unfit:
+        self._unfit = True
+        return _Unfit(text)
+
+    def _float(self, text: str) -> float | _Unfit:
+        value = float(text)
+        if math.isinf(value):
+            self._unfit = True
+            return _Unfit(f"{text[:20]}{'…' if len(text) > 20 else ''}, out of a float's range")
+        return value
+
+    def _int(self, text: str) -> int | _Unfit:
+        digits = len(text) - text.startswith("-")
+        if digits > MAX_JSON_INT_DIGITS:
+            self._unfit = True
+            return _Unfit(f"an integer of {digits} digits")
+        return int(text)
+
+    def loads(self, data: bytes | str, *, what: str = "") -> Any:
+        """The value of the JSON document `data` (bytes are decoded as `json.loads` does).
+
+        Args:
+            data: the document.
+            what: its name, which prefixes the path of a refused number (`line 3`).
+
+        Raises:
+            json.JSONDecodeError, UnicodeDecodeError, RecursionError: as `json.loads`.
+            ValueError: naming the key path, for a number no field may hold.
+        """
+        if isinstance(data, str):
+            text = data
+        else:
+            text = data.decode(json.detect_encoding(data), "surrogatepass")
+        if text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        self._unfit = False
+        try:
+            try:  # one value filling the text: json's scanner alone (a shard list's lines)
+                value, end = self._scan(text, 0)
+            except StopIteration:
+                end = -1
+            if end != len(text):  # whitespace around it, or an error to report
+                value = self._fast.decode(text)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            value = self._bounded.decode(text)  # Python refused an integer's digits
+            if not self._unfit:
+                raise
+        if self._unfit:
+            self._unfit = False
+            path, number = _find_unfit(value)
+            where = ".".join(p for p in (what, path) if p).replace(".[", "[")
+            raise ValueError(
+                f"{where or 'the document'} holds {number}: the format's numbers are finite "
+                f"and its integers have at most {MAX_JSON_INT_DIGITS} digits"
+            )
+        return value
+
+
+def _find_unfit(value: Any) -> tuple[str, str]:
+    """The key path of the first `_Unfit` number of `value` (iteratively), and what it is."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, _Unfit):
+            return path, v.what
+        if isinstance(v, dict):
+            items = [(c, f"{path}.{k}" if path else str(k)) for k, c in v.items()]
+        elif isinstance(v, list):
+            items = [(c, f"{path}[{i}]") for i, c in enumerate(v)]
+        else:
+            continue
+        stack.extend(reversed(items))
+    return "", "a number"
 
 
 def split_known(

@@ -17,6 +17,9 @@ from ferroload_store import ObjectNotFoundError, Store
 
 logger = logging.getLogger(__name__)
 
+#: A version number fits int64: a longer hint is ignored (`int()` of 4,301 digits raises).
+_MAX_HINT_DIGITS = 19
+
 
 def list_versions(store: Store, *, after: int = 0) -> list[int]:
     """Committed version numbers greater than `after`, ascending."""
@@ -30,7 +33,7 @@ def _read_hint(store: Store) -> int:
         text = store.get(LATEST_HINT).decode("ascii", "replace").strip()
     except ObjectNotFoundError:
         return 0
-    if not text.isdigit():
+    if not text.isdigit() or len(text) > _MAX_HINT_DIGITS:
         logger.warning("ignoring unreadable latest-version hint in %s: %r", store.uri, text[:40])
         return 0
     return int(text)
