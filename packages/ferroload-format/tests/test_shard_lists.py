@@ -362,13 +362,86 @@ def record_line(**changes: Any) -> bytes:
     return json.dumps(rec).encode() + b"\n"
 
 
+def records_astride_lines(good: bytes, *, and_two_on_one: bool) -> bytes:
+    """Record 2 of `good` over two lines; with `and_two_on_one`, records 0 and 1 on one
+    line, so that the list still holds as many lines as records (spec §6.2 broken twice:
+    joined with commas, the lines parse as an array of the right length)."""
+    recs = [json.loads(x) for x in good.splitlines()]
+    recs[2]["e"] = [1, 2]
+    lines = [json.dumps(r).encode() for r in recs]
+    head, tail = lines[2].split(b"[1, ", 1)
+    first = [lines[0] + b", " + lines[1]] if and_two_on_one else lines[:2]
+    return b"\n".join([*first, head + b"[1,", tail, *lines[3:]]) + b"\n"
+
+
+def with_number(good: bytes, text: bytes) -> bytes:
+    return good.replace(b'"num_members": 1', b'"num_members": ' + text, 1)
+
+
 HOSTILE: list[tuple[str, Any, dict[str, Any], type[Exception], str]] = [
-    ("wrong count", lambda good: good, {"num_shards": 9}, ManifestError, "holds 10 lines"),
-    ("extra line", lambda good: good + record_line(), {}, ManifestError, "holds 11 lines"),
-    ("not json", lambda good: b"not json\n" * 10, {}, ManifestError, "line 1 is not JSON"),
+    ("wrong count", lambda good: good, {"num_shards": 9}, ManifestError, "more than 9 lines"),
+    ("extra line", lambda good: good + record_line(), {}, ManifestError, "more than 10 lines"),
+    ("missing line", lambda good: good.split(b"\n", 1)[1], {}, ManifestError, "holds 9 lines"),
+    (
+        "two records on a line",
+        lambda good: records_astride_lines(good, and_two_on_one=True),
+        {},
+        ManifestError,
+        "line 1 holds more than one JSON value",
+    ),
+    (
+        "a record over two lines",
+        lambda good: records_astride_lines(good, and_two_on_one=False),
+        {"num_shards": 11},
+        ManifestError,
+        "line 3 is not JSON",
+    ),
+    (
+        "infinity",
+        lambda good: with_number(good, b"Infinity"),
+        {},
+        ManifestError,
+        "line 1.num_members holds Infinity",
+    ),
+    (
+        "5000 digits",
+        lambda good: with_number(good, b"1" * 5000),
+        {},
+        ManifestError,
+        "line 1.num_members holds an integer of 5000 digits",
+    ),
+    (
+        "not utf-8",
+        lambda good: good.replace(b"shards/", b"shards/\xff", 1),
+        {},
+        ManifestError,
+        "line 1 is not UTF-8",
+    ),
+    (
+        "line too long",
+        lambda good: record_line(pad="x" * 70_000) + good.split(b"\n", 1)[1],
+        {},
+        ManifestError,
+        "line 1 is longer than 65536 bytes",
+    ),
+    (
+        "shard bytes",
+        lambda good: good,
+        {"shard_bytes": 10**18},
+        ManifestError,
+        "the manifest says 1000000000000000000 \\(shard_bytes\\)",
+    ),
+    ("empty records", lambda good: b"{}\n" * 10, {}, ManifestError, "claims 30 bytes for 10"),
+    (  # lines as long as a record's: a list smaller than its records is refused unread
+        "not json",
+        lambda good: (b"not json" + b" " * 90 + b"\n") * 10,
+        {},
+        ManifestError,
+        "line 1 is not JSON",
+    ),
     (
         "not an object",
-        lambda good: b"5\n" * 10,
+        lambda good: (b"5" + b" " * 90 + b"\n") * 10,
         {},
         ManifestError,
         "line 1 must be a JSON object",
@@ -440,6 +513,47 @@ def test_a_list_of_the_wrong_size_on_disk_is_refused_before_it_is_read(
     with pytest.raises(ManifestError, match=r"is 1[0-9]+ bytes, the manifest says"):
         Dataset.open(local_uri)[0]
     assert no_list_reads == [m.shard_lists[0].path]  # a head, no get
+
+
+def test_a_list_too_small_for_its_records_is_refused_before_it_is_read(
+    local_uri: str, no_list_reads: list[str]
+) -> None:
+    # issue 31 point 7: 20 MiB of `{}` lines took +930 MB to parse before the refusal
+    append(local_uri, 0, 10)
+    rewrite_list(local_uri, b"{}\n" * 100_000, num_shards=100_000)
+    _shard_lists.forget_cached_lists()
+    no_list_reads.clear()
+    with pytest.raises(ManifestError, match="claims 300000 bytes for 100000 shards"):
+        Dataset.open(local_uri)[0]
+    assert no_list_reads == []  # neither a head nor a get
+
+
+def test_a_list_is_read_in_pieces_and_refused_at_its_first_bad_line(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append(local_uri, 0, 10)
+    reads: list[int] = []
+    get_range = Store.get_range
+
+    def spy(self: Store, path: str, start: int, length: int) -> bytes:
+        if path.startswith(SHARD_LISTS_DIR):
+            reads.append(length)
+        return get_range(self, path, start, length)
+
+    monkeypatch.setattr(Store, "get_range", spy)
+    monkeypatch.setattr(_shard_lists, "READ_PIECE_BYTES", 500)
+    good = good_list(local_uri)
+    _shard_lists.forget_cached_lists()
+    assert [r["blob"] for r in Dataset.open(local_uri)] == [blob(i) for i in range(10)]
+    assert len(reads) == math.ceil(len(good) / 500) and max(reads) == 500  # lines cut
+    lines = good.splitlines(keepends=True)
+    assert len(lines[0] + lines[1]) < 500
+    rewrite_list(local_uri, lines[0] + b"x".ljust(len(lines[1]) - 1) + b"\n" + b"".join(lines[2:]))
+    _shard_lists.forget_cached_lists()
+    reads.clear()
+    with pytest.raises(ManifestError, match="line 2 is not JSON"):
+        Dataset.open(local_uri)[0]
+    assert reads == [500]  # the rest of the list was never read
 
 
 # --------------------------------------------------------------------------- operations

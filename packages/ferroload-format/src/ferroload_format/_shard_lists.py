@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import xxhash
 
@@ -22,7 +21,7 @@ from ferroload_core import LRU, UnsafePathError
 from ferroload_format._errors import ManifestError
 from ferroload_format._manifest import MAX_MANIFEST_DEPTH, Manifest
 from ferroload_format._paths import shard_list_path, version_path
-from ferroload_format._record_json import check_json_depth
+from ferroload_format._record_json import JsonReader, check_json_depth
 from ferroload_format._records import ShardInfo, ShardList, check_shard_paths
 from ferroload_format._tiers import MERGE_FACTOR, newest_taken
 from ferroload_store import ObjectNotFoundError, Store, StoreError
@@ -34,10 +33,20 @@ MAX_INLINE_SHARDS = 256
 #: A new list takes in older lists only while it stays within this many shards (about
 #: 57 MB of records): no append rewrites more than that (like `MAX_MERGE_ROWS`).
 MAX_LIST_SHARDS = 1 << 18
-#: The most bytes a shard record may take on average in a list, and the most bytes of a
-#: list: a list whose recorded size is larger is refused before it is read.
+#: The most bytes of a shard record's line in a list, and the most bytes of a list: a
+#: list whose recorded size is larger than its records may take is refused before it is
+#: read.
 MAX_SHARD_RECORD_BYTES = 64 << 10
 MAX_SHARD_LIST_BYTES = 1 << 31
+#: The fewest bytes of a shard record's line (every field, one-character paths, no
+#: spaces, the newline): a list whose recorded size is smaller than its `num_shards`
+#: records take is refused before it is read.
+MIN_SHARD_RECORD_BYTES = (
+    len('{"path":"a","side_index":"a","size":0,"num_samples":0,"num_members":0,"version":0}') + 1
+)
+#: A list is read in pieces of this size (one read for every list an append writes: at
+#: most `MAX_LIST_SHARDS` records of about 220 bytes), each parsed line by line.
+READ_PIECE_BYTES = 64 << 20
 #: Shard records kept in the cache of lists read (per process, least recently used out;
 #: about 600 bytes of Python objects each, shared with the manifests that read them).
 CACHE_SHARDS = 1 << 19
@@ -93,7 +102,14 @@ def read_shard_list(
 ) -> tuple[ShardInfo, ...]:
     """The shards of list `lst`, checked: the file must have exactly the recorded size
     and checksum and hold `num_shards` records, one JSON object a line, each a valid
-    `ShardInfo` whose paths stay in the root.
+    `ShardInfo` whose paths stay in the root, their sizes adding up to `shard_bytes`.
+
+    The recorded size must fit `num_shards` records (`MIN_SHARD_RECORD_BYTES` to
+    `MAX_SHARD_RECORD_BYTES` each, `MAX_SHARD_LIST_BYTES` in all) before anything is
+    read; the file is then read in pieces of `READ_PIECE_BYTES` and each line parsed and
+    checked as it comes, so a list is refused at its first bad line, or as soon as it
+    holds more than `num_shards` lines, having held no more than a piece and the valid
+    records before it.
 
     Args:
         store: the dataset root.
@@ -103,7 +119,8 @@ def read_shard_list(
 
     Raises:
         ManifestError: naming the list and the manifest, for a list missing, of another
-            size or checksum, too large, or not holding `num_shards` valid records.
+            size or checksum, too large or too small for its records, or not holding
+            `num_shards` valid records, one a line, of `shard_bytes` bytes.
         UnsafePathError: for a record whose path could leave the root.
     """
     if cached:
@@ -115,71 +132,122 @@ def read_shard_list(
     def bad(why: str) -> ManifestError:
         return ManifestError(f"{where} {why}", uri=store.uri, shard_list=lst.path)
 
-    if lst.size > min(MAX_SHARD_LIST_BYTES, lst.num_shards * MAX_SHARD_RECORD_BYTES):
+    most = min(MAX_SHARD_LIST_BYTES, lst.num_shards * MAX_SHARD_RECORD_BYTES)
+    if not lst.num_shards * MIN_SHARD_RECORD_BYTES <= lst.size <= most:
         raise bad(
-            f"claims {lst.size} bytes for {lst.num_shards} shards, more than a list may "
-            f"hold ({MAX_SHARD_RECORD_BYTES} bytes a shard, {MAX_SHARD_LIST_BYTES} in all)"
+            f"claims {lst.size} bytes for {lst.num_shards} shards, which such a list cannot "
+            f"hold ({MIN_SHARD_RECORD_BYTES} to {MAX_SHARD_RECORD_BYTES} bytes a shard "
+            f"record, at most {MAX_SHARD_LIST_BYTES} bytes in all)"
         )
     try:
         size = store.head(lst.path).size
         if size != lst.size:
             raise bad(f"is {size} bytes, the manifest says {lst.size}")
-        data = store.get(lst.path)
+        shards = _parse(_pieces(store, lst, bad), lst, where, bad)
     except ObjectNotFoundError:
         raise bad("is missing") from None
     except UnsafePathError:
         raise
     except (OSError, StoreError) as exc:
         raise bad(f"is unreadable: {exc}") from exc
-    if len(data) != lst.size:
-        raise bad(f"is {len(data)} bytes, the manifest says {lst.size}")
-    if checksum(data) != lst.checksum:
-        raise bad(f"does not match its checksum {lst.checksum!r}: it was altered or damaged")
-    shards = _parse(data, lst, where, bad)
     if cached:
         _remember(store, lst, shards)
     return shards
 
 
-def _parse(data: bytes, lst: ShardList, where: str, bad: Any) -> tuple[ShardInfo, ...]:
-    if lst.num_shards == 0:
-        if data:
-            raise bad("holds records, the manifest says it has none")
-        return ()
-    if not data.endswith(b"\n"):
+def _pieces(store: Store, lst: ShardList, bad: Callable[[str], ManifestError]) -> Iterator[bytes]:
+    """The bytes of list `lst`: in one read up to `READ_PIECE_BYTES` (every list an
+    append writes), else in ranges of that size."""
+    if lst.size <= READ_PIECE_BYTES:
+        data = store.get(lst.path)
+        if len(data) != lst.size:
+            raise bad(f"is {len(data)} bytes, the manifest says {lst.size}")
+        yield data
+        return
+    for start in range(0, lst.size, READ_PIECE_BYTES):
+        yield store.get_range(lst.path, start, min(READ_PIECE_BYTES, lst.size - start))
+
+
+def _parse(
+    pieces: Iterable[bytes], lst: ShardList, where: str, bad: Callable[[str], ManifestError]
+) -> tuple[ShardInfo, ...]:
+    """The records of a list read in `pieces`, each line parsed on its own (exactly one
+    JSON value a line) and checked as it comes; then the count, checksum and bytes."""
+    digest = xxhash.xxh3_64()
+    reader = JsonReader()
+    out: list[ShardInfo] = []
+    total = 0
+    rest = b""
+    for piece in pieces:
+        digest.update(piece)
+        cut = piece.rfind(b"\n") + 1
+        if cut == 0:  # no line ends in this piece
+            rest += piece
+        else:
+            whole = memoryview(piece)[:cut]  # no copy of a piece read in one
+            body, rest = (rest + whole if rest else whole), piece[cut:]
+            for shard in _records(body, len(out), lst, reader, where, bad):
+                total += shard.size
+                out.append(shard)
+        if len(rest) >= MAX_SHARD_RECORD_BYTES:
+            raise bad(f"line {len(out) + 1} is longer than {MAX_SHARD_RECORD_BYTES} bytes")
+    if rest:
         raise bad("does not end with a newline (one JSON record a line)")
-    lines = data[:-1].split(b"\n")
-    if len(lines) != lst.num_shards:
-        raise bad(f"holds {len(lines)} lines, the manifest says {lst.num_shards} shards")
-    try:  # one C-level parse of every line (JSON strings cannot hold a raw newline)
-        raws = json.loads(b"[" + b",".join(lines) + b"]")
-    except (RecursionError, UnicodeDecodeError, json.JSONDecodeError):
-        raws = None
-    if not isinstance(raws, list) or len(raws) != len(lines):
-        raws = [_line(line, i, bad) for i, line in enumerate(lines)]  # finds the bad line
-    out = []
+    if len(out) != lst.num_shards:
+        raise bad(f"holds {len(out)} lines, the manifest says {lst.num_shards} shards")
+    if digest.hexdigest() != lst.checksum:
+        raise bad(f"does not match its checksum {lst.checksum!r}: it was altered or damaged")
+    if total != lst.shard_bytes:
+        raise bad(
+            f"lists {total} bytes of shards, the manifest says {lst.shard_bytes} (shard_bytes)"
+        )
+    return tuple(out)
+
+
+def _records(
+    body: bytes | memoryview,
+    before: int,
+    lst: ShardList,
+    reader: JsonReader,
+    where: str,
+    bad: Callable[[str], ManifestError],
+) -> Iterator[ShardInfo]:
+    """The records of the whole lines `body` (each ending in a newline), which follow
+    `before` lines of the list."""
+    try:
+        text = str(body, "utf-8")
+    except UnicodeDecodeError as exc:
+        line = before + bytes(body).count(b"\n", 0, exc.start) + 1
+        raise bad(f"line {line} is not UTF-8: {exc.reason}") from None
     plain = ShardInfo.from_plain_json  # the Writer's records, without the general parser
-    for i, raw in enumerate(raws):
+    loads = reader.loads
+    i, start, end = before, 0, text.find("\n")
+    while end >= 0:
+        i += 1
+        if i > lst.num_shards:
+            raise bad(f"holds more than {lst.num_shards} lines, the manifest says {i - 1} shards")
+        if end - start >= MAX_SHARD_RECORD_BYTES:
+            raise bad(f"line {i} is longer than {MAX_SHARD_RECORD_BYTES} bytes")
+        try:
+            raw = loads(text[start:end], what=f"line {i}")
+        except RecursionError:
+            raise bad(f"line {i} nests deeper than {MAX_MANIFEST_DEPTH} levels") from None
+        except json.JSONDecodeError as exc:
+            if exc.msg == "Extra data":
+                raise bad(f"line {i} holds more than one JSON value (one record a line)") from None
+            raise bad(f"line {i} is not JSON: {exc}") from exc
+        except ValueError as exc:  # a number no field may hold
+            raise bad(f"is malformed: {exc}") from exc
         shard = plain(raw)
         if shard is None:
-            key = f"line {i + 1}"
+            key = f"line {i}"
             try:
                 check_json_depth(raw, limit=MAX_MANIFEST_DEPTH, what=key)
                 shard = ShardInfo.from_json(raw, key=key)
             except (TypeError, ValueError) as exc:
                 raise bad(f"is malformed: {exc}") from exc
-        out.append(check_shard_paths(shard, where=where))
-    return tuple(out)
-
-
-def _line(line: bytes, i: int, bad: Any) -> Any:
-    """One line's JSON value (the slow path, naming the line that is not JSON)."""
-    try:
-        return json.loads(line)
-    except RecursionError:
-        raise bad(f"line {i + 1} nests deeper than {MAX_MANIFEST_DEPTH} levels") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise bad(f"line {i + 1} is not JSON: {exc}") from exc
+        yield check_shard_paths(shard, where=where)
+        start, end = end + 1, text.find("\n", end + 1)
 
 
 def read_shard_lists(store: Store, manifest: Manifest) -> tuple[ShardInfo, ...]:
