@@ -195,6 +195,28 @@ def test_env_var_and_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "ferroload" in default.parts
 
 
+def test_the_catalog_connection_draws_no_progress_bar(catalog: Catalog) -> None:
+    """DuckDB draws a progress bar on standard output past 2 s when it takes the session
+    for an interactive one (`python -c`, a REPL: its default is on there, off under
+    pytest); no connection a library opens may write there."""
+    catalog.list()  # the file made
+    code = (
+        "import sys\n"
+        "from ferroload_catalog import Catalog\n"
+        "with Catalog(sys.argv[1])._connect() as con:\n"
+        "    print(con.execute(\"SELECT current_setting('enable_progress_bar')\").fetchone()[0])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(catalog.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False"]
+
+
 def test_not_a_catalog_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.duckdb"
     bad.write_bytes(b"this is not a duckdb file" * 100)

@@ -4,6 +4,8 @@ once worked, through `subset`, `sql` and the connection itself."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -246,6 +248,27 @@ def test_the_connection_has_no_temp_directory_and_a_memory_limit() -> None:
     assert settings["autoload_known_extensions"] == "false"
     assert settings["allow_community_extensions"] == "false"
     assert settings["memory_limit"].replace(" ", "").replace(".0", "") == MEMORY_LIMIT
+
+
+def test_the_connection_draws_no_progress_bar() -> None:
+    """DuckDB draws a progress bar on standard output for a query past 2 s when it takes
+    the session for an interactive one (no `__main__.__file__`: a REPL, `python -c`, a
+    notebook; `ds.sql("SELECT * FROM range(1500000000)")` in a REPL did): it is off on
+    every connection `subset` and `sql` use, and cannot be turned on again. Checked in
+    `python -c`, where DuckDB's default is on (under pytest it is off)."""
+    code = (
+        "from ferroload_format._sandbox import connect\n"
+        "con = connect()\n"
+        "print(con.execute(\"SELECT current_setting('enable_progress_bar')\").fetchone()[0])\n"
+        "try:\n"
+        "    con.execute('SET enable_progress_bar = true')\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert out == ["False", "InvalidInputException"]
 
 
 def test_a_dataset_with_columns_differing_by_case_is_refused_not_misread(

@@ -236,6 +236,7 @@ class Catalog:
                 except duckdb.Error as exc:
                     raise _cannot_open("the catalog", self._path, exc) from exc
             try:
+                con.execute("SET enable_progress_bar = false")  # never drawn on stdout
                 con.execute(_SCHEMA)
                 yield con
             finally:

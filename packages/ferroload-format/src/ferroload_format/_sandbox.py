@@ -72,8 +72,10 @@ class TimedOutError(Exception):
 
 
 def connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection that cannot touch files, the network or settings."""
-    return duckdb.connect(
+    """An in-memory DuckDB connection that cannot touch files, the network or settings,
+    and prints nothing (DuckDB's progress bar, drawn on standard output in an
+    interactive session for a query past 2 s, is off: a library never writes there)."""
+    con = duckdb.connect(
         ":memory:",
         config={
             "enable_external_access": False,
@@ -82,9 +84,15 @@ def connect() -> duckdb.DuckDBPyConnection:
             "allow_community_extensions": False,
             "temp_directory": "",  # no spilling: no directory to read or list
             "memory_limit": MEMORY_LIMIT,
-            "lock_configuration": True,
         },
     )
+    try:
+        con.execute("SET enable_progress_bar = false")  # a session setting, not a config one
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def parse(con: duckdb.DuckDBPyConnection, query: str) -> dict[str, Any]:

@@ -301,6 +301,7 @@ def _write_and_query(
     print("plain DuckDB, without ferroload:", file=out)
     print(f"  {query}", file=out)
     with duckdb.connect() as con:
+        con.execute("SET enable_progress_bar = false")  # the demo prints only to `out`
         relation = con.sql(query)
         print(relation, file=out)
         rows = relation.fetchall()
