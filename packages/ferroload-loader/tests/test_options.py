@@ -11,7 +11,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ferroload_loader import FerroLoader, LoaderOptions, Sampler, make_loader
+from ferroload_core import FerroloadError
+from ferroload_loader import (
+    MAX_SHUFFLE_BUFFER,
+    MAX_WORLD_SIZE,
+    FerroLoader,
+    LoaderOptionError,
+    LoaderOptions,
+    Sampler,
+    make_loader,
+)
 from ferroload_loader._options import LoaderKeywords, SamplerKeywords
 
 from .conftest import MakeDataset
@@ -254,6 +263,7 @@ def _entry_points() -> dict[str, Callable[..., Any]]:
     return entries
 
 
+HUGE = 10**5000  # no str() of it: over Python's 4,300 digits
 BAD = [
     ({"batch_size": 0}, ValueError, "batch_size must be a positive int, got 0"),
     ({"batch_size": 2.5}, ValueError, "batch_size must be a positive int, got 2.5"),
@@ -261,13 +271,81 @@ BAD = [
     ({"hflip": 2}, ValueError, r"hflip is the probability of a flip, a number in \[0, 1\]"),
     ({"layout": "HWC"}, ValueError, "layout"),
     ({"images": ["image"]}, ValueError, "needs an output size"),
-    ({"streaming": True, "lanes": 0}, ValueError, "lanes must be a positive int, got 0"),
-    ({"lanes": 0}, ValueError, "lanes must be a positive int, got 0"),  # not streaming
-    ({"lanes": True}, ValueError, "lanes must be a positive int, got True"),
+    ({"streaming": True, "lanes": 0}, ValueError, "lanes must be a positive int or None"),
+    ({"lanes": 0}, ValueError, r"lanes must be a positive int .*, got 0"),  # not streaming
+    ({"lanes": True}, ValueError, r"lanes must be a positive int .*, got True \(a bool\)"),
     ({"threads": 0}, ValueError, "threads must be a positive int or None, got 0"),
     ({"batch_size": True}, ValueError, "batch_size must be a positive int, got True"),
-    ({"streaming": True, "shuffle_buffer": 0}, ValueError, "shuffle_buffer must be >= 1"),
-    ({"seed": "7"}, ValueError, "seed must be an int"),
+    ({"streaming": True, "shuffle_buffer": 0}, ValueError, "shuffle_buffer must be a positive int"),
+    ({"seed": "7"}, ValueError, "seed must be a non-negative int"),
+    # integer options take ints, not bools (True was a count of 1)
+    *[
+        ({k: True, **extra}, LoaderOptionError, rf"{k} must be .*, got True \(a bool\)")
+        for k, extra in [
+            ("seed", {}),
+            ("threads", {}),
+            ("prefetch_bytes", {}),
+            ("readahead_bytes", {}),
+            ("rank", {"world_size": 2}),
+            ("world_size", {}),
+            ("shuffle_buffer", {}),
+            ("shuffle_buffer", {"streaming": True}),
+            ("batch_size", {}),
+            ("lanes", {}),
+        ]
+    ],
+    ({"threads": 2.0}, LoaderOptionError, r"threads must be .*, got 2.0 \(a float\)"),
+    ({"seed": -1}, LoaderOptionError, "seed must be a non-negative int"),
+    ({"seed": 2**63}, LoaderOptionError, r"seed must be .* \(at most 9,223,372,036,854,775,807\)"),
+    ({"prefetch_bytes": -1}, LoaderOptionError, "prefetch_bytes must be a non-negative int"),
+    # flags take bools ('False' was true)
+    ({"shuffle": "False"}, LoaderOptionError, r"shuffle must be True or False, got 'False'"),
+    ({"shuffle": 2}, LoaderOptionError, "shuffle must be True or False, got 2"),
+    ({"shuffle": np.True_}, LoaderOptionError, "shuffle must be True or False"),
+    ({"drop_last": "no"}, LoaderOptionError, "drop_last must be True or False, got 'no'"),
+    ({"streaming": 1}, LoaderOptionError, "streaming must be True or False, got 1"),
+    ({"pin_memory": "yes"}, LoaderOptionError, "pin_memory must be True or False"),
+    # bounds that were an OverflowError while iterating
+    (
+        {"world_size": 2**63},
+        LoaderOptionError,
+        r"world_size must be a positive int or None \(at most 1,048,576\)",
+    ),
+    ({"world_size": MAX_WORLD_SIZE + 1}, LoaderOptionError, "world_size must be"),
+    ({"rank": 2**63}, LoaderOptionError, r"rank must be in \[0, 1048576\)"),
+    ({"rank": 2, "world_size": 2}, LoaderOptionError, r"rank must be in \[0, 2\), got 2"),
+    (
+        {"lanes": 2**63},
+        LoaderOptionError,
+        r"lanes must be a positive int or None \(at most 1,048,576\), got 9223372036854775808",
+    ),
+    (
+        {"shuffle_buffer": 2**63},
+        LoaderOptionError,
+        r"shuffle_buffer must be .* \(at most 1,099,511,627,776\)",
+    ),
+    (
+        {"streaming": True, "shuffle_buffer": MAX_SHUFFLE_BUFFER + 1},
+        LoaderOptionError,
+        r"shuffle_buffer must be a positive int \(at most 1,099,511,627,776\)",
+    ),
+    # an output size a batch could not hold (a MemoryError at the first batch)
+    (
+        {"images": ["image"], "resize": (10**6, 10**6)},
+        LoaderOptionError,
+        r"resize=\(1000000, 1000000\) makes images of 1,000,000,000,000 pixels, over the "
+        "limit of 89,478,485",
+    ),
+    ({"resize": (10**6, 10**6)}, LoaderOptionError, "over the limit of 89,478,485"),
+    ({"resize": 10**5}, LoaderOptionError, "over the limit"),
+    ({"resize": (HUGE, 1)}, LoaderOptionError, "an int of 16610 bits"),
+    ({"resize": (0, 4)}, LoaderOptionError, "resize must be .* positive ints"),
+    ({"resize": True}, LoaderOptionError, r"resize must be .*, got True \(a bool\)"),
+    (
+        {"images": {"image": {"size": (10**5, 10**5)}}, "resize": 8},
+        LoaderOptionError,
+        r"images\['image'\]\['size'\]=\(100000, 100000\) makes images of",
+    ),
     (
         {"bucket_by": "label % 2", "buckets": 2},
         ValueError,
@@ -287,20 +365,77 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("bad", "error", "message"), BAD, ids=[str(b[0]) for b in BAD])
+def _id(bad: dict[str, Any]) -> str:
+    return "resize=HUGE" if bad.get("resize") == (HUGE, 1) else str(bad)
+
+
+@pytest.mark.parametrize(("bad", "error", "message"), BAD, ids=[_id(b[0]) for b in BAD])
 def test_a_bad_value_gives_the_same_error_everywhere(
     make_dataset: MakeDataset, bad: dict[str, Any], error: type[Exception], message: str
 ) -> None:
     uri = make_dataset(10)
     options = {"batch_size": 4, "meta": ["label"], **bad}
     for name, build in _entry_points().items():
-        if name == "FerroTorchDataset" and {"batch_size", "bucket_by", "buckets"} & set(bad):
-            continue  # a map-style dataset takes no batch size nor buckets at all (below)
+        if _REFUSES.get(name, set()) & set(bad):
+            continue  # an option this entry point does not take at all (see below)
         with pytest.raises(error, match=message):
             build(uri, **options)
         if name != "FerroTorchDataset":
             with pytest.raises(error, match=message):  # an options object, built or given
                 build(uri, options=LoaderOptions(**options))
+
+
+#: Options an entry point refuses whatever their value
+#: (`test_each_entry_point_refuses_what_it_cannot_honour`).
+_TORCH = {"out", "pin_memory", "prefetch_bytes", "readahead_bytes", "cache"}
+_REFUSES = {
+    "FerroIterableDataset": _TORCH,
+    "FerroTorchDataset": {*_TORCH, "batch_size", "bucket_by", "buckets", "transform"},
+    "FerroDataModule": {"out", "rank", "world_size"},
+}
+
+
+def test_an_option_error_names_the_option_and_value() -> None:
+    for option, value in [("seed", True), ("shuffle", "False"), ("world_size", 2**63)]:
+        with pytest.raises(LoaderOptionError) as info:
+            LoaderOptions(**{option: value})
+        err = info.value
+        assert isinstance(err, FerroloadError) and isinstance(err, ValueError)
+        assert (err.option, err.value) == (option, value)
+        assert option in str(err) and repr(value) in str(err)
+
+
+def test_the_largest_counts_iterate_without_overflow(make_dataset: MakeDataset) -> None:
+    """`world_size`, `lanes` and `shuffle_buffer` at their bounds still iterate (they were
+    an OverflowError at 2**63)."""
+    uri = make_dataset(10)
+    kw: dict[str, Any] = {"batch_size": 4, "meta": ["label"], "out": "numpy"}
+    last = make_loader(uri, world_size=MAX_WORLD_SIZE, rank=MAX_WORLD_SIZE - 1, **kw)
+    assert [len(b["sample_id"]) for b in last] == [1]  # padded by wrapping around
+    ids = set()
+    for rank in (0, 9):  # ranks 0..9 each get one item of the 10
+        ids |= set(next(iter(make_loader(uri, world_size=MAX_WORLD_SIZE, rank=rank, **kw)))[
+            "sample_id"
+        ])  # fmt: skip
+    assert len(ids) == 2
+    for extra in (
+        {"streaming": True},
+        {"streaming": True, "lanes": MAX_WORLD_SIZE},
+        {"bucket_by": "label", "buckets": 2},
+    ):
+        dl = make_loader(uri, shuffle_buffer=MAX_SHUFFLE_BUFFER, **kw, **extra)
+        assert sorted(s for b in dl for s in b["sample_id"]) == [f"s{i:05d}" for i in range(10)]
+
+
+def test_resize_is_bounded_by_the_fields_max_pixels(make_dataset: MakeDataset) -> None:
+    """A field's `max_pixels=` raises the bound of `resize` (and its own `size`)."""
+    big = (10_000, 10_000)  # 10**8 pixels: over the default
+    with pytest.raises(LoaderOptionError, match="over the limit of 89,478,485"):
+        LoaderOptions(images=["image"], resize=big)
+    LoaderOptions(images={"image": {"max_pixels": 10**8}}, resize=big)  # accepted
+    with pytest.raises(LoaderOptionError, match="over the limit of 100,000,000"):
+        LoaderOptions(images={"image": {"max_pixels": 10**8}}, resize=(10_001, 10_000))
+    LoaderOptions(video={"clip": {"max_pixels": 10**8, "size": big}})
 
 
 def test_options_and_keywords_are_not_mixed(make_dataset: MakeDataset) -> None:

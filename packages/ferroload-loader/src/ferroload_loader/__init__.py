@@ -12,6 +12,9 @@
 - Augmentation and model-ready output in the decode threads (`crop="random"`,
   `RandomResizedCrop`, `hflip`, `layout`, `dtype`, `normalize`), drawn from each
   sample's seed: bit-identical across threads, workers, ranks and resumes.
+- `LoaderOptionError`, `LoaderStateError`: an option, or a state given to
+  `load_state_dict`, that a loader refuses (both `ValueError`s), naming the option or
+  key and its value; `MAX_WORLD_SIZE` and `MAX_SHUFFLE_BUFFER` bound those options.
 - `mix(sources, weights)`: weighted mixing of datasets, deterministic and resumable.
 - `RandomResizedCrop` (`make_loader(crop=...)`), with `hflip`, `layout`, `dtype` and
   `normalize`: seeded augmentation and model-ready image tensors, made in the decode
@@ -24,6 +27,8 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_loader._augment import RandomResizedCrop
+from ferroload_loader._checks import MAX_SHUFFLE_BUFFER, MAX_WORLD_SIZE
+from ferroload_loader._errors import LoaderOptionError, LoaderStateError
 from ferroload_loader._loader import FerroLoader, LoaderStats, make_loader
 from ferroload_loader._options import DEFAULT_PREFETCH_BYTES, LoaderOptions
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER, SHUFFLE_RAMP_START, locality
@@ -38,9 +43,13 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
 __all__ = [
     "DEFAULT_PREFETCH_BYTES",
     "DEFAULT_SHUFFLE_BUFFER",
+    "MAX_SHUFFLE_BUFFER",
+    "MAX_WORLD_SIZE",
     "SHUFFLE_RAMP_START",
     "FerroLoader",
+    "LoaderOptionError",
     "LoaderOptions",
+    "LoaderStateError",
     "LoaderStats",
     "Mixture",
     "RandomResizedCrop",

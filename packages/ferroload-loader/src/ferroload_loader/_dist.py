@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ferroload_core import rank_from_env
+from ferroload_loader._checks import check_rank
 
 
 def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -15,16 +16,15 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
     that torchrun, SLURM wrappers and Lightning set; else `(0, 1)`.
 
     Raises:
-        ValueError: for a rank outside `[0, world_size)` or a world size below 1.
+        LoaderOptionError: (a `ValueError`) for a world size outside
+            `[1, MAX_WORLD_SIZE]` or a rank outside `[0, world_size)`.
     """
+    check_rank(rank, world_size)  # what was given, before the environment fills in
     if rank is None or world_size is None:
         env_rank, env_world = _detected()
         rank = env_rank if rank is None else rank
         world_size = env_world if world_size is None else world_size
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    if not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
+        check_rank(rank, world_size)
     return rank, world_size
 
 

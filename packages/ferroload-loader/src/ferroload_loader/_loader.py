@@ -1,8 +1,8 @@
 """`FerroLoader` and `make_loader`: batches built ahead on a background thread.
 
 `make_loader` turns a source and its `LoaderOptions` into fields, a sampler and a
-`FerroLoader`, whose passes run a `Prefetcher` (`_prefetch`); `check_state` and
-`to_torch` are shared with the torch adapters.
+`FerroLoader`, whose passes run a `Prefetcher` (`_prefetch`); `to_torch` is shared with
+the torch adapters (and `_state.check_loader_state`, which reads every loader state).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from ferroload_loader._prefetch import BatchItems, Prefetcher
 from ferroload_loader._readahead import ReadAhead
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import ResolvedSource, resolve_source
+from ferroload_loader._state import check_loader_state
 
 
 @dataclass
@@ -226,14 +227,16 @@ class FerroLoader:
         """Continue after a `state_dict()`: the next pass delivers the rest of its epoch,
         later passes the usual order.
 
-        The batch size and the world size may differ from the run that saved it.
+        The batch size and the world size may differ from the run that saved it. The
+        state is checked whole before anything changes (see `Sampler.load_state_dict`).
 
         Raises:
-            ValueError: for a state of another dataset or order, or the state of one
-                `DataLoader` worker (restore that one through `StatefulDataLoader`).
+            LoaderStateError: (a `ValueError`) for a key missing or unknown, a value of
+                another type or out of range, a state of another dataset or order, or
+                the state of one `DataLoader` worker (restore that one through
+                `StatefulDataLoader`), naming the key and its value.
         """
-        check_state(state, worker_states=False)
-        self.sampler.load_state_dict(dict(state["sampler"]))
+        self.sampler.restore(check_loader_state(state, self.sampler).sampler)
 
     # ------------------------------------------------------------------ iteration
 
@@ -382,26 +385,6 @@ class FerroLoader:
             f"FerroLoader({len(self)} batches of {self.batch_size}, columns={names}, "
             f"out={self.out!r}, {self.sampler!r})"
         )
-
-
-def check_state(state: Mapping[str, Any], *, worker_states: bool) -> int:
-    """The number of DataLoader workers whose positions `state` is one of (1: a whole
-    loader's state).
-
-    Raises:
-        ValueError: for anything but a loader's `state_dict()`, or (unless
-            `worker_states`) the state of one of several DataLoader workers.
-    """
-    if not isinstance(state, Mapping) or "sampler" not in state:
-        keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
-        raise ValueError(f"not a loader state ({keys}); pass what state_dict() returned")
-    workers = int(state.get("num_workers", 1))
-    if workers > 1 and not worker_states:
-        raise ValueError(
-            f"this state is DataLoader worker {state.get('worker')} of {workers}'s position; "
-            "restore it with StatefulDataLoader.load_state_dict, which hands every worker its own"
-        )
-    return workers
 
 
 def _require_torch() -> None:

@@ -17,9 +17,19 @@ import numpy as np
 
 from ferroload_loader._augment import Layout, Normalize
 from ferroload_loader._buckets import Buckets, check_buckets, make_plan
+from ferroload_loader._checks import (
+    MAX_SHUFFLE_BUFFER,
+    check_bool,
+    check_int,
+    check_lanes,
+    check_rank,
+    check_resize,
+    check_seed,
+)
+from ferroload_loader._errors import LoaderOptionError
 from ferroload_loader._fields import ColumnSpec, Crop, OnError
 from ferroload_loader._order import DEFAULT_SHUFFLE_BUFFER
-from ferroload_loader._sampler import Sampler, check_lanes
+from ferroload_loader._sampler import Sampler
 from ferroload_loader._source import ResolvedSource
 from ferroload_store import BlockCache
 
@@ -53,7 +63,9 @@ class LoaderOptions:
         audio: audio modalities (name -> `AudioDecoder` options; `length` is required).
         video: video modalities (name -> `decode_video` options; `num_frames`, `size`).
         meta: metadata columns: numbers as arrays/tensors, the rest as lists.
-        resize: output `(height, width)` (or an int) of images and video frames.
+        resize: output `(height, width)` (or an int) of images and video frames, of at
+            most `ferroload_codec.DEFAULT_MAX_PIXELS` pixels (or a field's larger
+            `max_pixels`).
         crop: `None` stretches to `resize`; `"center"` scales the shorter side and crops
             the centre; `"pad"` scales the longer side and pads; `"random"` (or a
             `RandomResizedCrop(scale=, ratio=)`) cuts a box of random area and aspect
@@ -76,8 +88,8 @@ class LoaderOptions:
             exceptions reach the loop with a note naming it.
         out: `"torch"` (tensors; needs the torch extra) or `"numpy"`.
         shuffle: a new permutation every epoch (else dataset order).
-        seed: with the epoch, fixes the order and every per-sample random choice (crop
-            box, flip, audio crop, video clip).
+        seed: an int in `[0, 2**63)`; with the epoch, it fixes the order and every
+            per-sample random choice (crop box, flip, audio crop, video clip).
         drop_last: drop the last, incomplete batch (on every rank); else ranks are padded
             to the same length by wrapping around.
         where: a SQL WHERE clause over the index (see `Dataset.subset`).
@@ -90,11 +102,13 @@ class LoaderOptions:
         streaming: read shard by shard: shards in a shuffled order, then a seeded shuffle
             within windows of `shuffle_buffer` items of that stream.
         shuffle_buffer: items per streaming shuffle window (default 65,536; the first
-            windows are smaller: 128 items, doubling); with `bucket_by`, also the span
-            of the epoch's order within which batches are grouped by bucket.
+            windows are smaller: 128 items, doubling; at most `MAX_SHUFFLE_BUFFER`);
+            with `bucket_by`, also the span of the epoch's order within which batches
+            are grouped by bucket.
         lanes: streaming: the order is dealt out in this many pieces of disjoint shards
             (default: the world size, so that each rank reads shards of its own; 1: the
-            same order whatever the world size). A resumed state keeps its own.
+            same order whatever the world size; at most `MAX_WORLD_SIZE`). A resumed
+            state keeps its own.
         bucket_by: size-bucketed batches: an index column, or an arithmetic expression
             over index columns (`"width*height"`, `"width/height"`: names, numbers,
             `+ - * /`, parentheses); every batch then holds items of one bucket (see
@@ -107,15 +121,24 @@ class LoaderOptions:
             batch (`skip`), also logging it (`warn`); counted in `loader.stats`.
         rank: this process's rank (default: torch.distributed, else `RANK`, else 0).
         world_size: the number of ranks (default: torch.distributed, else
-            `WORLD_SIZE`, else 1).
+            `WORLD_SIZE`, else 1), at most `MAX_WORLD_SIZE`.
         storage_options: for URIs, as in `Dataset.open`.
         cache: for URIs of object stores, the block cache of payload reads, as in
             `Dataset.open` (`"default"`, a `ferroload_store.BlockCache`, or None).
 
     Raises:
-        ValueError: for a `batch_size`, `out`, `on_error`, `prefetch_bytes`,
-            `readahead_bytes`, `bucket_by` or `buckets` out of range (the other options,
-            and the columns `bucket_by` reads, are checked against the dataset when a
+        LoaderOptionError: (a `ValueError`) naming the option and its value, for an
+            integer option that is not an `int` (`True`, `2.0`, `"8"`) or is out of its
+            range (`batch_size`, `threads`, `prefetch_bytes`, `readahead_bytes`,
+            `seed` in `[0, 2**63)`, `rank`, `world_size` and `lanes` up to
+            `MAX_WORLD_SIZE`, `shuffle_buffer` up to `MAX_SHUFFLE_BUFFER`), a flag that
+            is not a `bool` (`shuffle`, `drop_last`, `streaming`, `pin_memory`), a
+            `resize` (or a field's own `size`) that is not a positive size or has more
+            pixels than the fields' `max_pixels` (default
+            `ferroload_codec.DEFAULT_MAX_PIXELS`), or an `out` or `on_error` it does not
+            know.
+        ValueError: for `bucket_by` or `buckets` out of range (the other options, and
+            the columns `bucket_by` reads, are checked against the dataset when a
             loader is built).
 
     Examples:
@@ -134,7 +157,10 @@ class LoaderOptions:
         2
         >>> LoaderOptions(batch_size=0)
         Traceback (most recent call last):
-        ValueError: batch_size must be a positive int, got 0
+        ferroload_loader.LoaderOptionError: batch_size must be a positive int, got 0
+        >>> LoaderOptions(shuffle="False")
+        Traceback (most recent call last):
+        ferroload_loader.LoaderOptionError: shuffle must be True or False, got 'False' (a str)
     """
 
     batch_size: int | None = None
@@ -170,9 +196,18 @@ class LoaderOptions:
     cache: BlockCache | Literal["default"] | None = "default"
 
     def __post_init__(self) -> None:
+        # the one check of every option that needs no dataset; whatever the mode (only
+        # streaming deals lanes, only streaming and buckets use shuffle_buffer)
         if self.batch_size is not None:
             check_batch_size(self.batch_size)
-        check_lanes(self.lanes)  # checked whatever the mode (only streaming deals lanes)
+        for flag in ("shuffle", "drop_last", "streaming", "pin_memory"):
+            check_bool(flag, getattr(self, flag))
+        check_seed(self.seed)
+        check_int("threads", self.threads, low=1, none=True)
+        check_int("shuffle_buffer", self.shuffle_buffer, low=1, high=MAX_SHUFFLE_BUFFER)
+        check_lanes(self.lanes)
+        check_rank(self.rank, self.world_size)
+        check_resize(self.resize, self.images, self.video)
         check_build_options(self.out, self.on_error, self.prefetch_bytes, self.readahead_bytes)
         check_buckets(self.bucket_by, self.buckets)
 
@@ -273,20 +308,23 @@ class LoaderKeywords(SamplerKeywords, total=False):
 
 
 def check_batch_size(batch_size: int, name: str = "batch_size") -> None:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"{name} must be a positive int, got {batch_size!r}")
+    check_int(name, batch_size, low=1)
 
 
 def check_build_options(out: str, on_error: str, prefetch_bytes: int, readahead_bytes: int) -> None:
     """Checks the options of building batches (also `FerroLoader`'s own arguments)."""
     if out not in ("torch", "numpy"):
-        raise ValueError(f"out must be 'torch' or 'numpy', got {out!r}")
+        raise LoaderOptionError(
+            f"out must be 'torch' or 'numpy', got {out!r}", option="out", value=out
+        )
     if on_error not in ("raise", "skip", "warn"):
-        raise ValueError(f"on_error must be raise, skip or warn, got {on_error!r}")
-    if not isinstance(prefetch_bytes, int) or prefetch_bytes < 0:
-        raise ValueError(f"prefetch_bytes must be a non-negative int, got {prefetch_bytes!r}")
-    if not isinstance(readahead_bytes, int) or readahead_bytes < 0:
-        raise ValueError(f"readahead_bytes must be a non-negative int, got {readahead_bytes!r}")
+        raise LoaderOptionError(
+            f"on_error must be raise, skip or warn, got {on_error!r}",
+            option="on_error",
+            value=on_error,
+        )
+    check_int("prefetch_bytes", prefetch_bytes, low=0)
+    check_int("readahead_bytes", readahead_bytes, low=0)
 
 
 def field_options(options: LoaderOptions) -> dict[str, Any]:

@@ -9,7 +9,16 @@ import numpy as np
 import numpy.typing as npt
 
 from ferroload_loader._buckets import BucketOrder, BucketPlan
+from ferroload_loader._checks import (
+    MAX_SHUFFLE_BUFFER,
+    check_bool,
+    check_epoch,
+    check_int,
+    check_lanes,
+    check_seed,
+)
 from ferroload_loader._dist import resolve_rank
+from ferroload_loader._errors import LoaderOptionError
 from ferroload_loader._order import (
     DEFAULT_SHUFFLE_BUFFER,
     EpochOrder,
@@ -20,12 +29,9 @@ from ferroload_loader._order import (
     ShardBlockOrder,
     runs_of,
 )
+from ferroload_loader._state import STATE_VERSION, SamplerPosition, check_sampler_state
 
 Mode = Literal["permutation", "shard_block", "sequential", "mixture"]
-#: 3: the Feistel bijections work on the next power of two (2: the next even power of
-#: two; 1: the materialised orders before them): an older state counted items of
-#: another order.
-STATE_VERSION = 3
 #: Items `iter(sampler)` computes at a time.
 _ITER_CHUNK = 4096
 
@@ -66,12 +72,6 @@ class RankItems:
     def batch(self, k: int, batch_size: int) -> Order:
         """Item ids of this rank's batch `k` of `batch_size` (the last may be short)."""
         return self.items(k * batch_size, (k + 1) * batch_size)
-
-
-def check_lanes(lanes: int | None) -> None:
-    """Refuse `lanes` that is neither None nor a positive int (True is not a count)."""
-    if lanes is not None and (not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1):
-        raise ValueError(f"lanes must be a positive int, got {lanes!r}")
 
 
 class Sampler:
@@ -157,28 +157,30 @@ class Sampler:
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        if not isinstance(num_items, int) or num_items < 0:
-            raise ValueError(f"num_items must be a non-negative int, got {num_items!r}")
-        if not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+        check_int("num_items", num_items, low=0)
+        check_seed(seed)
+        check_bool("shuffle", shuffle)
+        check_bool("drop_last", drop_last)
+        check_int("shuffle_buffer", shuffle_buffer, low=1, high=MAX_SHUFFLE_BUFFER)
         if mode not in ("permutation", "shard_block", "sequential", "mixture"):
-            raise ValueError(f"unknown sampler mode {mode!r}")
+            raise LoaderOptionError(f"unknown sampler mode {mode!r}", option="mode", value=mode)
         if shard_runs is None and shard_of is not None and len(shard_of) == num_items:
             shard_runs = runs_of(shard_of)
         if mode == "shard_block" and shard_runs is None:
-            raise ValueError(
+            raise LoaderOptionError(
                 "shard_block mode needs shard_runs (Dataset.shard_runs()) or shard_of with "
-                "one shard per item"
+                "one shard per item",
+                option="shard_runs",
             )
-        if (mode == "shard_block" or buckets is not None) and (
-            not isinstance(shuffle_buffer, int) or shuffle_buffer < 1
-        ):
-            raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer!r}")
         check_lanes(lanes)
         if mode == "mixture" and (mixture_sizes is None or mixture_weights is None):
-            raise ValueError("mixture mode needs mixture_sizes and mixture_weights")
+            raise LoaderOptionError(
+                "mixture mode needs mixture_sizes and mixture_weights", option="mixture_sizes"
+            )
         if buckets is not None and (mode == "mixture" or len(buckets.ids) != num_items):
-            raise ValueError("bucketed batches need one bucket per item, and no mixture")
+            raise LoaderOptionError(
+                "bucketed batches need one bucket per item, and no mixture", option="buckets"
+            )
         self.num_items = num_items
         self.shuffle = shuffle
         self.seed = seed
@@ -298,10 +300,11 @@ class Sampler:
         n, w = self.epoch_items, self.world_size
         return n // w if self.drop_last else -(-n // w)
 
-    def remaining(self) -> int:
-        """Items this rank still has in the current epoch."""
+    def remaining(self, consumed: int | None = None) -> int:
+        """Items this rank still has in the current epoch (after `consumed` items of the
+        epoch's global order: default, the current position)."""
         n, w = self.epoch_items, self.world_size
-        rest = n - min(self.consumed, n)
+        rest = n - min(self.consumed if consumed is None else consumed, n)
         return rest // w if self.drop_last else -(-rest // w)
 
     # ------------------------------------------------------------------ progress
@@ -313,8 +316,7 @@ class Sampler:
         (Lightning calls `set_epoch` after restoring a checkpoint), and it cancels the
         move to the next epoch that a finished pass would otherwise make.
         """
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        check_epoch(epoch)
         self._finished = False
         if epoch != self.epoch:
             self._move(epoch, 0)
@@ -371,68 +373,27 @@ class Sampler:
         """Continue from a `state_dict()`, also under another world size or batch size:
         the next pass starts at its position.
 
-        A `shard_block` state brings its lanes (a state saved before lanes existed: one
-        lane), so its order goes on unchanged whatever the world size now.
+        The state is checked whole first (`_state.check_sampler_state`): a key missing
+        or unknown, a value of another type or out of range (`0 <= consumed <=` the
+        epoch's items), is refused and nothing changes. A `shard_block` state brings its
+        lanes (a state saved before lanes existed: one lane), so its order goes on
+        unchanged whatever the world size now.
 
         Raises:
-            ValueError: when the state belongs to another dataset (item count) or order,
-                or to other `lanes` than this sampler was given explicitly.
+            LoaderStateError: (a `ValueError`) for a state that is not a sampler state,
+                one of another dataset (item count) or order, or of other `lanes` than
+                this sampler was given explicitly, naming the key and its value.
         """
-        version = state.get("version")
-        if version in (1, 2):
-            raise ValueError(
-                f"this sampler state (version {version}) was saved by an older ferroload "
-                "whose epoch orders differ from this one's: resuming it would repeat some "
-                "items and skip others. Start the epoch again (set_epoch), or resume with "
-                "the ferroload that saved it"
-            )
-        if version != STATE_VERSION:
-            raise ValueError(f"unknown sampler state version {version!r}")
-        if state["num_items"] != self.num_items or state["mode"] != self.mode:
-            raise ValueError(
-                f"this state is for {state['num_items']} items in {state['mode']!r} order; "
-                f"this sampler has {self.num_items} items in {self.mode!r} order"
-            )
-        self._check_buckets(state.get("buckets"))
-        if self.mode == "shard_block":
-            lanes = state.get("lanes", 1)
-            if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
-                raise ValueError(f"this state's lanes must be a positive int, got {lanes!r}")
-            if self._lanes_given and lanes != self.lanes:
-                raise ValueError(
-                    f"this state's streaming order is dealt out in {lanes} lanes; this "
-                    f"sampler was given lanes={self.lanes}. Leave lanes unset to resume it"
-                )
-            self.lanes = lanes
-        self.seed = int(state["seed"])
-        self._cache = None
-        self._move(int(state["epoch"]), int(state["consumed"]))
-        self._resume, self._finished = True, False
+        self.restore(check_sampler_state(state, self))
 
-    def _check_buckets(self, saved: Any) -> None:
-        """Refuse a state whose bucketing differs from this sampler's (its positions
-        count items of another order)."""
-        mine = self._bucket_state()
-        if saved == mine:
-            return
-        if mine is None or saved is None:
-            raise ValueError(
-                "this state is of a "
-                + ("bucketed" if saved is not None else "plain")
-                + " order (bucket_by=); this sampler's is "
-                + ("bucketed" if mine is not None else "plain")
-                + ": resume with the bucket_by= and buckets= of the run that saved it"
-            )
-        if saved.get("group") != mine["group"]:
-            raise ValueError(
-                f"this state's bucketed order groups {saved.get('group')} items a batch "
-                f"(batch_size x world_size); this sampler groups {mine['group']}: resume "
-                "bucketed batches with the same batch size on as many ranks"
-            )
-        raise ValueError(
-            f"this state's bucketing ({saved}) differs from this sampler's ({mine}): resume "
-            "with the bucket_by=, buckets= and shuffle_buffer= of the run that saved it"
-        )
+    def restore(self, position: SamplerPosition) -> None:
+        """Continue from a checked state's position (`load_state_dict` checks it)."""
+        if position.lanes is not None:
+            self.lanes = position.lanes
+        self.seed = position.seed
+        self._cache = None
+        self._move(position.epoch, position.consumed)
+        self._resume, self._finished = True, False
 
     def __repr__(self) -> str:
         return (

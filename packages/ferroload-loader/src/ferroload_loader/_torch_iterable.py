@@ -25,17 +25,17 @@ from ferroload_loader._batch import (
     prepare_batch,
     window_options,
 )
+from ferroload_loader._checks import MAX_WORKERS, check_epoch
 from ferroload_loader._fields import OnError, item_seeds
-from ferroload_loader._loader import check_state, to_torch
+from ferroload_loader._loader import to_torch
 from ferroload_loader._options import LoaderKeywords, LoaderOptions, make_sampler, take_options
 from ferroload_loader._prefetch import BatchItems
 from ferroload_loader._sampler import RankItems
+from ferroload_loader._state import check_loader_state
 from ferroload_loader._torch_process import TORCH_REFUSED, PerProcess
 from ferroload_loader._torch_shared import (
-    MAX_WORKERS,
     Passes,
     SharedRing,
-    check_seed,
     forget_rings,
     pack,
 )
@@ -152,7 +152,6 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
     ) -> None:
         o = take_options("FerroIterableDataset", options, keywords, refused=TORCH_REFUSED)
         assert o.batch_size is not None  # take() requires it
-        check_seed(o.seed)
         self.transform = None if o.transform is None else BatchTransform(o.transform)
         resolved = self._init_source(source, o)
         self.batch_size = o.batch_size
@@ -164,8 +163,8 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         self._uid = secrets.token_hex(8)
         weakref.finalize(self, forget_rings, self._uid + ":")
         # a position restored inside a DataLoader worker (torchdata restores every
-        # worker's own): (seed, epoch, consumed, batches to skip, worker, workers)
-        self._local: tuple[int, int, int, int, int, int] | None = None
+        # worker's own): (seed, epoch, consumed, batches to skip)
+        self._local: tuple[int, int, int, int] | None = None
         # this process's pass: (seed, epoch, consumed at its start, batches yielded)
         self._pass: list[int] | None = None
 
@@ -186,13 +185,8 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
     def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int]:
         """`(seed, epoch, consumed, batches to skip)` where this worker's next pass
         starts (see `Sampler` for the rules); with `begin`, start it."""
-        if self._local is not None:
-            seed, epoch, consumed, skip, w, k = self._local
-            if k > 1 and (w, k) != (worker, workers):
-                raise ValueError(
-                    f"this state is DataLoader worker {w} of {k}'s position; it cannot "
-                    f"resume worker {worker} of {workers}"
-                )
+        if self._local is not None:  # checked against this worker when it was loaded
+            seed, epoch, consumed, skip = self._local
             if begin:
                 self._local = None
                 self._passes.record(worker, epoch, finished=False)
@@ -247,8 +241,7 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         """Use the order of `epoch` from its start for the next pass (the current epoch
         again keeps a position restored by `load_state_dict`). Call it in the main
         process, between passes; it reaches the workers, persistent ones too."""
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        check_epoch(epoch)
         p = self._passes
         seed, current, _, token = p.head()
         if epoch == current and p.seen(0) != token:  # keep a restored position
@@ -294,7 +287,7 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
                     "(dl.state_dict() gathers every worker's position)"
                 )
             seed, epoch, consumed, batches = self._passes.head()[0], passes[0][0], 0, 0
-            consumed = self._sampler.num_items  # the end of that epoch
+            consumed = self._sampler.epoch_items  # the end of that epoch
         sampler = copy.copy(self._sampler)
         sampler.seed, sampler.epoch, sampler.consumed = seed, epoch, consumed
         if workers == 1:
@@ -313,22 +306,29 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
 
         In the main process the batch size and world size may differ from the run that
         saved it. Inside a DataLoader worker (torchdata's `StatefulDataLoader` restores
-        each worker's own state) the worker count must be the same.
+        each worker's own state) the worker count and batch size must be the same. The
+        state is checked whole before anything changes (`_state.check_loader_state`):
+        inside a worker, `StatefulDataLoader` raises the error when its iterator starts,
+        before any batch.
 
         Raises:
-            ValueError: when the state belongs to another dataset or order, or is one
-                worker's state loaded outside a DataLoader worker.
+            LoaderStateError: (a `ValueError`) for a key missing or unknown, a value of
+                another type or out of range, a state of another dataset or order, one
+                worker's state loaded outside a DataLoader worker or by another worker,
+                naming the key and its value.
         """
-        in_worker = torch.utils.data.get_worker_info() is not None
-        workers = check_state(state, worker_states=in_worker)
-        check = copy.copy(self._sampler)
-        check.load_state_dict(dict(state["sampler"]))  # validates: same items and order
-        seed, epoch, consumed = check_seed(check.seed), check.epoch, check.consumed
-        if in_worker:
-            batches = int(state.get("batches", 0)) if workers > 1 else 0
-            self._local = (seed, epoch, consumed, batches, int(state.get("worker", 0)), workers)
+        worker = self._worker() if torch.utils.data.get_worker_info() is not None else None
+        pos = check_loader_state(
+            state, self._sampler, worker=worker, batch_size=self.batch_size,
+            drop_last=self.drop_last,
+        )  # fmt: skip
+        at = pos.sampler
+        if at.lanes is not None:  # a streaming state's order goes on in its own lanes
+            self._sampler.lanes, self._sampler._cache = at.lanes, None
+        if worker is not None:
+            self._local = (at.seed, at.epoch, at.consumed, pos.batches)
         else:
-            self._passes.set_head(seed, epoch, consumed, resume=True)
+            self._passes.set_head(at.seed, at.epoch, at.consumed, resume=True)
 
     # ------------------------------------------------------------------ iteration
 

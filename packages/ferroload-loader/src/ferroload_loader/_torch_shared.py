@@ -1,6 +1,7 @@
 """Shared memory of the torch datasets: positions every DataLoader worker reads, and batches.
 
-`SharedInts` holds the seed and epoch of `FerroTorchDataset`'s per-sample choices;
+`SharedInts` holds the seed and epoch of `FerroTorchDataset`'s per-sample choices (int64s:
+`LoaderOptions` and loader states keep seeds and epochs inside that range);
 `Passes` records where each worker's passes of a `FerroIterableDataset` start;
 `SharedRing` is a worker's output arrays of one decoded field, in shared memory, which
 `pack` hands to the main process as a slot number instead of a copy.
@@ -21,15 +22,7 @@ import numpy.typing as npt
 import torch
 
 from ferroload_loader._buffers import BatchBuffers
-
-_INT64 = (-(1 << 63), 1 << 63)
-
-
-def check_seed(seed: int) -> int:
-    """`seed`, which must fit in the int64 slot that shares it with the workers."""
-    if not isinstance(seed, int) or not _INT64[0] <= seed < _INT64[1]:
-        raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
-    return seed
+from ferroload_loader._checks import MAX_WORKERS
 
 
 class SharedInts:
@@ -45,10 +38,6 @@ class SharedInts:
 
     def get(self) -> list[int]:
         return [int(v) for v in self._t.tolist()]
-
-
-#: DataLoader workers an iterable dataset keeps pass records for.
-MAX_WORKERS = 256
 
 
 class Passes:

@@ -30,6 +30,7 @@ import torch
 import torch.utils.data
 
 from ferroload_loader._batch import build_batch
+from ferroload_loader._checks import check_epoch
 from ferroload_loader._fields import OnError
 from ferroload_loader._options import (
     LoaderKeywords,
@@ -41,7 +42,7 @@ from ferroload_loader._options import (
 from ferroload_loader._sampler import Sampler
 from ferroload_loader._torch_iterable import FerroBatch, FerroIterableDataset
 from ferroload_loader._torch_process import TORCH_REFUSED, PerProcess
-from ferroload_loader._torch_shared import SharedInts, check_seed
+from ferroload_loader._torch_shared import SharedInts
 
 __all__ = ["FerroBatch", "FerroIterableDataset", "FerroTorchDataset"]
 
@@ -132,7 +133,6 @@ class FerroTorchDataset(PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         o = take_options(
             "FerroTorchDataset", options, keywords, refused=_MAP_REFUSED, needs_batch_size=False
         )
-        check_seed(o.seed)
         resolved = self._init_source(source, o)
         self.on_error: OnError = o.on_error
         self._num_items = int(sum(len(d) for d in resolved.datasets))
@@ -156,8 +156,7 @@ class FerroTorchDataset(PerProcess, torch.utils.data.Dataset[dict[str, Any]]):
         The sampler from `ds.sampler()` calls this from its own `set_epoch`. The epoch
         lives in shared memory, so DataLoader workers see it, persistent ones too.
         """
-        if not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        check_epoch(epoch)
         self._seed_epoch.set(self.seed, epoch)
 
     def sampler(self, **overrides: Unpack[SamplerKeywords]) -> Sampler:
