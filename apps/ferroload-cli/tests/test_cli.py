@@ -317,6 +317,44 @@ def test_verify(dataset: str, tmp_path: Path) -> None:
     assert "damaged" in human.stdout and "checksum" in human.stdout
 
 
+def test_verify_checks_the_index_schema_and_any_version(tmp_path: Path) -> None:
+    """An index part missing a schema column passed `ferroload verify` (rc 0), and only
+    the latest version could be checked."""
+    import pyarrow.parquet as pq
+
+    from ferroload_format._paths import version_path
+
+    root = tmp_path / "parts"
+    for first, count in ((0, 20), (100, 3)):  # version 2 adds a part of its own
+        with Writer(root, "parts") as w:
+            w.declare("image", "jpg", "tensor", "image")
+            for i in range(first, first + count):
+                w.add(f"s{i:03d}", {"image": bytes([i]) * 50}, {"label": i})
+    ds = Dataset.open(root)
+    part = ds.manifest.index_parts[1]
+    path = root / part.path
+    pq.write_table(pq.read_table(path).drop_columns(["label"]), path)
+    mpath = root / version_path(ds.version)
+    manifest = json.loads(mpath.read_bytes())
+    manifest["index_parts"][1]["size"] = path.stat().st_size
+    mpath.write_text(json.dumps(manifest))
+    bad = run("verify", str(root), "--json")
+    assert bad.returncode == 1, bad.stderr
+    report = json.loads(bad.stdout)
+    assert report["version"] == 2
+    assert [(p["kind"], p["shard"], p["column"]) for p in report["problems"]] == [
+        ("index-schema", part.path, "label")
+    ]
+    human = run("verify", str(root))
+    assert human.returncode == 1 and "index-schema" in human.stdout
+    old = ok_json("verify", str(root), "--version", "1")
+    assert (old["version"], old["ok"], old["num_payloads_checked"]) == (1, True, 20)
+    assert run("verify", str(root), "--version", "1").stdout.startswith("ok:")
+    missing = one_error_line(run("verify", str(root), "--version", "3"))
+    assert "no version 3" in missing
+    assert run("verify", str(root), "--version", "0").returncode == 2
+
+
 def test_log(dataset: str) -> None:
     versions = ok_json("log", dataset)
     assert [v["version"] for v in versions] == [1, 2]

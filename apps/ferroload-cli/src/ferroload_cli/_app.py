@@ -119,11 +119,14 @@ def storage_options(pairs: Sequence[str] | None) -> dict[str, str] | None:
     return out or None
 
 
-def open_dataset(uri: str, options: Sequence[str] | None) -> ferroload.Dataset:
-    """Open a dataset for a command (`catalog:NAME` resolves through the catalog)."""
+def open_dataset(
+    uri: str, options: Sequence[str] | None, *, version: int | None = None
+) -> ferroload.Dataset:
+    """Open a dataset for a command (`catalog:NAME` resolves through the catalog), at
+    `version` (None: the latest)."""
     import ferroload
 
-    return ferroload.Dataset.open(uri, storage_options=storage_options(options))
+    return ferroload.Dataset.open(uri, storage_options=storage_options(options), version=version)
 
 
 def shown_uri(uri: str) -> str:

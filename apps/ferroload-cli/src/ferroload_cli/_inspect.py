@@ -288,12 +288,22 @@ def sql(
 
 @app.command(
     epilog=examples(
-        "ferroload verify ./pets", "ferroload verify s3://bucket/pets --json || echo damaged"
+        "ferroload verify ./pets",
+        "ferroload verify ./pets --version 3",
+        "ferroload verify s3://bucket/pets --json || echo damaged",
     )
 )
-def verify(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
-    """Check every shard and payload checksum; exit code 1 on damage."""
-    ds = open_dataset(uri, storage_option)
+def verify(
+    uri: Uri,
+    json: Json = False,
+    storage_option: StorageOptions = None,
+    version: Annotated[
+        int | None,
+        typer.Option("--version", min=1, metavar="N", help="check version N (default: the latest)"),
+    ] = None,
+) -> None:
+    """Check the index, every shard and payload checksum; exit code 1 on damage."""
+    ds = open_dataset(uri, storage_option, version=version)
     t0 = time.perf_counter()
     report = ds.verify(progress=progress_arg())
     seconds = time.perf_counter() - t0
