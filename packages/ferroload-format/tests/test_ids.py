@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from ferroload_format import Dataset, DuplicateSampleError, Writer, _commit, gc
+from ferroload_format._ids import _SCHEMA as RUN_SCHEMA
+from ferroload_format._ids import RUN_ROW_GROUP, RunMismatchError, hash_ids, read_run
 from ferroload_format._index import write_part
 from ferroload_format._paths import IDS_DIR, version_path
+from ferroload_format._records import IdRun
 from ferroload_format._versions import read_manifest
 from ferroload_store import open_store
 
@@ -138,3 +144,102 @@ def test_verify_checks_the_runs(local_uri: str) -> None:
     problems = Dataset.open(local_uri).verify().problems
     assert [p.kind for p in problems] == ["id-run"]
     assert run.path in problems[0].message
+
+
+def _rewrite_run(root: str, edit: Any, *, record: bool = True) -> IdRun:
+    """Rewrite the newest run of the latest version with `edit(table)`; with `record`, its
+    manifest record made to match the new file (num_ids, size), as a forger would."""
+    store = open_store(root)
+    manifest = read_manifest(store)
+    run = manifest.id_runs[-1]
+    table = edit(pq.read_table(pa.BufferReader(store.get(run.path))))
+    data = write_part(table, row_group_size=RUN_ROW_GROUP)
+    store.put(run.path, data)
+    if record:
+        path = Path(root, version_path(manifest.version))
+        raw = json.loads(path.read_bytes())
+        raw["id_runs"][-1].update(num_ids=table.num_rows, size=len(data))
+        path.write_text(json.dumps(raw))
+    return run
+
+
+def _without(sid: str) -> Any:
+    return lambda t: t.filter(pc.not_equal(t["hash"], int(hash_ids([sid])[0])))
+
+
+def _part_of(sid: str, part: int) -> Any:
+    def edit(t: pa.Table) -> pa.Table:
+        hit = pc.equal(t["hash"], int(hash_ids([sid])[0]))
+        return t.set_column(1, RUN_SCHEMA.field("part"), pc.if_else(hit, part, t["part"]))
+
+    return edit
+
+
+def _reversed(t: pa.Table) -> pa.Table:
+    return t.take(pa.array(range(t.num_rows - 1, -1, -1)))
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (
+            _without("a"),
+            r"holds 4 ids, but the index parts it covers \(\[2\]\) of version 2 hold 5",
+        ),
+        (_part_of("a", 99), r"covers part 2 but has rows of other parts"),
+        (_reversed, "is not sorted"),
+    ],
+    ids=["omits an id", "names another part", "not sorted"],
+)
+def test_a_lying_run_never_lets_an_id_in_twice(
+    local_uri: str, caplog: pytest.LogCaptureFixture, edit: Any, why: str
+) -> None:
+    # issue 31 point 4: a run omitting one id (its record made to match) let an append
+    # commit that id a second time; verify() flagged the run beforehand
+    append(local_uri, "a", "b", "c")
+    append(local_uri, "d", "e")  # merges part 1: one run, covering part 2, of 5 ids
+    run = _rewrite_run(local_uri, edit)
+    assert read_manifest(open_store(local_uri)).id_runs[-1].parts == (2,)
+    assert [p.kind for p in Dataset.open(local_uri).verify().problems] == ["id-run"]
+    with pytest.raises(DuplicateSampleError, match="'a'"):
+        append(local_uri, "z", "a")
+    assert re.search(why, caplog.text) and run.path in caplog.text
+    assert Dataset.open(local_uri).version == 2  # nothing committed
+    append(local_uri, "f")  # the next version gets a true run instead of the lying one
+    ds = Dataset.open(local_uri)
+    assert run.path not in {r.path for r in ds.manifest.id_runs}
+    assert ds.verify().ok and sorted(ds.column("sample_id").to_pylist()) == list("abcdef")
+    with pytest.raises(DuplicateSampleError, match="'a'"):
+        append(local_uri, "a")
+
+
+def test_a_run_claiming_more_ids_than_its_bytes_hold_is_refused_unread(
+    local_uri: str,
+) -> None:
+    # issue 31 point 8: 775 KB declaring 10^8 ids (a constant column compresses to
+    # nothing) made verify() of an 8-sample dataset allocate 5.6 GB
+    append(local_uri, *(f"s{i}" for i in range(8)))
+    store = open_store(local_uri)
+    manifest = read_manifest(store)
+    run = manifest.id_runs[0]
+    n = 1 << 21
+    table = pa.table(
+        {"hash": np.zeros(n, np.int64), "part": np.full(n, 1, np.int64)},
+        schema=RUN_SCHEMA,
+    )
+    data = write_part(table, row_group_size=RUN_ROW_GROUP)
+    assert len(data) < n // 16
+    store.put(run.path, data)
+    path = Path(local_uri, version_path(1))
+    raw = json.loads(path.read_bytes())
+    raw["id_runs"][0].update(num_ids=n, size=len(data))
+    path.write_text(json.dumps(raw))
+    problems = Dataset.open(local_uri).verify().problems
+    assert [p.kind for p in problems] == ["id-run"]
+    assert f"claims {n} ids in {len(data)} bytes" in problems[0].message
+    with pytest.raises(RunMismatchError, match="claims"):
+        read_run(store, read_manifest(store).id_runs[0])
+    with pytest.raises(DuplicateSampleError, match="s3"):
+        append(local_uri, "s3")
+    append(local_uri, "s8")
+    assert Dataset.open(local_uri).verify().ok
