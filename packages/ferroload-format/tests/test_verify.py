@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ferroload_format import Dataset, DatasetDamagedError, LayerWriter, Writer
+from ferroload_format import Dataset, DatasetDamagedError, LayerWriter, Writer, _shard_lists
 from ferroload_format._paths import version_path
 
 from .conftest import WriteFn
@@ -243,6 +243,31 @@ def test_verify_compares_an_index_part_with_its_recorded_size(local_uri: str) ->
         ("index-part", ds.manifest.index_parts[1].path)
     ]
     assert "the manifest says 1000000000000000" in report.problems[0].message
+
+
+def test_verify_adds_up_the_shard_bytes_of_a_shard_list(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ferroload info` counts a list's recorded `shard_bytes`: a list recording 10^18
+    (909,494.7 TiB) passed verify, whose records and shards were right. The list's reader
+    now refuses it, and verify, which reads every list again, reports it."""
+    monkeypatch.setattr(_shard_lists, "MAX_INLINE_SHARDS", 2)
+    for k in range(4):
+        with Writer(local_uri, "lists", shard_size=1) as w:
+            w.declare("blob", "bin")
+            w.add(f"s{k}", {"blob": b"payload" * (k + 1)}, {})
+    ds = Dataset.open(local_uri)
+    assert ds.manifest.shard_lists and ds.verify().ok
+    mpath = Path(local_uri, version_path(ds.version))
+    manifest = json.loads(mpath.read_bytes())
+    manifest["shard_lists"][0]["shard_bytes"] = 10**18
+    mpath.write_text(json.dumps(manifest))
+    assert Dataset.open(local_uri).manifest.shard_bytes > 10**18
+    report = Dataset.open(local_uri).verify()
+    assert [(p.kind, p.shard) for p in report.problems] == [
+        ("shard-list", ds.manifest.shard_lists[0].path)
+    ]
+    assert "1000000000000000000 (shard_bytes)" in report.problems[0].message
 
 
 def test_verify_checks_an_older_version(local_uri: str) -> None:
