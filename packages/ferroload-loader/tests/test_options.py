@@ -405,6 +405,16 @@ def test_an_option_error_names_the_option_and_value() -> None:
         assert option in str(err) and repr(value) in str(err)
 
 
+def test_a_ferroloader_built_by_hand_checks_its_arguments_alike(make_dataset: MakeDataset) -> None:
+    dl = make_loader(make_dataset(10), batch_size=4, meta=["label"], out="numpy")
+    parts = (dl.source, dl.fields, dl.sampler)
+    for option, value in [("drop_last", "no"), ("pin_memory", 1), ("prefetch_bytes", True)]:
+        with pytest.raises(LoaderOptionError, match=f"{option} must be"):
+            FerroLoader(*parts, batch_size=4, out="numpy", **{option: value})
+    with pytest.raises(LoaderOptionError, match="batch_size must be a positive int, got True"):
+        FerroLoader(*parts, batch_size=True, out="numpy")
+
+
 def test_the_largest_counts_iterate_without_overflow(make_dataset: MakeDataset) -> None:
     """`world_size`, `lanes` and `shuffle_buffer` at their bounds still iterate (they were
     an OverflowError at 2**63)."""

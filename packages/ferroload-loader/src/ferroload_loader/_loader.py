@@ -26,6 +26,7 @@ from ferroload_loader._batch import (
     prepare_batch,
     window_options,
 )
+from ferroload_loader._checks import check_bool
 from ferroload_loader._fields import BatchState, Field, OnError, build_fields
 from ferroload_loader._options import (
     DEFAULT_PREFETCH_BYTES,
@@ -156,6 +157,8 @@ class FerroLoader:
         transform: Callable[..., Any] | None = None,
     ) -> None:
         check_batch_size(batch_size)
+        check_bool("drop_last", drop_last)
+        check_bool("pin_memory", pin_memory)
         check_build_options(out, on_error, prefetch_bytes, readahead_bytes)
         if out == "torch":
             _require_torch()
