@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ferroload_codec import (
+    AudioTooLongError,
     CodecUnavailableError,
     DecodeError,
     ImageTooLargeError,
@@ -91,7 +92,9 @@ from ferroload_format import (
 )
 from ferroload_loader import (
     FerroLoader,
+    LoaderOptionError,
     LoaderOptions,
+    LoaderStateError,
     LoaderStats,
     Mixture,
     RandomResizedCrop,
@@ -115,9 +118,11 @@ from ferroload_store import (
     CacheError,
     InvalidURIError,
     IOOptions,
+    NotARegularFileError,
     ObjectExistsError,
     ObjectNotFoundError,
     ObjectTruncatedError,
+    StorageOptionsError,
     Store,
     StoreError,
     StoreTimeoutError,
@@ -135,6 +140,7 @@ except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
 __all__ = [
+    "AudioTooLongError",
     "BadInputError",
     "BlockCache",
     "CacheError",
@@ -170,7 +176,9 @@ __all__ = [
     "LayerExistsError",
     "LayerInfo",
     "LayerWriter",
+    "LoaderOptionError",
     "LoaderOptions",
+    "LoaderStateError",
     "LoaderStats",
     "LocalExecutor",
     "ManifestError",
@@ -182,6 +190,7 @@ __all__ = [
     "Mixture",
     "Modality",
     "NotADatasetError",
+    "NotARegularFileError",
     "ObjectExistsError",
     "ObjectNotFoundError",
     "ObjectTruncatedError",
@@ -198,6 +207,7 @@ __all__ = [
     "ShardTruncatedError",
     "SkippedInput",
     "StaticPartitionExecutor",
+    "StorageOptionsError",
     "Store",
     "StoreError",
     "StoreTimeoutError",
