@@ -19,6 +19,7 @@ from ferroload_format import (
     Writer,
     gc,
 )
+from ferroload_format._manifest import FORMAT_MINOR
 from ferroload_format._paths import version_path
 from ferroload_store import InvalidURIError
 
@@ -153,17 +154,20 @@ def _edit_text(root: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+MINOR = f'"format_minor": {FORMAT_MINOR}'
+
+
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
         ('"version": 1', '"version": 1' + "0" * 5000, "version holds an integer of 5001 digits"),
         ('"size": ', '"size": Infinity, "x": ', r"shards\[0\].size holds Infinity"),
         ('"extensions": {}', '"extensions": {"a": [NaN]}', r"extensions.a\[0\] holds NaN"),
-        ('"format_minor": 3', '"format_minor": 1e999', "format_minor holds 1e999, out of"),
-        ('"format_minor": 3', '"format_minor": -Infinity', "format_minor holds -Infinity"),
+        (MINOR, '"format_minor": 1e999', "format_minor holds 1e999, out of"),
+        (MINOR, '"format_minor": -Infinity', "format_minor holds -Infinity"),
         ('"statistics": {', '"statistics": {"z": -' + "9" * 4400 + ",", "statistics.z holds an"),
         ('"parent_version": null', '"parent_version": "1"', "parent_version must be a non-neg"),
-        ('"format_minor": 3', '"format_minor": "3"', "format_minor must be a non-negative"),
+        (MINOR, '"format_minor": "3"', "format_minor must be a non-negative"),
         ('"format_version": 1', '"format_version": true', "no integer format_version"),
     ],
 )

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "ferroload"
 FORMAT_VERSION = 1
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 #: The major version of a manifest that uses a feature readers must know
 #: (`required_features`, docs/format.md §6.2): ferroload before format 1.3 refuses it.
 FORMAT_VERSION_FEATURES = 2
