@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -16,15 +14,9 @@ import pytest
 from ferroload_format import Dataset, Writer, gc
 from ferroload_store import open_store
 
-CHILD = Path(__file__).with_name("_child_writer.py")
+from .conftest import spawn_writer
 
-
-def spawn(uri: str, first: int, count: int, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), uri, str(first), str(count), *args],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+spawn = spawn_writer
 
 
 def glob_count(root: str) -> int:

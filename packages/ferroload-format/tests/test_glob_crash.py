@@ -10,8 +10,6 @@ import json
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import timedelta
@@ -25,15 +23,7 @@ from ferroload_format._paths import INDEX_DIR, merged_part_path, part_path, vers
 from ferroload_format._versions import list_versions
 from ferroload_store import open_store
 
-CHILD = Path(__file__).with_name("_child_writer.py")
-
-
-def spawn(uri: str, first: int, count: int, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), uri, str(first), str(count), *args],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+from .conftest import spawn_writer
 
 
 def append(uri: str, first: int, count: int, mode: str = "append") -> None:
@@ -92,7 +82,7 @@ def settled(uri: str) -> None:
 def test_a_merge_killed_at_any_step_leaves_the_glob_a_version(local_uri: str, point: str) -> None:
     append(local_uri, 0, 10)
     append(local_uri, 10, 5)  # merges part 1
-    proc = spawn(local_uri, 100, 25, "--crash-at", point)  # merges again
+    proc = spawn_writer(local_uri, 100, 25, "--crash-at", point)  # merges again
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     ds = Dataset.open(local_uri)
@@ -119,7 +109,7 @@ def test_an_overwrite_killed_at_any_step_never_shows_two_versions(
     for first, count in ((0, 10), (10, 5), (15, 3), (18, 30)):
         append(local_uri, first, count)
     assert len(list(Path(local_uri, "index").iterdir())) == 4  # one file a version
-    proc = spawn(local_uri, 500, 7, "--crash-at", point, "--mode", "overwrite")
+    proc = spawn_writer(local_uri, 500, 7, "--crash-at", point, "--mode", "overwrite")
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     shown = check_glob(local_uri, where=point)
@@ -146,7 +136,7 @@ def test_kill_9_at_random_moments_of_appends_merges_and_overwrites(local_uri: st
     first = 1000
     for trial in range(10):
         count = 1 + trial % 3
-        proc = spawn(
+        proc = spawn_writer(
             local_uri, first, count, "--loop", "500", "--overwrite-every", "7", "--prefix", "k"
         )
         # past the interpreter's start-up (the first commit), then a random moment
