@@ -303,8 +303,10 @@ class Dataset(DatasetBase):
         `compact`) on top of this version. The shards and layers are kept as they are,
         in the same order; the shards' records move into one shard list (all inline when
         there are at most 256; docs/format.md §6.2), and a version with one part but
-        several shard lists is compacted for them alone. The old parts leave the `index/part-*.parquet` glob (readers of older versions
-        still find them) and are deleted by `gc` once no kept version references them.
+        several shard lists is compacted for them alone. The new part lives outside the
+        `index/part-*.parquet` glob, which keeps one file per version that added rows
+        (the same rows); the old parts stay for readers of older versions and are deleted
+        by `gc` once no kept version references them.
         A writer appending at the same time either lands on top of the compacted version
         or, if it committed first, makes `compact` fail: open the dataset again and
         compact that.
