@@ -37,7 +37,7 @@ from ferroload_catalog._errors import (
 )
 from ferroload_catalog._options import resolve_options, storable_options
 from ferroload_core import backoff_delay
-from ferroload_format import Dataset
+from ferroload_format import Dataset, hide_progress_bar
 from ferroload_store import normalize_storage_options
 
 #: Seconds an operation waits for another process to release the catalog file.
@@ -236,7 +236,7 @@ class Catalog:
                 except duckdb.Error as exc:
                     raise _cannot_open("the catalog", self._path, exc) from exc
             try:
-                con.execute("SET enable_progress_bar = false")  # never drawn on stdout
+                hide_progress_bar(con)  # never drawn on stdout
                 con.execute(_SCHEMA)
                 yield con
             finally:

@@ -53,6 +53,7 @@ from ferroload_format._index import ROW_GROUP_SIZE
 from ferroload_format._index_arrays import ModalityArrays, arrow_array, numpy_column
 from ferroload_format._layers import LayerWriter
 from ferroload_format._manifest import FORMAT_MINOR, FORMAT_VERSION, MAX_MANIFEST_DEPTH, Manifest
+from ferroload_format._progress_bar import hide_progress_bar
 from ferroload_format._records import IdRun, IndexPart, LayerInfo, Modality, ShardInfo, ShardList
 from ferroload_format._types import MAX_METADATA_DEPTH, type_from_json, type_to_json
 from ferroload_format._verify_report import Problem, VerifyReport
@@ -122,6 +123,7 @@ __all__ = [
     "__version__",
     "arrow_array",
     "gc",
+    "hide_progress_bar",
     "latest_version",
     "list_versions",
     "numpy_column",

@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from ferroload_format._progress_bar import hide_progress_bar
+
 T = TypeVar("T")
 
 #: The table a query reads.
@@ -87,7 +89,7 @@ def connect() -> duckdb.DuckDBPyConnection:
         },
     )
     try:
-        con.execute("SET enable_progress_bar = false")  # a session setting, not a config one
+        hide_progress_bar(con)  # a session setting, not a config one
         con.execute("SET lock_configuration = true")
     except BaseException:
         con.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ferroload_loader._checks import (
     INT64_MAX,
@@ -34,8 +34,31 @@ from ferroload_loader._checks import (
 )
 from ferroload_loader._errors import LoaderStateError
 
-if TYPE_CHECKING:
-    from ferroload_loader._sampler import Sampler
+
+class Sampler(Protocol):
+    """What a state is checked against: a `_sampler.Sampler`'s items, order, lanes and
+    bucketing (a protocol, so that `_sampler`, which checks its states here, is not
+    imported back)."""
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def num_items(self) -> int: ...
+
+    @property
+    def lanes(self) -> int: ...
+
+    @property
+    def _lanes_given(self) -> bool: ...
+
+    @property
+    def epoch_items(self) -> int: ...
+
+    def _bucket_state(self) -> dict[str, Any] | None: ...
+
+    def remaining(self, consumed: int | None = None) -> int: ...
+
 
 #: The version of a sampler's state. 3: the Feistel bijections work on the next power of
 #: two (2: the next even power of two; 1: the materialised orders before them): an older

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ferroload_core import FerroloadError, available_cpus
+from ferroload_format import hide_progress_bar
 
 if TYPE_CHECKING:
     import torch
@@ -301,7 +302,7 @@ def _write_and_query(
     print("plain DuckDB, without ferroload:", file=out)
     print(f"  {query}", file=out)
     with duckdb.connect() as con:
-        con.execute("SET enable_progress_bar = false")  # the demo prints only to `out`
+        hide_progress_bar(con)  # the demo prints only to `out`
         relation = con.sql(query)
         print(relation, file=out)
         rows = relation.fetchall()
