@@ -19,8 +19,8 @@ def hide_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
         >>> import duckdb
         >>> con = duckdb.connect()
         >>> hide_progress_bar(con)
-        >>> con.sql("SELECT current_setting('enable_progress_bar')").fetchone()
-        (False,)
+        >>> con.sql("SELECT current_setting('enable_progress_bar')").fetchall()
+        [(False,)]
     """
     import duckdb
 
