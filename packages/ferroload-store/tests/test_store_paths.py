@@ -184,6 +184,7 @@ def test_only_regular_files_are_read(tmp_path: Path, kind: str) -> None:
             lambda k: store.get_ranges(k, [0], [4]),
             lambda k: store.head(k),
             lambda k: store.local_path(k),
+            lambda k: store.map_local(k),
             lambda k: store.open_input(k),
         ):
             with pytest.raises(NotARegularFileError, match=f"is {words}, not a regular file") as e:
@@ -199,3 +200,10 @@ def test_only_regular_files_are_read(tmp_path: Path, kind: str) -> None:
         store.put("index/part.parquet", b"new")  # a put replaces it, as any object
         assert store.get("index/part.parquet") == b"new"
     assert store.local_path("index/missing.parquet") == (root / "index" / "missing.parquet")
+    # a reader that takes a buffer reads the very file the store checked
+    assert bytes(store.map_local("index/ok.parquet") or b"x") == b"ok"
+    store.put("index/empty.parquet", b"")
+    assert store.map_local("index/empty.parquet") == b""
+    with pytest.raises(ObjectNotFoundError):
+        store.map_local("index/missing.parquet")
+    assert open_store(f"memory://{tmp_path.name}/x").map_local("a") is None

@@ -103,12 +103,12 @@ def write_run(
 def _open(store: Store, run: IdRun) -> pq.ParquetFile:
     """The run's Parquet file, its footer checked (`_check_footer`) before any row is
     read."""
-    local = store.local_path(run.path)
-    if local is not None:
-        size = local.stat().st_size
+    mapped = store.map_local(run.path)  # the file the store checked, not one opened by name
+    if mapped is not None:
+        size = len(mapped)
         if size != run.size:
             raise _mismatch(store, run, f"is {size} bytes, its record says {run.size}")
-        pf = pq.ParquetFile(local, memory_map=True)
+        pf = pq.ParquetFile(pa.BufferReader(mapped))
     else:
         pf = pq.ParquetFile(RangeFile(store, run.path, size=run.size))
     _check_footer(store, run, pf)

@@ -16,6 +16,7 @@ from ferroload_format._errors import ManifestError
 from ferroload_format._index_arrays import ModalityArrays, numpy_column, typed_column
 from ferroload_format._manifest import Manifest
 from ferroload_format._part_files import (
+    LocalMaps,
     Opened,
     PartFiles,
     check_part_rows,
@@ -83,7 +84,7 @@ class GroupReader:
         self._lookups: dict[str, dict[str, int]] = {}
         # the last plan: a loader reads several columns of the same rows in turn
         self._last_plan: tuple[str, int, int, RowPlan] | None = None
-        self._local: dict[int, str] = {}  # opened local part -> its path
+        self._local: LocalMaps = {}  # opened local part -> its memory map
 
     def scope(self, layer: LayerInfo | None) -> Scope:
         """The parts of the base (None) or of `layer`, their row counts checked."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -110,10 +111,10 @@ def _read_part_table(
     last_exc: Exception | None = None
     for key in (part.path, part.staged, part.path):
         try:
-            local = store.local_path(key)
-            if local is not None:
+            mapped = store.map_local(key)
+            if mapped is not None:
                 # ParquetFile, not read_table: that imports pyarrow.dataset (and pandas)
-                pf = pq.ParquetFile(local, memory_map=True, **kwargs)
+                pf = pq.ParquetFile(pa.BufferReader(mapped), **kwargs)
                 return pf.read(columns=columns)
             if files is None:
                 with RangeFile(store, key, size=part.size) as f:
@@ -159,9 +160,9 @@ def open_part(
         if entry is not None:
             return entry
         try:
-            local = store.local_path(key)
-            if local is not None:
-                entry = (pq.ParquetFile(local, memory_map=True), None)
+            mapped = store.map_local(key)
+            if mapped is not None:  # the file the store checked, not one opened by name
+                entry = (pq.ParquetFile(pa.BufferReader(mapped)), None)
             else:
                 f = _PartFile(store, key, size=part.size, version=f"v{part.version}-s{part.size}")
                 entry = (pq.ParquetFile(f), f)
@@ -224,23 +225,27 @@ def _forget(f: RangeFile) -> None:
         f.forget()
 
 
-def own_file(store: Store, files: PartFiles, local: dict[int, str], opened: Opened) -> Opened:
+#: The memory map of each local part opened (`Store.map_local`), by `id` of its `Opened`.
+LocalMaps = dict[int, "mmap.mmap | bytes"]
+
+
+def own_file(store: Store, files: PartFiles, local: LocalMaps, opened: Opened) -> Opened:
     """A file of the part `opened` for one read (with the part's footer, not read
-    again): reads in several threads share nothing but the footer. A local part is
-    memory-mapped again (its path found in `files` once, then kept in `local`), an
-    object-store part gets a `RangeFile` of its own."""
+    again): reads in several threads share nothing but the footer. A local part gets a
+    reader of its own over its memory map (mapped once, then kept in `local`), an
+    object-store part a `RangeFile` of its own."""
     pf, f = opened
     if isinstance(f, _PartFile):
         own = f.again()
         return pq.ParquetFile(own, metadata=pf.metadata), own
-    path = local.get(id(opened))
-    if path is None:
+    mapped = local.get(id(opened))
+    if mapped is None:
         key = next((k[0] for k, v in list(files.items()) if v is opened), None)
-        found = None if key is None else store.local_path(key)
+        found = None if key is None else store.map_local(key)
         if found is None:
             return opened  # not found again (cannot happen): the shared file
-        path = local[id(opened)] = str(found)
-    return pq.ParquetFile(path, memory_map=True, metadata=pf.metadata), None
+        mapped = local[id(opened)] = found
+    return pq.ParquetFile(pa.BufferReader(mapped), metadata=pf.metadata), None
 
 
 def read_chunks(

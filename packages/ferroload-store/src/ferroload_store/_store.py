@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -127,6 +128,30 @@ class Store:
         except ObjectNotFoundError:  # missing: the reader says so, as before
             pass
         return real
+
+    def map_local(self, path: str) -> mmap.mmap | bytes | None:
+        """The bytes of `path` as a read-only memory map (an empty file: `b""`), or None
+        when the store is not local: for a reader that takes a buffer (pyarrow's
+        `BufferReader`) instead of opening the file by name, so that what it reads is the
+        very file the store checked, opened the way the store opens files (no symlink out
+        of the root, never blocking, a regular file only).
+
+        Raises:
+            UnsafePathError: if `path` is unsafe or resolves outside the root.
+            ObjectNotFoundError: if it does not exist.
+            NotARegularFileError: (an `ObjectNotFoundError`) if it names a FIFO, a
+                device, a socket or a folder.
+        """
+        if self._disk is None:
+            return None
+        with self._errors(path, "open"):
+            fd = self._disk.open(path)
+            try:
+                if os.fstat(fd).st_size == 0:
+                    return b""
+                return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
