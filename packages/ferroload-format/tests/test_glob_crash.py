@@ -134,7 +134,7 @@ def test_kill_9_at_random_moments_of_appends_merges_and_overwrites(local_uri: st
     rng = random.Random(31)
     landed: Counter[str] = Counter()
     first = 1000
-    for trial in range(10):
+    for trial in range(6):
         count = 1 + trial % 3
         proc = spawn_writer(
             local_uri, first, count, "--loop", "500", "--overwrite-every", "7", "--prefix", "k"
@@ -145,14 +145,14 @@ def test_kill_9_at_random_moments_of_appends_merges_and_overwrites(local_uri: st
         deadline = time.monotonic() + 60
         while len(list(versions.iterdir())) == start and time.monotonic() < deadline:
             time.sleep(0.01)
-        time.sleep(rng.uniform(0, 1.5))
+        time.sleep(rng.uniform(0, 1.2))
         proc.kill()
         proc.communicate(timeout=60)
         first += 500 * count
         shown = check_glob(local_uri, where=f"trial {trial}")
         landed["barrier" if shown is None else "version"] += 1
     # how many commits the kills interrupted is up to the machine; every check held
-    assert Dataset.open(local_uri).version > 10
+    assert Dataset.open(local_uri).version > 6
     append(local_uri, 10**6, 1)
     settled(local_uri)
     gc(local_uri, grace=timedelta(0))
