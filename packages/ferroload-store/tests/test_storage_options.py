@@ -263,6 +263,7 @@ def test_good_values_still_open() -> None:
         {"endpoint": "http://127.0.0.1:9000", "region": "us-east-1"},
         {"endpoint": "https://user@minio.local:9000/prefix", "bucket": "b"},
         {"endpoint_url": "http://[::1]:9000"},
+        {"aws_session_token": ""},  # an empty token, as fsspec users pass it
     ):
         assert open_store(S3, storage_options={**_KEYS_AB, **options}, cache=None).uri == S3
 

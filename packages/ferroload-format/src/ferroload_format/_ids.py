@@ -40,10 +40,11 @@ logger = logging.getLogger(__name__)
 
 #: Rows per row group of a run file: a lookup reads one group per hit.
 RUN_ROW_GROUP = 32_768
-#: A run takes at least this many bytes an id: its hashes are distinct 64-bit values
-#: (about 9.4 bytes each as written, and no fewer than 4 for 2^32 of them), so a run
-#: that claims more ids than its bytes allow (a constant column compresses to nothing:
-#: 10^8 rows in 775 KB) is refused before any of it is read.
+#: A run that claims more ids than this allows for its bytes is refused before any of it
+#: is read (a constant column compresses to nothing: 10^8 rows in 775 KB). Its hashes are
+#: distinct 64-bit values, about 9.4 bytes each as written and no fewer than 4 for 2^32
+#: of them; 1 byte an id leaves a margin of 4 below that floor, and bounds what reading
+#: a run allocates to about 16 bytes a byte of the file.
 MIN_RUN_BYTES_PER_ID = 1
 _SCHEMA = pa.schema([pa.field("hash", pa.int64(), False), pa.field("part", pa.int64(), False)])
 

@@ -322,6 +322,8 @@ def _check_value(uri: str, key: str, given: str, value: Any) -> None:
     if key in _PASS_THROUGH or _client_key(key) is not None or not isinstance(value, str):
         return
     problem = ""
+    if key not in URL_KEYS and key not in _NAME_KEYS:
+        return  # an empty token or secret is the caller's to give (a panic is a StoreError)
     if not value.strip():
         problem = "is empty"
     elif key in URL_KEYS:

@@ -455,7 +455,13 @@ class Store:
                 )
             except ObjectExistsError:
                 if self._disk is not None:  # a FIFO or a device there is no object taken
-                    os.close(self._disk.open(path))  # raises NotARegularFileError
+                    try:
+                        with self._errors(path, "open"):
+                            os.close(self._disk.open(path))
+                    except NotARegularFileError:
+                        raise
+                    except OSError:
+                        pass  # gone or unreadable since: the object existed all the same
                 raise
         self.stats.add(put_requests=1, bytes_written=len(payload))
 
