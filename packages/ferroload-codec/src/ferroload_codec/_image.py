@@ -35,6 +35,7 @@ from ferroload_codec._resize import (
     INTERPOLATIONS,
     ImageResize,
     Interpolation,
+    check_max_pixels,
     check_size,
 )
 from ferroload_codec._sniff import (
@@ -179,8 +180,7 @@ class ImageDecoder(ImagePaths):
         mean: float | Sequence[float] | None = None,
         std: float | Sequence[float] | None = None,
     ) -> None:
-        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
-            raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
+        check_max_pixels(max_pixels)
         dims = check_size(size, max_pixels)
         if mode not in CHANNELS:
             raise ValueError(f"mode must be one of {', '.join(CHANNELS)}, got {mode!r}")

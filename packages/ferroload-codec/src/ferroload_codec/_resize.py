@@ -19,6 +19,17 @@ IMAGE_RESIZE_MODES = (*RESIZE_MODES, "random")
 INTERPOLATIONS = ("bilinear", "bicubic", "area", "nearest")
 
 
+def check_max_pixels(max_pixels: object) -> int:
+    """`max_pixels`, which must be a positive int (not a bool).
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
+        raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
+    return max_pixels
+
+
 def check_size(size: object, max_pixels: int) -> tuple[int, int] | None:
     """An output `size` as `(height, width)` (an int is a square, None stays None).
 

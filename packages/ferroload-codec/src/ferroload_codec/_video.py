@@ -43,6 +43,7 @@ from ferroload_codec._resize import (
     RESIZE_MODES,
     Interpolation,
     ResizeMode,
+    check_max_pixels,
     check_size,
     geometry,
     resize_into,
@@ -56,9 +57,8 @@ from ferroload_codec._video_frames import (
     _fetch,
     _index,
     _last,
-    _open,
+    _opener,
     _Stats,
-    _video_stream,
     too_large,
 )
 
@@ -189,8 +189,7 @@ def _check_options(
         )
     if mode not in CHANNELS:
         raise ValueError(f"mode must be one of {', '.join(CHANNELS)}, got {mode!r}")
-    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
-        raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
+    check_max_pixels(max_pixels)
     if (
         isinstance(codec_threads, bool)
         or not isinstance(codec_threads, int)
@@ -306,12 +305,7 @@ def decode_video(
     _last.stats = stats
     try:
         with contextlib.ExitStack() as stack:
-
-            def reopen() -> tuple[Any, Any]:
-                container = stack.enter_context(_open(av, buf, sample_id))
-                stream = _video_stream(container, sample_id, codec_threads, max_pixels=max_pixels)
-                return container, stream
-
+            reopen = _opener(stack, av, buf, sample_id, max_pixels, codec_threads)
             container, stream = reopen()
             _check_header(stream, max_pixels, sample_id)
             index = _index(container, stream, sample_id)
@@ -380,16 +374,12 @@ def video_info(
         >>> info.num_frames, info.fps, info.width, info.height, info.codec
         (45, 30.0, 64, 48, 'mpeg4')
     """
-    _check_options(1, "uniform", 1, None, "exact", "bilinear", "RGB", max_pixels)
+    check_max_pixels(max_pixels)
     buf = as_buffer(data, sample_id, _FORMAT)
     av = _av()
     try:
         with contextlib.ExitStack() as stack:
-
-            def reopen() -> tuple[Any, Any]:
-                container = stack.enter_context(_open(av, buf, sample_id))
-                return container, _video_stream(container, sample_id, max_pixels=max_pixels)
-
+            reopen = _opener(stack, av, buf, sample_id, max_pixels)
             container, stream = reopen()
             _check_header(stream, max_pixels, sample_id)
             codec = str(stream.codec_context.codec.canonical_name)  # av1, not libdav1d

@@ -8,6 +8,7 @@ when no keyframe lies in between). Used by `_video.decode_video` and `_video.vid
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import logging
 import threading
@@ -133,6 +134,24 @@ def ffmpeg_max_pixels(max_pixels: int) -> int:
     then checked exactly (`_Cursor`).
     """
     return min(2**31 - 1, max_pixels + 128 * min(max_pixels + 1, 131_072) + 16_384)
+
+
+def _opener(
+    stack: contextlib.ExitStack[Any],
+    av: Any,
+    buf: bytes | bytearray | memoryview,
+    sid: str | None,
+    max_pixels: int,
+    codec_threads: int = 1,
+) -> Callable[[], tuple[Any, Any]]:
+    """A function that opens `buf` (again: a cursor reopens to seek back) as a container
+    closed with `stack`, and its video stream (`_video_stream`)."""
+
+    def reopen() -> tuple[Any, Any]:
+        container = stack.enter_context(_open(av, buf, sid))
+        return container, _video_stream(container, sid, codec_threads, max_pixels=max_pixels)
+
+    return reopen
 
 
 def _video_stream(
