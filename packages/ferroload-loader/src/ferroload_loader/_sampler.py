@@ -389,11 +389,16 @@ class Sampler:
     def restore(self, position: SamplerPosition) -> None:
         """Continue from a checked state's position (`load_state_dict` checks it)."""
         if position.lanes is not None:
-            self.lanes = position.lanes
+            self.set_lanes(position.lanes)
         self.seed = position.seed
         self._cache = None
         self._move(position.epoch, position.consumed)
         self._resume, self._finished = True, False
+
+    def set_lanes(self, lanes: int) -> None:
+        """Go on in a restored streaming state's `lanes` (checked by `_state`); the
+        epoch's order is built again."""
+        self.lanes, self._cache = lanes, None
 
     def __repr__(self) -> str:
         return (

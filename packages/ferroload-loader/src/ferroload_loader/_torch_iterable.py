@@ -324,7 +324,7 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         )  # fmt: skip
         at = pos.sampler
         if at.lanes is not None:  # a streaming state's order goes on in its own lanes
-            self._sampler.lanes, self._sampler._cache = at.lanes, None
+            self._sampler.set_lanes(at.lanes)
         if worker is not None:
             self._local = (at.seed, at.epoch, at.consumed, pos.batches)
         else:
