@@ -33,6 +33,7 @@ from ferroload_format._errors import (
     InvalidSampleIdError,
     LayerExistsError,
     ManifestError,
+    NeedsUpgradeError,
     NotADatasetError,
     PayloadRangeError,
     QueryError,
@@ -55,6 +56,7 @@ from ferroload_format._layers import LayerWriter
 from ferroload_format._manifest import FORMAT_MINOR, FORMAT_VERSION, MAX_MANIFEST_DEPTH, Manifest
 from ferroload_format._progress_bar import hide_progress_bar
 from ferroload_format._records import IdRun, IndexPart, LayerInfo, Modality, ShardInfo, ShardList
+from ferroload_format._rs011_upgrade import UpgradeReport, upgrade
 from ferroload_format._types import MAX_METADATA_DEPTH, type_from_json, type_to_json
 from ferroload_format._verify_report import Problem, VerifyReport
 from ferroload_format._versions import latest_version, list_versions, read_manifest
@@ -100,6 +102,7 @@ __all__ = [
     "ManifestError",
     "Modality",
     "ModalityArrays",
+    "NeedsUpgradeError",
     "NotADatasetError",
     "PayloadRangeError",
     "Problem",
@@ -114,6 +117,7 @@ __all__ = [
     "UndeclaredModalityError",
     "UnsafeQueryError",
     "UnsupportedFormatVersionError",
+    "UpgradeReport",
     "VerifyReport",
     "VersionInfo",
     "VersionNotFoundError",
@@ -130,4 +134,5 @@ __all__ = [
     "read_manifest",
     "type_from_json",
     "type_to_json",
+    "upgrade",
 ]

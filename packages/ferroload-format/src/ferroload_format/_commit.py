@@ -62,6 +62,7 @@ from ferroload_format._publish import (
     settle_retirement,
 )
 from ferroload_format._records import IdRun, IndexPart
+from ferroload_format._rs011 import refuse_write
 from ferroload_format._shard_lists import spill
 from ferroload_format._tiers import MERGE_FACTOR, newest_taken
 from ferroload_format._versions import latest_version, read_manifest, write_hint
@@ -102,6 +103,7 @@ def claim_version(store: Store, manifest: Manifest) -> bool:
         False (and logs it) when a concurrent writer took the version number first;
         the caller re-reads the latest version and retries.
     """
+    refuse_write(manifest, store.uri, "a commit")
     try:
         store.put_if_absent(version_path(manifest.version), manifest.to_bytes())
     except ObjectExistsError:

@@ -19,6 +19,7 @@ from ferroload_format._part_schema import read_part_as
 from ferroload_format._paths import merged_part_path, staged_part_path
 from ferroload_format._publish import ensure_published, has_glob_merges, retire_replaced_parts
 from ferroload_format._records import IndexPart
+from ferroload_format._rs011 import refuse_write
 from ferroload_format._shard_lists import fold
 from ferroload_format._versions import read_manifest, write_hint
 from ferroload_store import ObjectExistsError, Store
@@ -45,6 +46,7 @@ def compact_store(store: Store, manifest: Manifest) -> Manifest:
         CommitConflictError: another version was committed after `manifest` (nothing of
             the compaction is committed; run it again).
     """
+    refuse_write(manifest, store.uri, "compact")
     lists = len(manifest.shard_lists) + (1 if manifest.inline_shards else 0)
     if len(manifest.index_parts) <= 1 and (lists <= 1 or not manifest.shard_lists):
         return manifest

@@ -56,6 +56,11 @@ class UnsupportedFormatVersionError(ManifestError):
     """The dataset was written in a format version this ferroload cannot read."""
 
 
+class NeedsUpgradeError(FormatError, PermissionError):
+    """A write (append, map, compact, gc, ...) on a dataset written by ferroload-rs 0.1.1:
+    readers read it as it is, writers need it upgraded first (`ferroload upgrade ROOT`)."""
+
+
 class InvalidSampleIdError(FormatError, ValueError):
     """A sample id that could escape the shard or confuse WebDataset."""
 

@@ -34,6 +34,7 @@ from ferroload_format._publish import (
     retire_replaced_parts,
 )
 from ferroload_format._records import ShardList
+from ferroload_format._rs011 import refuse_write
 from ferroload_format._shard_lists import read_shard_list
 from ferroload_format._versions import list_versions, read_manifest
 from ferroload_store import ObjectInfo, Store, StoreError, open_store
@@ -115,6 +116,7 @@ def gc(
         uri, storage_options = resolve_uri(uri, storage_options)
     store = open_store(uri, storage_options=storage_options)
     latest = read_manifest(store)
+    refuse_write(latest, store.uri, "gc")  # every 0.1.1 file would look like a leftover
     report = GcReport(store.uri, dry_run=dry_run)
     if not dry_run:
         report.published = ensure_published(store, latest, settle=False)  # retired below

@@ -39,6 +39,7 @@ from ferroload_format._layer_parts import (
 from ferroload_format._layer_staging import stage_partition
 from ferroload_format._manifest import Manifest
 from ferroload_format._records import Modality
+from ferroload_format._rs011 import refuse_write
 from ferroload_format._versions import read_manifest
 from ferroload_store import Store
 
@@ -123,6 +124,7 @@ class LayerWriter:
             bool(overwrite),
         )
         self._base = ds.manifest
+        refuse_write(ds.manifest, ds.uri, "adding a layer (map)")
         check_names(self._schema, ds.manifest)
         latest = read_manifest(self._store)
         check_existing(self._schema, self.identity, self.overwrite, latest)

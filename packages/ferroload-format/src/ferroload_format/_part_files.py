@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from ferroload_format._errors import ManifestError
 from ferroload_format._records import IndexPart
+from ferroload_format._rs011 import part_bytes
 from ferroload_store import ObjectNotFoundError, RangeFile, Store
 
 #: Threads that read the row groups of one large read (16 groups each) side by side.
@@ -26,6 +27,14 @@ _GROUPS_PER_READ = 16
 PartFiles = dict[tuple[str, tuple[str, ...]], tuple[pq.ParquetFile, "RangeFile | None"]]
 #: An index part opened by `open_part`.
 Opened = tuple[pq.ParquetFile, "RangeFile | None"]
+
+
+def _at_hand(store: Store, key: str) -> mmap.mmap | bytes | None:
+    """The bytes of index part `key` when no request is needed: a local file's memory map
+    (`Store.map_local`), or a part translated from a ferroload-rs 0.1.1 index
+    (`_rs011.part_bytes`, docs/format.md §11)."""
+    translated = part_bytes(store, key)
+    return translated if translated is not None else store.map_local(key)
 
 
 def column_chunks(
@@ -111,7 +120,7 @@ def _read_part_table(
     last_exc: Exception | None = None
     for key in (part.path, part.staged, part.path):
         try:
-            mapped = store.map_local(key)
+            mapped = _at_hand(store, key)
             if mapped is not None:
                 # ParquetFile, not read_table: that imports pyarrow.dataset (and pandas)
                 pf = pq.ParquetFile(pa.BufferReader(mapped), **kwargs)
@@ -160,7 +169,7 @@ def open_part(
         if entry is not None:
             return entry
         try:
-            mapped = store.map_local(key)
+            mapped = _at_hand(store, key)
             if mapped is not None:  # the file the store checked, not one opened by name
                 entry = (pq.ParquetFile(pa.BufferReader(mapped)), None)
             else:
@@ -241,7 +250,7 @@ def own_file(store: Store, files: PartFiles, local: LocalMaps, opened: Opened) -
     mapped = local.get(id(opened))
     if mapped is None:
         key = next((k[0] for k, v in list(files.items()) if v is opened), None)
-        found = None if key is None else store.map_local(key)
+        found = None if key is None else _at_hand(store, key)
         if found is None:
             return opened  # not found again (cannot happen): the shared file
         mapped = local[id(opened)] = found

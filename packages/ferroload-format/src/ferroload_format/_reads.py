@@ -24,6 +24,7 @@ from ferroload_format._errors import (
 from ferroload_format._index_arrays import ModalityArrays
 from ferroload_format._index_columns import IndexColumns
 from ferroload_format._manifest import Manifest
+from ferroload_format._rs011 import NO_CHECKSUMS
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store
 
 
@@ -44,7 +45,8 @@ class SampleReader:
         self.store = store
         self.uri = store.uri
         self.index = index
-        self.verify = verify
+        # a version without checksums (ferroload-rs 0.1.1 recorded none) has none to check
+        self.verify = verify and manifest.checksum_algorithm != NO_CHECKSUMS
         # base then layer modalities and metadata columns (docs/format.md §10)
         self.modalities = dict(index.modalities)
         self.meta_names = (

@@ -22,6 +22,7 @@ from ferroload_format._manifest import Manifest
 from ferroload_format._names import member_name
 from ferroload_format._part_files import PartFiles, read_part_table
 from ferroload_format._records import ShardInfo
+from ferroload_format._rs011 import MARKER, MAX_SIDE_INDEX_BYTES, NO_CHECKSUMS, side_members
 from ferroload_format._shard_lists import shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_format._verify_index import (
@@ -66,6 +67,11 @@ def _side_index(
     store: Store, shard: ShardInfo, report: VerifyReport
 ) -> dict[str, tuple[int, int, int]]:
     try:
+        if MARKER in shard.extra:  # ferroload-rs 0.1.1's JSON side index
+            size = store.head(shard.side_index).size
+            if size > MAX_SIDE_INDEX_BYTES:
+                raise ValueError(f"it is {size} bytes; the limit is {MAX_SIDE_INDEX_BYTES}")
+            return _rs011_side(shard, store.get(shard.side_index), report)
         data = store.get(shard.side_index)
         table = pq.read_table(pa.BufferReader(data))
     except UnsafePathError as exc:
@@ -154,12 +160,14 @@ def _verify(
     # (shard, the modalities whose payloads it holds), in the order of `index.shards`
     owners = [(s, manifest.modalities) for s in shards_of(store, manifest)]
     owners += [(s, layer.modalities) for layer in manifest.layers for s in layer.shards]
+    sums = manifest.checksum_algorithm != NO_CHECKSUMS  # 0.1.1 recorded none
     for code, (shard, modalities) in enumerate(owners):
         progress(code, len(owners))
         report.shards_checked += 1
         if not _check_shard_object(store, shard, report):
             continue
         side = _side_index(store, shard, report)
+        legacy = MARKER in shard.extra
         arrays = {mod.name: index.unchecked_modality(mod.name) for mod in modalities}
         good = _check_ranges(shard, code, index, arrays, ids, report)
         for mod in modalities:
@@ -167,8 +175,13 @@ def _verify(
             rows = np.flatnonzero(good[mod.name] & (a.shard == code))
             rows = rows[np.argsort(a.offset[rows], kind="stable")]
             for sid, row in zip(ids.take(rows).to_pylist(), rows.tolist(), strict=True):
-                entry = side.get(member_name(sid, mod.name, mod.ext)) if side else None
-                want = (int(a.offset[row]), int(a.length[row]), int(a.checksum[row]))
+                want = (
+                    int(a.offset[row]),
+                    int(a.length[row]),
+                    0 if legacy else int(a.checksum[row]),
+                )
+                name = f"{want[0]}:{want[1]}" if legacy else member_name(sid, mod.name, mod.ext)
+                entry = side.get(name) if side else None
                 if side and entry != want:
                     report.problems.append(
                         Problem(
@@ -180,7 +193,7 @@ def _verify(
                             mod.name,
                         )
                     )
-            _check_payloads(store, shard, mod.name, a, rows, ids, report)
+            _check_payloads(store, shard, mod.name, a, rows, ids, report, sums)
     progress(len(owners), len(owners))
     return report
 
@@ -253,6 +266,24 @@ def _check_ranges(
     return good
 
 
+def _rs011_side(
+    shard: ShardInfo, data: bytes, report: VerifyReport
+) -> dict[str, tuple[int, int, int]]:
+    """A 0.1.1 side index (`{"members": {"<key>.<ext>": [offset, length]}}`, docs/format.md
+    §11), keyed by location: `(offset, length)` as a string, 0 for the checksum."""
+    try:
+        members = side_members(data, what=f"side index {shard.side_index}")
+    except ValueError as exc:
+        report.problems.append(Problem("side-index", shard.path, str(exc)))
+        return {}
+    for member in members:
+        try:
+            check_relative_path(member, what=f"member of side index {shard.side_index}")
+        except UnsafePathError as exc:
+            report.problems.append(Problem("unsafe-path", shard.path, str(exc)))
+    return {f"{o}:{n}": (o, n, 0) for o, n in members.values()}
+
+
 def _check_payloads(
     store: Store,
     shard: ShardInfo,
@@ -261,8 +292,10 @@ def _check_payloads(
     rows: npt.NDArray[np.int64],
     ids: pa.Array,
     report: VerifyReport,
+    sums: bool,
 ) -> None:
-    """Read the payloads of `rows` in large coalesced chunks and compare checksums."""
+    """Read the payloads of `rows` in large coalesced chunks and compare checksums (when
+    `sums`: a version without checksums only has its payloads read to the end)."""
     offsets, lengths = a.offset, a.length
     sizes = np.cumsum(lengths[rows])
     start = 0
@@ -293,7 +326,7 @@ def _check_payloads(
         for row, view in zip(chunk.tolist(), views, strict=True):
             report.payloads_checked += 1
             report.bytes_checked += len(view)
-            if xxhash.xxh3_64_intdigest(view) != int(a.checksum[row]):
+            if sums and xxhash.xxh3_64_intdigest(view) != int(a.checksum[row]):
                 sid = ids[row].as_py()
                 report.problems.append(
                     Problem(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
+from ferroload_format import _rs011
 from ferroload_format._errors import (
     DatasetNotFoundError,
     ManifestError,
@@ -25,7 +26,10 @@ def list_versions(store: Store, *, after: int = 0) -> list[int]:
     """Committed version numbers greater than `after`, ascending."""
     offset = version_path(after) if after > 0 else None
     found = (parse_version_path(o.path) for o in store.list(VERSIONS_DIR, offset=offset))
-    return sorted(v for v in found if v is not None and v > after)
+    ours = sorted(v for v in found if v is not None and v > after)
+    if ours or after > 0 or not _rs011.is_rs011_root(store):
+        return ours
+    return _rs011.legacy_versions(store)  # a ferroload-rs 0.1.1 root, read as it is
 
 
 def _read_hint(store: Store) -> int:
@@ -52,9 +56,8 @@ def latest_version(store: Store) -> int | None:
     if hint:
         # The hint points at a manifest the listing does not show: trust the listing.
         logger.warning("latest-version hint %d in %s has no manifest", hint, store.uri)
-        everything = list_versions(store)
-        return everything[-1] if everything else None
-    return None
+    everything = list_versions(store) if hint > 1 else newer  # (after=0: 0.1.1 roots too)
+    return everything[-1] if everything else None
 
 
 def write_hint(store: Store, version: int) -> None:
@@ -100,6 +103,8 @@ def read_manifest(store: Store, version: int | None = None) -> Manifest:
     try:
         data = store.get(key)
     except ObjectNotFoundError:
+        if _rs011.is_rs011_root(store):
+            return _rs011.read_manifest(store, version).bind(store)
         known = list_versions(store)
         if not known:
             raise _not_found(store) from None

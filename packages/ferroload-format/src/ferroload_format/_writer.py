@@ -32,6 +32,7 @@ from ferroload_format._names import (
 from ferroload_format._paths import staged_part_path
 from ferroload_format._pending import PendingCommit
 from ferroload_format._records import Modality
+from ferroload_format._rs011 import refuse_write
 from ferroload_format._shard_sequence import ShardSequence, sample_members
 from ferroload_format._tar import BLOCK, padding
 from ferroload_format._types import MAX_METADATA_DEPTH, type_depth, type_name, type_to_json
@@ -106,6 +107,7 @@ class Writer:
             base: Manifest | None = read_manifest(self._store)
         except DatasetNotFoundError:
             base = None
+        refuse_write(base, self.uri, f"writing (mode={mode!r})")
         if base is not None and mode == "create":
             raise exists_error(self.uri, base)
         if base is not None and name is not None and name != base.name and mode == "append":

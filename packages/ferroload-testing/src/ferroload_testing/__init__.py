@@ -38,6 +38,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ferroload_testing._moto import MotoServer
 from ferroload_testing._proxy import FaultProxy
+from ferroload_testing._rs011 import RS011_FIXTURES, RS011_NAMES, rs011_dataset
 from ferroload_testing._stats import ProxyStats
 
 try:
@@ -45,4 +46,12 @@ try:
 except PackageNotFoundError:  # pragma: no cover  (running from a source tree)
     __version__ = "0.0.0"
 
-__all__ = ["FaultProxy", "MotoServer", "ProxyStats", "__version__"]
+__all__ = [
+    "RS011_FIXTURES",
+    "RS011_NAMES",
+    "FaultProxy",
+    "MotoServer",
+    "ProxyStats",
+    "__version__",
+    "rs011_dataset",
+]
