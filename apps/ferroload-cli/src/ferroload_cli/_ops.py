@@ -175,6 +175,42 @@ def gc(
 
 @app.command(
     epilog=examples(
+        "ferroload upgrade ./pets",
+        "ferroload upgrade s3://bucket/pets --json",
+    )
+)
+def upgrade(uri: Uri, json: Json = False, storage_option: StorageOptions = None) -> None:
+    """Convert a dataset written by ferroload-rs 0.1.1 to the current format, in place:
+    index and manifests only, no shard byte rewritten (safe to stop and run again)."""
+    import ferroload
+
+    report = ferroload.upgrade(
+        uri, storage_options=storage_options(storage_option), progress=None if not json else False
+    )
+    if json:
+        r.print_json({**report.to_json(), "uri": shown_uri(report.uri)})
+        return
+    where = shown_uri(report.uri)
+    if report.status == "current":
+        r.line(f"{where} is in the current format already; nothing to do")
+        return
+    done = "upgraded" if report.status == "upgraded" else "finished upgrading"
+    r.line(
+        f"{done} {where}: {report.versions} version(s), {r.count(report.samples)}, "
+        f"read {r.size(report.bytes_read)}, wrote {r.size(report.bytes_written)} "
+        f"(no shard rewritten) in {report.seconds:.1f} s"
+    )
+    if report.renamed_keys:
+        r.line(
+            f"{report.renamed_keys} key(s) were not valid sample ids and got new ones; "
+            "the keys are in the basename column"
+        )
+    for item in report.not_kept:
+        r.line(f"note: {item}")
+
+
+@app.command(
+    epilog=examples(
         "ferroload compact ./pets",
         "ferroload compact s3://bucket/pets --json",
     )
