@@ -285,7 +285,7 @@ def _move_legacy_index(store: Store, versions: list[int], report: UpgradeReport)
 
 def _delete_legacy_originals(store: Store, versions: list[int]) -> None:
     """Delete 0.1.1's index files from their old places (the copies are read now)."""
-    olds = set()
+    olds: set[str] = set()
     for v in versions:
         raw, _ = read_legacy(store, v)
         olds.update(f.removeprefix(MOVED_DIR) for f in _legacy_files(raw))

@@ -232,7 +232,6 @@ __all__ = [
     "export_image_folder",
     "export_webdataset",
     "gc",
-    "upgrade",
     "import_hf",
     "import_image_folder",
     "import_parquet",
@@ -241,6 +240,7 @@ __all__ = [
     "map_dataset",
     "mix",
     "open_store",
+    "upgrade",
 ]
 
 #: Submodules that are attributes of `ferroload`, imported on first access.
