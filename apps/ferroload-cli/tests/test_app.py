@@ -30,6 +30,7 @@ COMMANDS = [
         "verify",
         "log",
         "gc",
+        "upgrade",
         "bench",
         "doctor",
         "demo",

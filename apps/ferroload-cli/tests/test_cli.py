@@ -1044,3 +1044,36 @@ def test_log_and_info_count_shards_without_reading_shard_lists(tmp_path: Path) -
     assert (info["num_shards"], info["size_bytes"]) == (300, size)
     line = one_error_line(run("get", str(root), "0"))
     assert "shard list" in line and "is missing" in line
+
+
+def test_a_ferroload_rs_0_1_1_root_inspects_and_upgrades(tmp_path: Path) -> None:
+    from ferroload_testing import rs011_dataset
+
+    root = str(rs011_dataset("mixed", tmp_path / "mixed"))
+    info = ok_json("info", root)
+    assert (info["num_samples"], info["version"], info["format"]) == (30, 3, "ferroload-rs 0.1.1")
+    assert "ferroload upgrade" in run("info", root).stdout
+    head = ok_json("head", root, "-n", "2")
+    assert [r["sample_id"] for r in head] == ["s0000", "s0001"]
+    rows = ok_json(
+        "sql",
+        root,
+        "SELECT label, count(*) AS n FROM samples WHERE square > 0 GROUP BY label ORDER BY label",
+    )
+    assert [r["n"] for r in rows] == [3, 3, 3, 3, 3]
+    assert ok_json("verify", root)["ok"] is True
+    from PIL import Image
+
+    (tmp_path / "src" / "cat").mkdir(parents=True)
+    Image.new("RGB", (4, 4)).save(tmp_path / "src" / "cat" / "a.png")
+    refused = one_error_line(run("import", "imagefolder", str(tmp_path / "src"), root, "--append"))
+    assert "ferroload upgrade" in refused
+    up = ok_json("upgrade", root)
+    assert (up["status"], up["versions"], up["samples"]) == ("upgraded", 3, 30)
+    assert up["bytes_read"] > 0 and up["uri"] == root
+    assert ok_json("info", root)["format"] == "ferroload"
+    assert "nothing to do" in run("upgrade", root).stdout
+    assert ok_json("verify", root)["ok"] is True
+    assert one_error_line(run("upgrade", str(tmp_path / "nothing"))).startswith(
+        "ferroload: error: "
+    )

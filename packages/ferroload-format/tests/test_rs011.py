@@ -352,3 +352,38 @@ def test_0_1_1_still_reads_an_upgraded_root(mixed: Path, rs011_python: str) -> N
         [rs011_python, "-c", code, str(mixed)], capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["30", "30", "9"]
+
+
+def test_odd_index_columns_are_manifest_errors(mixed: Path) -> None:
+    import pyarrow.parquet as pq
+
+    part = mixed / "index/part-00000.parquet"
+    t = pq.read_table(part)
+    pq.write_table(t.append_column("basename", t.column("basename")), part)
+    with pytest.raises(ManifestError, match="'basename' more than once"):
+        Dataset.open(mixed)
+    off = t.column("image_off").to_pylist()
+    off[2] = -1
+    pq.write_table(t.set_column(t.schema.get_field_index("image_off"), "image_off", pa.array(off)), part)
+    with pytest.raises(ManifestError, match="negative or half-null 'image' location"):
+        Dataset.open(mixed)
+
+
+def test_versions_keep_their_time_through_the_upgrade(mixed: Path) -> None:
+    for p in (mixed / "versions").glob("v*.json"):
+        os.utime(p, (1735787045, 1735787045))  # 2025-01-02T03:04:05Z
+    times = [v.created_at for v in Dataset.open(mixed).versions()]
+    assert times == ["2025-01-02T03:04:05.000000Z"] * 3
+    upgrade(str(mixed))
+    assert [v.created_at for v in Dataset.open(mixed).versions()] == times
+    assert json.loads((mixed / "manifest.json").read_text())["created_utc"] == times[-1]
+
+
+def test_a_side_index_member_out_of_the_root_is_a_verify_problem(mixed: Path) -> None:
+    side = mixed / "shards/shard-00000.tar.idx"
+    raw = json.loads(side.read_text())
+    raw["members"]["../../etc/passwd.jpg"] = raw["members"].pop("s0001.jpg")
+    side.write_text(json.dumps(raw))
+    problems = Dataset.open(mixed).verify().problems
+    assert [p.kind for p in problems] == ["unsafe-path"]
+    assert Dataset.open(mixed)[1]["label"] == 1  # reads go by the index, never by member name

@@ -84,6 +84,7 @@ def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) ->
             {
                 "uri": shown_uri(ds.uri),
                 "name": ds.name,
+                "format": ds.format,
                 "version": ds.version,
                 "created_at": m.created_at,
                 "num_samples": ds.num_samples,
@@ -110,6 +111,11 @@ def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) ->
             ("uri", shown_uri(ds.uri)),
             ("name", ds.name),
             ("version", f"{ds.version} ({m.created_at})"),
+            *(
+                [("format", f"{ds.format}: read as it is; `ferroload upgrade` converts it")]
+                if ds.format != "ferroload"
+                else []
+            ),
             ("samples", ds.num_samples),
             ("shards", ds.num_shards),
             ("size", f"{r.size(m.size_bytes)} ({parts}, manifest)"),

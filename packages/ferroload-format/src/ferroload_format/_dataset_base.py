@@ -16,6 +16,7 @@ from ferroload_format._manifest import Manifest
 from ferroload_format._positions import IndexLike, all_present_at, row_at, rows_at, view_shard_runs
 from ferroload_format._reads import SampleReader
 from ferroload_format._records import LayerInfo, Modality
+from ferroload_format._rs011 import is_view
 from ferroload_store import Store
 
 
@@ -65,6 +66,13 @@ class DatasetBase:
     def version(self) -> int:
         """The opened version."""
         return self._manifest.version
+
+    @property
+    def format(self) -> str:
+        """What wrote the opened version's layout: `"ferroload"`, or `"ferroload-rs 0.1.1"`
+        for a dataset of the Rust original read as it is (readable, not writable until
+        `ferroload upgrade`; docs/format.md §11)."""
+        return "ferroload-rs 0.1.1" if is_view(self._manifest) else "ferroload"
 
     @property
     def modalities(self) -> tuple[Modality, ...]:

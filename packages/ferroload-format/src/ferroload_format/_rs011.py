@@ -236,7 +236,13 @@ def _read_index(store: Store, key: str, uri: str) -> pa.Table:
         raise _error(uri, f"index file {key} is not readable Parquet: {exc}") from None
 
 
+def _one(table: pa.Table, name: str, key: str, uri: str) -> None:
+    if len(table.schema.get_all_field_indices(name)) > 1:
+        raise _error(uri, f"index file {key} has the column {name!r} more than once")
+
+
 def _ints(table: pa.Table, name: str, key: str, uri: str, *, nulls: bool = False) -> np.ndarray:
+    _one(table, name, key, uri)
     if name not in table.column_names or not pa.types.is_integer(table.schema.field(name).type):
         raise _error(uri, f"index file {key} has no integer column {name!r}")
     col = table.column(name)
@@ -250,6 +256,7 @@ def _ints(table: pa.Table, name: str, key: str, uri: str, *, nulls: bool = False
 
 
 def _strings(table: pa.Table, name: str, key: str, uri: str) -> pa.ChunkedArray:
+    _one(table, name, key, uri)
     if name not in table.column_names or not pa.types.is_string(table.schema.field(name).type):
         raise _error(uri, f"index file {key} has no string column {name!r}")
     return table.column(name)
@@ -311,8 +318,10 @@ def _locations(
     else:
         off = _ints(table, f"{name}_off", key, uri, nulls=True)
         length = _ints(table, f"{name}_len", key, uri, nulls=True)
-        present = (off >= 0) & (length >= 0)
-        if ((off < 0) != (length < 0)).any() or (off < -1).any() or (length < -1).any():
+        off_null = np.asarray(table.column(f"{name}_off").is_null(), dtype=bool)
+        len_null = np.asarray(table.column(f"{name}_len").is_null(), dtype=bool)
+        present = ~off_null & ~len_null
+        if (off_null != len_null).any() or (off[present] < 0).any() or (length[present] < 0).any():
             raise _error(uri, f"index file {key} has a negative or half-null {name!r} location")
         off = np.where(present, off, 0)
         length = np.where(present, length, 0)
@@ -377,9 +386,31 @@ def _shard_records(
     return list(records.values())
 
 
-def _created_at(store: Store, key: str) -> str:
+def _iso(value: Any) -> str | None:
+    """`value` as this format's time, when it is an ISO 8601 time (else None)."""
+    if not isinstance(value, str) or not 0 < len(value) <= 64:
+        return None
     try:
-        when = store.head(key).last_modified
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return f"{when.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%fZ}"
+
+
+def version_time(store: Store, version: int, raw: dict[str, Any] | None = None) -> str:
+    """When 0.1.1 version `version` (manifest `raw`, read if None) was committed, as far as
+    anyone can tell: its `created_utc`, which 0.1.1 left empty, else the time its
+    `versions/vN.json` was last modified (`upgrade` writes that time into `created_utc`
+    when it rewrites the file)."""
+    if raw is None:
+        raw, _ = read_legacy(store, version)
+    given = _iso(raw.get("created_utc"))
+    if given is not None:
+        return given
+    try:
+        when = store.head(f"{LEGACY_VERSIONS}v{version}.json").last_modified
     except (ObjectNotFoundError, OSError):
         when = None
     if not isinstance(when, datetime):
@@ -393,12 +424,15 @@ def translate(
     *,
     checksums: Mapping[tuple[str, int, int], int] | None = None,
     part_keys: Mapping[str, str] | None = None,
+    created_at: str | None = None,
 ) -> Translation:
     """Translate 0.1.1 version `version` of `store`.
 
     `checksums` ((shard, offset, length) -> xxh3-64) fills the location structs (None:
     zeros, and the manifest says `checksum_algorithm: none`); `part_keys` names where each
-    part lives ("base", then each layer's name; default: keys under `VIEW_DIR`).
+    part lives ("base", then each layer's name; default: keys under `VIEW_DIR`);
+    `created_at` is the version's time (default: that of its `versions/vN.json`, see
+    `created_at`).
 
     Raises:
         ManifestError: for anything this format cannot represent or that is malformed,
@@ -537,7 +571,7 @@ def translate(
     parts_json.append(
         {"path": base_key, "staged": base_key, "num_rows": n, "size": 0, "version": 1}
     )
-    created = _created_at(store, f"{LEGACY_VERSIONS}v{version}.json")
+    created = created_at or version_time(store, version, raw)
     layer_json = []
     for la in layers:
         k = key_of(la.name)

@@ -38,6 +38,7 @@ from ferroload_format._rs011 import (
     legacy_versions,
     read_legacy,
     translate,
+    version_time,
 )
 from ferroload_format._versions import write_hint
 from ferroload_store import ObjectExistsError, ObjectNotFoundError, Store, open_store
@@ -257,7 +258,10 @@ def _legacy_files(raw: dict[str, Any]) -> list[str]:
 
 
 def _move_legacy_index(store: Store, versions: list[int], report: UpgradeReport) -> None:
-    """Copy 0.1.1's index files under `MOVED_DIR` and point its manifests at the copies."""
+    """Copy 0.1.1's index files under `MOVED_DIR` and point its manifests at the copies
+    (which record in `created_utc` the time the rewrite would lose)."""
+    times: dict[int | None, str] = {v: version_time(store, v) for v in versions}
+    times[None] = times[versions[-1]]
     for v in [*versions, None]:
         try:
             raw, _ = read_legacy(store, v)
@@ -278,6 +282,7 @@ def _move_legacy_index(store: Store, versions: list[int], report: UpgradeReport)
             changed = True
         if changed:
             key = LEGACY_MANIFEST if v is None else f"{LEGACY_VERSIONS}v{v}.json"
+            raw["created_utc"] = times[v]
             data = json.dumps(raw, indent=2).encode()
             store.put(key, data)  # an atomic put: 0.1.1 reads the old or the new one
             report.bytes_written += len(data)
