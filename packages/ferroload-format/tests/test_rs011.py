@@ -364,7 +364,9 @@ def test_odd_index_columns_are_manifest_errors(mixed: Path) -> None:
         Dataset.open(mixed)
     off = t.column("image_off").to_pylist()
     off[2] = -1
-    pq.write_table(t.set_column(t.schema.get_field_index("image_off"), "image_off", pa.array(off)), part)
+    pq.write_table(
+        t.set_column(t.schema.get_field_index("image_off"), "image_off", pa.array(off)), part
+    )
     with pytest.raises(ManifestError, match="negative or half-null 'image' location"):
         Dataset.open(mixed)
 

@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from ferroload_core import UnsafePathError, check_relative_path
 from ferroload_format._errors import ManifestError
 from ferroload_format._index import MODALITY_TYPE, write_part
+from ferroload_format._index_arrays import arrow_array, numpy_column
 from ferroload_format._manifest import FORMAT_MINOR, FORMAT_NAME, FORMAT_VERSION, Manifest
 from ferroload_format._names import (
     EXT_RE,
@@ -236,6 +237,33 @@ def _read_index(store: Store, key: str, uri: str) -> pa.Table:
         raise _error(uri, f"index file {key} is not readable Parquet: {exc}") from None
 
 
+def _np(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A numeric or boolean column without nulls as numpy (`numpy_column`: pyarrow's own
+    `to_numpy` of a chunked array imports pandas, seconds on first use)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return numpy_column(values)
+
+
+def _strings_array(values: list[str | None]) -> pa.Array:
+    """`values` as an Arrow string array, built from buffers (`pa.array` of a list
+    imports pandas, seconds, the first time)."""
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    nulls = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    valid = None
+    if nulls.any():
+        valid = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    large = pa.Array.from_buffers(
+        pa.large_string(),
+        len(values),
+        [valid, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))],
+        null_count=int(nulls.sum()),
+    )
+    return large.cast(pa.string())
+
+
 def _one(table: pa.Table, name: str, key: str, uri: str) -> None:
     if len(table.schema.get_all_field_indices(name)) > 1:
         raise _error(uri, f"index file {key} has the column {name!r} more than once")
@@ -252,7 +280,13 @@ def _ints(table: pa.Table, name: str, key: str, uri: str, *, nulls: bool = False
         col = pc.cast(col, pa.int64())
     except pa.ArrowInvalid:
         raise _error(uri, f"index file {key} has values of {name!r} past int64") from None
-    return np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    arr = col.combine_chunks()
+    # nulls read as -1 from the data buffer (pa.scalar and fill_null import pandas: seconds)
+    data = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr)]
+    data = data.copy() if len(data) else np.zeros(0, dtype=np.int64)
+    if arr.null_count:
+        data[~_np(arr.is_valid())] = -1
+    return data
 
 
 def _strings(table: pa.Table, name: str, key: str, uri: str) -> pa.ChunkedArray:
@@ -318,8 +352,8 @@ def _locations(
     else:
         off = _ints(table, f"{name}_off", key, uri, nulls=True)
         length = _ints(table, f"{name}_len", key, uri, nulls=True)
-        off_null = np.asarray(table.column(f"{name}_off").is_null(), dtype=bool)
-        len_null = np.asarray(table.column(f"{name}_len").is_null(), dtype=bool)
+        off_null = _np(table.column(f"{name}_off").is_null())
+        len_null = _np(table.column(f"{name}_len").is_null())
         present = ~off_null & ~len_null
         if (off_null != len_null).any() or (off[present] < 0).any() or (length[present] < 0).any():
             raise _error(uri, f"index file {key} has a negative or half-null {name!r} location")
@@ -330,7 +364,7 @@ def _locations(
         for i in np.flatnonzero(present):
             sums[i] = checksums[(str(paths[i]), int(off[i]), int(length[i]))]
     array = pa.StructArray.from_arrays(
-        [pa.array(present), pa.array(off), pa.array(length), pa.array(sums)],
+        [arrow_array(present), arrow_array(off), arrow_array(length), arrow_array(sums)],
         fields=list(MODALITY_TYPE),
     )
     return array, present
@@ -342,7 +376,17 @@ def _shard_paths(table: pa.Table, prefix: str, key: str, uri: str) -> np.ndarray
     ids = _ints(table, "shard_id", key, uri)
     named: list[str | None] = [None] * table.num_rows
     if "shard" in table.column_names:
-        named = _strings(table, "shard", key, uri).to_pylist()
+        column = _strings(table, "shard", key, uri)
+        if column.null_count < len(column):
+            named = column.to_pylist()
+    if not any(named):  # the common case: every row by shard_id, a path per shard
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        found = [
+            _path(f"{prefix.rstrip('/')}/shard-{u:05d}.tar", "shard", uri) for u in uniq.tolist()
+        ]
+        return (
+            np.asarray(found, dtype=object)[inverse] if len(found) else np.asarray([], dtype=object)
+        )
     cache: dict[Any, str] = {}
     out = []
     for sid, name in zip(ids.tolist(), named, strict=True):
@@ -484,11 +528,22 @@ def translate(
         raise _error(uri, f"index.rows is {declared!r}, the index files hold {start}")
     n = start
 
-    keys: list[str] = []
-    for t, ref in zip(tables, refs, strict=True):
-        keys += _strings(t, "basename", ref["path"], uri).to_pylist()
-    ids_list = sample_ids(keys)
-    renamed = any(a != b for a, b in zip(ids_list, keys, strict=True))
+    key_chunks = [
+        c
+        for t, ref in zip(tables, refs, strict=True)
+        for c in _strings(t, "basename", ref["path"], uri).chunks
+    ]
+    key_array = pa.chunked_array(key_chunks, pa.string())
+    valid = pc.match_substring_regex(key_array, f"^{SAMPLE_ID_RE.pattern}$")
+    if n and pc.all(valid).as_py() and pc.count_distinct(key_array).as_py() == n:
+        keys: list[str] = []  # the common case: every key is its id, nothing to escape
+        ids_column: pa.Array | pa.ChunkedArray = key_array
+        renamed = False
+    else:
+        keys = key_array.to_pylist()
+        ids_list = sample_ids(keys)
+        renamed = any(a != b for a, b in zip(ids_list, keys, strict=True))
+        ids_column = _strings_array(list(ids_list))
 
     fixed = {"sample_id", "shard_id", "basename", "shard"}
     loc_cols = {f"{m}_{s}" for m in mod_names for s in ("off", "len")}
@@ -546,11 +601,11 @@ def translate(
             else:
                 meta_chunks[f.name].append(pa.nulls(t.num_rows, f.type))
     if renamed:
-        meta_chunks["basename"] = [pa.array(keys, pa.string())]
+        meta_chunks["basename"] = [_strings_array(list(keys))]
     all_paths = np.concatenate(base_paths) if base_paths else np.asarray([], dtype=object)
     columns: dict[str, Any] = {
-        "sample_id": pa.array(ids_list, pa.string()),
-        "shard": pa.array(all_paths.tolist(), pa.string()),
+        "sample_id": ids_column,
+        "shard": _strings_array(all_paths.tolist()),
     }
     for m in modalities:
         columns[m["name"]] = pa.chunked_array(mod_arrays[m["name"]], MODALITY_TYPE)
@@ -561,7 +616,7 @@ def translate(
     shards = _shard_records(store, all_paths, list(mod_present.values()), 1)
 
     layers = [
-        _translate_layer(store, la, i, ids_list, taken, mod_names, uri, checksums)
+        _translate_layer(store, la, i, ids_column, taken, mod_names, uri, checksums)
         for i, la in enumerate(raw.get("layers") or [])
     ]
 
@@ -594,7 +649,7 @@ def translate(
     stats_mods = {}
     for m in modalities:
         p = mod_present[m["name"]]
-        lengths = pc.struct_field(base.column(m["name"]), "length").to_numpy()
+        lengths = _np(pc.struct_field(base.column(m["name"]), "length"))
         stats_mods[m["name"]] = {"count": int(p.sum()), "bytes": int(lengths[p].sum())}
     manifest = {
         "format": FORMAT_NAME,
@@ -643,7 +698,7 @@ def _translate_layer(
     store: Store,
     la: Any,
     i: int,
-    ids: list[str],
+    ids: pa.Array | pa.ChunkedArray,
     taken: dict[str, str],
     base_mods: set[str],
     uri: str,
@@ -678,14 +733,14 @@ def _translate_layer(
     last = np.full(n, -1, dtype=np.int64)
     last[sid] = np.arange(len(sid))
     rows = np.flatnonzero(last >= 0)
-    take = pa.array(last[rows])
+    take = arrow_array(last[rows])
     sub = t.take(take)
     paths = _shard_paths(sub, shards_dir, key, uri)
     fixed = {"sample_id", "shard_id", "basename", "shard"}
     loc_cols = {f"{m['name']}_{s}" for m in modalities for s in ("off", "len")}
     full_paths = np.full(n, None, dtype=object)
     any_present = np.zeros(n, dtype=bool)
-    columns: dict[str, Any] = {"sample_id": pa.array(ids, pa.string())}
+    columns: dict[str, Any] = {"sample_id": ids}
     mod_cols = {}
     presents = []
     for m in modalities:
@@ -699,22 +754,21 @@ def _translate_layer(
             for f in ("offset", "length", "checksum")
         }
         for f in struct:
-            struct[f][rows] = pc.struct_field(arr, f).to_numpy()
+            struct[f][rows] = _np(pc.struct_field(arr, f))
         mod_cols[m["name"]] = pa.StructArray.from_arrays(
             [
-                pa.array(scattered_p),
-                pa.array(struct["offset"]),
-                pa.array(struct["length"]),
-                pa.array(struct["checksum"]),
+                arrow_array(scattered_p),
+                arrow_array(struct["offset"]),
+                arrow_array(struct["length"]),
+                arrow_array(struct["checksum"]),
             ],
             fields=list(MODALITY_TYPE),
         )
     full_paths[rows] = paths
     full_paths[~any_present] = None
-    columns["shard"] = pa.array(full_paths.tolist(), pa.string())
+    columns["shard"] = _strings_array(full_paths.tolist())
     columns.update(mod_cols)
     meta_fields = []
-    positions = pa.array(np.full(n, -1, dtype=np.int64))
     where_rows = np.full(n, -1, dtype=np.int64)
     where_rows[rows] = np.arange(len(rows))
     for f in sub.schema:
@@ -735,12 +789,11 @@ def _translate_layer(
         ):
             typ = pa.string()
         col = _cast(sub.column(f.name), typ).combine_chunks()
-        idx = pa.array(np.where(where_rows >= 0, where_rows, 0))
+        idx = arrow_array(np.where(where_rows >= 0, where_rows, 0))
         full = col.take(idx) if len(col) else pa.nulls(n, typ)
-        mask = pa.array(where_rows < 0)
+        mask = arrow_array(where_rows < 0)
         columns[f.name] = pc.if_else(mask, pa.nulls(n, typ), full) if n else full
         meta_fields.append(pa.field(f.name, typ))
-    del positions
     shards = _shard_records(store, full_paths, presents, 1)
     return _Layer(name, la, pa.table(columns), meta_fields, modalities, shards)
 

@@ -35,6 +35,7 @@ from ferroload_format._rs011 import (
     LEGACY_MANIFEST,
     LEGACY_VERSIONS,
     MOVED_DIR,
+    _np,
     legacy_versions,
     read_legacy,
     translate,
@@ -222,9 +223,9 @@ def _checksums(
             col = table.column(name)
             if not hasattr(col.type, "get_field_index") or col.type.get_field_index("present") < 0:
                 continue
-            present = pc.struct_field(col, "present").to_numpy(zero_copy_only=False)
-            off = pc.struct_field(col, "offset").to_numpy()
-            length = pc.struct_field(col, "length").to_numpy()
+            present = _np(pc.struct_field(col, "present"))
+            off = _np(pc.struct_field(col, "offset"))
+            length = _np(pc.struct_field(col, "length"))
             for i in np.flatnonzero(present):
                 by_shard.setdefault(shards[i], set()).add((int(off[i]), int(length[i])))
     out: dict[tuple[str, int, int], int] = {}
