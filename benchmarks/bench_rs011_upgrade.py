@@ -94,14 +94,22 @@ def _rs011_python() -> str:
     venv = DATA / "venv"
     if not (venv / "bin" / "python").exists():
         uv = shutil.which("uv") or sys.exit("uv is not on PATH (pip install uv)")
-        subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+        subprocess.run(
+            [uv, "venv", "-q", "--no-config", "-p", sys.executable, str(venv)], check=True
+        )
         env = {**os.environ, "VIRTUAL_ENV": str(venv)}
-        subprocess.run([uv, "pip", "install", "-q", "ferroload==0.1.1", "numpy"], check=True, env=env)
+        subprocess.run(
+            [uv, "pip", "install", "-q", "--no-config", "ferroload==0.1.1", "numpy"],
+            check=True,
+            env=env,
+        )
     return str(venv / "bin" / "python")
 
 
 def _json(code: str, *args: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False
+    )
     if out.returncode:
         sys.exit(out.stderr)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -3,7 +3,8 @@
 Run it with a Python that has `ferroload==0.1.1` (the Rust original) installed, never
 with the project's environment (the package names clash):
 
-    uv venv /tmp/rs011 && VIRTUAL_ENV=/tmp/rs011 uv pip install ferroload==0.1.1 numpy
+    uv venv --no-config /tmp/rs011
+    VIRTUAL_ENV=/tmp/rs011 uv pip install --no-config ferroload==0.1.1 numpy pillow
     /tmp/rs011/bin/python packages/ferroload-testing/scripts/make_rs011_fixtures.py OUT [--big]
 
 It writes, under OUT:
