@@ -414,3 +414,16 @@ def test_several_base_shards_written_by_0_1_1(tmp_path: Path, rs011_python: str)
     up = Dataset.open(root)
     assert up.num_shards == 3 and up.get(2, ["label"]) == {"label": 2}
     assert _glob(root) == (4, 4)
+
+
+def test_sample_ids_are_unique_and_valid_whatever_the_keys() -> None:
+    from ferroload_format._names import SAMPLE_ID_RE
+    from ferroload_format._rs011 import sample_ids
+
+    long = "y" * 80
+    keys = ["x", "x", "x~r1", "x", "", "a.b", "a~2eb", "é" * 60, long, long, f"{long}~r9", long]
+    ids = sample_ids(keys)
+    assert ids[:4] == ["x", "x~r1", "x~r1~r2", "x~r3"] and ids[4] == "~"
+    assert ids[5:7] == ["a~2eb", "a~2eb~r6"]
+    assert len(set(ids)) == len(ids) and all(SAMPLE_ID_RE.fullmatch(i) for i in ids)
+    assert sample_ids(["s1", "s2"]) == ["s1", "s2"]

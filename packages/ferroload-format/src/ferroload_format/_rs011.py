@@ -173,13 +173,18 @@ def sample_ids(keys: list[str]) -> list[str]:
     valid id not seen before; otherwise the key with every other character written as
     `~` and two hex digits of its UTF-8 bytes (`with.dot` -> `with~2edot`), cut to 83
     characters plus `~` and 16 hex digits of its hash when longer than 100, and, when
-    that is taken, suffixed with `~r` and the row number."""
+    that is taken, cut to 80 and suffixed with `~r` and the row number (then `~1`, `~2`,
+    … until it is free)."""
     out: list[str] = []
     seen: set[str] = set()
     for row, key in enumerate(keys):
         sid = key if SAMPLE_ID_RE.fullmatch(key) else _escape(key)
-        while sid in seen:
-            sid = f"{sid[:80]}~r{row}"
+        if sid in seen:
+            base, k = f"{sid[:80]}~r{row}", 0
+            sid = base
+            while sid in seen:  # ends: each try is new, and `seen` is finite
+                k += 1
+                sid = f"{base}~{k}"
         seen.add(sid)
         out.append(sid)
     return out
@@ -862,9 +867,10 @@ def refuse_write(manifest: Manifest | None, uri: str, what: str) -> None:
     if manifest is not None and is_view(manifest):
         from ferroload_format._errors import NeedsUpgradeError
 
+        shown = uri.removeprefix("file://") if uri.startswith("file:///") else uri
         raise NeedsUpgradeError(
-            f"{uri} was written by ferroload-rs 0.1.1: this ferroload reads it as it is, "
-            f"but {what} needs it in the current format. Run `ferroload upgrade {uri}` "
+            f"{shown} was written by ferroload-rs 0.1.1: this ferroload reads it as it is, "
+            f"but {what} needs it in the current format. Run `ferroload upgrade {shown}` "
             "(or ferroload.upgrade(uri)) once: it converts the index and manifests in "
             "place, without rewriting a shard",
             uri=uri,
