@@ -501,6 +501,30 @@ def test_dataset_round_trip(backend: Backend) -> None:
     assert checked.get_many([0, n])[1]["blob"] == b"more"
 
 
+def test_a_ferroload_rs_0_1_1_root_reads_and_upgrades(backend: Backend, tmp_path: Path) -> None:
+    from ferroload_format import upgrade
+    from ferroload_store import open_store
+    from ferroload_testing import rs011_dataset
+
+    local = rs011_dataset("mixed", tmp_path / "mixed")
+    uri = backend.uri("rs011")
+    opts = backend.storage_options
+    store = open_store(uri, storage_options=opts)
+    for p in sorted(local.rglob("*")):
+        if p.is_file():
+            store.put(str(p.relative_to(local)), p.read_bytes())
+    ds = Dataset.open(uri, storage_options=opts)
+    assert (ds.format, len(ds), ds.version) == ("ferroload-rs 0.1.1", 30, 3)
+    assert ds.get(9, ["label", "note", "square"]) == {"label": 4, "note": b"note 9", "square": 81}
+    assert ds.subset("square > 500", return_indices=True).tolist() == [23, 25, 27, 29]
+    assert ds.verify().ok
+    assert upgrade(uri, storage_options=opts, progress=False).status == "upgraded"
+    up = Dataset.open(uri, storage_options=opts)
+    assert (up.format, len(up), up.manifest.checksum_algorithm) == ("ferroload", 30, "xxh3_64")
+    assert up.verify().ok
+    assert [o.path for o in store.list("index/")] == ["index/part-0000000001.parquet"]
+
+
 # --------------------------------------------------------------------------- GCS gap
 
 
