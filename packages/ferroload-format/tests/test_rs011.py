@@ -427,3 +427,19 @@ def test_sample_ids_are_unique_and_valid_whatever_the_keys() -> None:
     assert ids[5:7] == ["a~2eb", "a~2eb~r6"]
     assert len(set(ids)) == len(ids) and all(SAMPLE_ID_RE.fullmatch(i) for i in ids)
     assert sample_ids(["s1", "s2"]) == ["s1", "s2"]
+
+
+def test_a_current_manifest_naming_a_translated_part_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    with Writer(str(root), "d") as w:
+        w.add("a", {}, {"label": 1})
+    key = root / "_ferroload/versions/0000000001.json"
+    raw = json.loads(key.read_text())
+    for name in (
+        "_ferroload/rs011-view/x/v1/base.parquet",
+        "_ferroload/rs011-view/x/v" + "9" * 5000 + "/b.parquet",
+    ):
+        raw["index_parts"][0]["path"] = raw["index_parts"][0]["staged"] = name
+        key.write_text(json.dumps(raw))
+        with pytest.raises(ManifestError, match="no translated index part"):
+            Dataset.open(root)[0]

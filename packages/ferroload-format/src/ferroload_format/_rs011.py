@@ -886,9 +886,13 @@ def part_bytes(store: Store, key: str) -> bytes | None:
         if got is not None:
             return got
     bits = key[len(VIEW_DIR) :].split("/")
-    if len(bits) != 3 or not bits[1][1:].isdigit():
-        raise ManifestError(f"{store.uri}: no translated index part {key}", uri=store.uri)
-    translation = _cached(store, int(bits[1][1:]))
+    missing = ManifestError(f"{store.uri}: no translated index part {key}", uri=store.uri)
+    if len(bits) != 3 or not _VERSION_KEY.fullmatch(f"versions/{bits[1]}.json"):
+        raise missing
+    try:
+        translation = _cached(store, int(bits[1][1:]))
+    except ObjectNotFoundError:  # no 0.1.1 manifest of that version: a made-up key
+        raise missing from None
     table = translation.parts.get(key)
     if table is None:
         raise ManifestError(
