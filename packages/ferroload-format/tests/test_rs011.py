@@ -443,3 +443,14 @@ def test_a_current_manifest_naming_a_translated_part_is_refused(tmp_path: Path) 
         key.write_text(json.dumps(raw))
         with pytest.raises(ManifestError, match="no translated index part"):
             Dataset.open(root)[0]
+
+
+def test_a_folder_with_some_other_manifest_json_is_no_dataset(tmp_path: Path) -> None:
+    from ferroload_format import NotADatasetError
+
+    (tmp_path / "manifest.json").write_text('{"name": "my web app", "icons": []}')
+    with pytest.raises(NotADatasetError):
+        Dataset.open(tmp_path)
+    with Writer(str(tmp_path), "d") as w:  # a dataset can be made there, as before
+        w.add("a", {}, {"label": 1})
+    assert len(Dataset.open(tmp_path)) == 1

@@ -75,8 +75,22 @@ def _error(uri: str, what: str) -> ManifestError:
 
 
 def is_rs011_root(store: Store) -> bool:
-    """Whether `store` holds a dataset of ferroload-rs 0.1.1 that was not upgraded."""
-    return store.exists(LEGACY_MANIFEST) and not store.list(VERSIONS_DIR)
+    """Whether `store` holds a dataset of ferroload-rs 0.1.1 that was not upgraded: no
+    manifest of this format, and a `manifest.json` that says it is 0.1.1's (a JSON object
+    with `format_version` 1, a `name` and an `index` or `index_shards`; a folder with
+    some other `manifest.json` is no dataset)."""
+    try:
+        if store.list(VERSIONS_DIR) or store.head(LEGACY_MANIFEST).size > MAX_MANIFEST_BYTES:
+            return False
+        raw = json.loads(store.get(LEGACY_MANIFEST))
+    except (ObjectNotFoundError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return (
+        isinstance(raw, dict)
+        and raw.get("format_version") == 1
+        and isinstance(raw.get("name"), str)
+        and ("index_shards" in raw or "index" in raw)
+    )
 
 
 def legacy_versions(store: Store) -> list[int]:
