@@ -13,7 +13,7 @@ Each round copies it to a work folder and times, each step in a fresh interprete
 - `upgraded`: the same open and first batch on the upgraded root.
 
 Figures are medians of `--rounds` (3) with min-max. Results go to
-`benchmarks/results/rs011_upgrade.json`.
+`benchmarks/results/bench_rs011_upgrade.json`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -132,6 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("-n", type=int, default=N)
     args = parser.parse_args()
+    started_at, load_start, begun = utc_now(), loadavg(), time.perf_counter()
     pristine = DATA / f"root-{args.n}"
     if not (pristine / "manifest.json").exists():
         shutil.rmtree(pristine, ignore_errors=True)
@@ -159,29 +161,41 @@ def main() -> None:
             f"upgraded open {after['open_s']:.3f} s + first batch {after['first_s']:.3f} s"
         )
     shard_bytes = sum(p.stat().st_size for p in pristine.rglob("*.tar"))
-    summary = {
-        "direct_open_s": _stat([r["direct"]["open_s"] for r in rounds]),
-        "direct_first_s": _stat([r["direct"]["first_s"] for r in rounds]),
-        "upgraded_open_s": _stat([r["upgraded"]["open_s"] for r in rounds]),
-        "upgraded_first_s": _stat([r["upgraded"]["first_s"] for r in rounds]),
-        "upgrade_s": _stat([r["upgrade"]["upgrade_s"] for r in rounds]),
-        "upgrade_bytes_written": rounds[-1]["upgrade"]["bytes_written"],
-        "upgrade_bytes_read": rounds[-1]["upgrade"]["bytes_read"],
-        "shard_bytes": shard_bytes,
-    }
-    print(json.dumps(summary, indent=2))
-    write_json(
-        Path(__file__).parent / "results" / "rs011_upgrade.json",
-        {
-            "benchmark": "rs011_upgrade",
+
+    def spread(step: str, names: dict[str, str]) -> dict[str, dict[str, float]]:
+        got = {label: _stat([r[step][key] for r in rounds]) for label, key in names.items()}
+        return {k: {label: got[label][k] for label in got} for k in ("median", "min", "max")}
+
+    reads = {"open_s": "open_s", "make_loader_s": "make_s", "first_batch_s": "first_s"}
+    result = {
+        "meta": {
+            "started_at": started_at,
+            "git_commit": git_commit(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "loadavg_start": load_start,
+            "loadavg_end": loadavg(),
             "samples": args.n,
-            "commit": git_commit(),
-            "date": utc_now(),
-            "loadavg": loadavg(),
-            "rounds": rounds,
-            "summary": summary,
+            "rounds": args.rounds,
+            "total_s": time.perf_counter() - begun,
         },
-    )
+        "roots": {
+            "read as it is": spread("direct", reads),
+            "upgraded": spread("upgraded", reads),
+        },
+        "upgrade": {
+            "upgrade": {
+                **spread("upgrade", {"seconds": "upgrade_s"}),
+                "bytes_read": rounds[-1]["upgrade"]["bytes_read"],
+                "bytes_written": rounds[-1]["upgrade"]["bytes_written"],
+                "shard_bytes": shard_bytes,
+            }
+        },
+        "rounds": rounds,
+    }
+    print(json.dumps({k: result[k] for k in ("roots", "upgrade")}, indent=2))
+    write_json(Path(__file__).parent / "results" / "bench_rs011_upgrade.json", result)
 
 
 if __name__ == "__main__":

@@ -121,9 +121,9 @@ def test_azurite_tests_are_not_run_without_azurite_blob(tmp_path: Path) -> None:
     args = ("tests-e2e/test_backends.py", "-k", "azurite", "-q", "-n", "0")
     res = _pytest(*args, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stdout[-3000:]
-    assert f"7 tests not run: azurite-blob is not on PATH: {HINT}" in res.stdout
-    assert "7 skipped" in res.stdout.splitlines()[-1]
+    assert f"8 tests not run: azurite-blob is not on PATH: {HINT}" in res.stdout
+    assert "8 skipped" in res.stdout.splitlines()[-1]
 
     strict = _pytest(*args, cwd=ROOT, env={**env, "FERROLOAD_STRICT": "1"})
     assert strict.returncode == 1, strict.stdout[-3000:]
-    assert f"FAILED: 7 tests not run: azurite-blob is not on PATH: {HINT}" in strict.stdout
+    assert f"FAILED: 8 tests not run: azurite-blob is not on PATH: {HINT}" in strict.stdout
