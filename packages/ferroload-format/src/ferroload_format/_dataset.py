@@ -113,7 +113,7 @@ class Dataset(DatasetBase):
 
     def take(self, indices: npt.ArrayLike) -> Dataset:
         """A view of the samples at `indices` (in that order)."""
-        return Dataset(
+        return type(self)(
             self._store,
             self._manifest,
             index=self._index,
@@ -347,7 +347,7 @@ class Dataset(DatasetBase):
         manifest = compact_store(self._store, self._manifest)
         if manifest is self._manifest:
             return self
-        return Dataset(self._store, manifest, verify_checksums=self._verify)
+        return type(self)(self._store, manifest, verify_checksums=self._verify)
 
     def verify(
         self,

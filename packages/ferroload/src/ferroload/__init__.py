@@ -21,7 +21,6 @@ imports torch.
 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ferroload_codec import (
@@ -54,7 +53,6 @@ from ferroload_format import (
     ChecksumMismatchError,
     ColumnNotFoundError,
     CommitConflictError,
-    Dataset,
     DatasetDamagedError,
     DatasetExistsError,
     DatasetNameError,
@@ -71,7 +69,6 @@ from ferroload_format import (
     LayerInfo,
     LayerWriter,
     ManifestError,
-    Modality,
     NeedsUpgradeError,
     NotADatasetError,
     PayloadRangeError,
@@ -107,13 +104,10 @@ from ferroload_loader import (
 )
 from ferroload_map import (
     ExecutorUnavailableError,
-    LocalExecutor,
     MapError,
     MapOutputError,
     MapReport,
     MapSpecError,
-    RayExecutor,
-    StaticPartitionExecutor,
     map_dataset,
 )
 from ferroload_store import (
@@ -136,6 +130,14 @@ from ferroload_store import (
 if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
     from ferroload import codec as codec
     from ferroload import loader as loader
+
+from ferroload.compat._dataset import Dataset
+from ferroload.compat._executor import (
+    LocalExecutor,
+    RayExecutor,
+    StaticPartitionExecutor,
+)
+from ferroload.compat._map import Modality
 
 try:
     __version__ = version("ferroload")
@@ -243,20 +245,49 @@ __all__ = [
     "upgrade",
 ]
 
-#: Submodules that are attributes of `ferroload`, imported on first access.
-_SUBMODULES = ("codec", "loader")
+#: Submodules that are attributes of `ferroload`, imported on first access (`dataset`,
+#: `executor` and `cli` are ferroload-rs 0.1.1's, deprecated: `ferroload.compat`).
+_SUBMODULES = ("codec", "loader", "dataset", "executor", "cli")
+#: ferroload-rs 0.1.1's names, resolved on first access from `ferroload.compat`
+#: (deprecated, removed in 0.4: docs/migrating.md).
+_COMPAT = {
+    "Annotation": "ferroload.compat._map",
+    "Topology": "ferroload.compat._executor",
+    "detect_topology": "ferroload.compat._executor",
+    "select_executor": "ferroload.compat._executor",
+    "commit_layer": "ferroload.compat._executor",
+    "Executor": "ferroload.compat._executor",
+    "FerroTorchDataset": "ferroload.compat._loader",
+    "FerroIterableDataset": "ferroload.compat._loader",
+    "FerroSampler": "ferroload.compat._loader",
+    "PrefetchLoader": "ferroload.compat._loader",
+    "batched": "ferroload.compat._loader",
+    "numpy_collate": "ferroload.compat._loader",
+    "subset_dataset": "ferroload.compat._loader",
+}
+#: 0.1.1's aliases of names ferroload still has.
+_ALIASES = {"FerroDataset": "Dataset", "FerroWriter": "Writer"}
 
 
-def _lazy_submodule(name: str) -> ModuleType:
+def _lazy_submodule(name: str) -> object:
     """The module-level `__getattr__` (PEP 562): `ferroload.codec` and `ferroload.loader`,
-    imported on first access."""
+    imported on first access, and ferroload-rs 0.1.1's names (`ferroload.compat`)."""
+    if name in _ALIASES:
+        from ferroload.compat import deprecated
+
+        deprecated(f"ferroload.{name}", f"ferroload.{_ALIASES[name]}")
+        found: object = globals()[_ALIASES[name]]
+        return found
+    if name in _COMPAT:
+        attr: object = getattr(importlib.import_module(_COMPAT[name]), name)
+        return attr
     if name not in _SUBMODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return importlib.import_module(f"{__name__}.{name}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_SUBMODULES})
+    return sorted({*globals(), *_SUBMODULES, *_COMPAT, *_ALIASES})
 
 
 if not TYPE_CHECKING:  # type checkers see the imports above: a typo stays an error for them
