@@ -208,7 +208,6 @@ def test_topology_and_static_partitions(
                 name="ten",
                 executor=ex,
             )
-            )
     assert "ten" not in ferroload.Dataset.open(ds.uri).columns  # staged, not committed
     with pytest.warns(FutureWarning):
         ferroload.commit_layer(ds.uri, "ten")
