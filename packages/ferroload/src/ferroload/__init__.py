@@ -67,7 +67,6 @@ from ferroload_format import (
     InvalidSampleIdError,
     LayerExistsError,
     LayerInfo,
-    LayerWriter,
     ManifestError,
     NeedsUpgradeError,
     NotADatasetError,
@@ -85,7 +84,6 @@ from ferroload_format import (
     VerifyReport,
     VersionInfo,
     VersionNotFoundError,
-    Writer,
     WriterClosedError,
     gc,
     upgrade,
@@ -131,7 +129,9 @@ if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
     from ferroload import codec as codec
     from ferroload import loader as loader
 
-from ferroload.compat._dataset import Dataset
+# ferroload_format's Dataset, Writer and LayerWriter, ferroload_map's executors and the
+# format's Modality, each also taking ferroload-rs 0.1.1's spellings (ferroload.compat)
+from ferroload.compat._dataset import Dataset, LayerWriter, Writer
 from ferroload.compat._executor import (
     LocalExecutor,
     RayExecutor,

@@ -392,3 +392,36 @@ class Dataset(ferroload_format.Dataset):
             "ds.map(batch_fn, inputs=[...], outputs={name: type}, layer=...) (fn takes and returns a batch dict)",
         )
         return map_011(self, fn, *args, **kwargs)
+
+
+class Writer(ferroload_format.Writer):
+    """`ferroload_format.Writer`; 0.1.1's modality kinds `scalar` and `annotation` in
+    `declare` are taken as `bytes` (the payload handed out as stored), with a
+    FutureWarning."""
+
+    def declare(
+        self, modality: str, ext: str, kind: str = "bytes", codec_hint: str = "raw"
+    ) -> None:
+        """Declare a modality (see `ferroload_format.Writer.declare`)."""
+        if kind in ("scalar", "annotation"):
+            deprecated(
+                f"declare(..., kind={kind!r})",
+                'declare(..., kind="bytes") (or "text"; metadata goes in add()\'s meta dict)',
+            )
+            kind = "bytes"
+        super().declare(modality, ext, kind, codec_hint)
+
+
+class LayerWriter(ferroload_format.LayerWriter):
+    """`ferroload_format.LayerWriter`; 0.1.1's `LayerWriter(root, name, modalities,
+    partition)` (a per-sample layer writer) is refused with the 0.2 spelling."""
+
+    def __init__(self, ds: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(ds, str | os.PathLike):
+            raise removed(
+                "LayerWriter(root, name, modalities, partition)",
+                "ds.map(fn, inputs=..., outputs=..., layer=...) or "
+                "ferroload.LayerWriter(ds, name, identity=..., columns=...) with write_partition/commit",
+                "0.2 writes a layer by partitions of rows, not sample by sample",
+            )
+        super().__init__(ds, *args, **kwargs)
