@@ -2,10 +2,11 @@
 
 Not a test (pytest does not collect it: no `test_` prefix). It regenerates the list of
 names that `test_compat_names.py` resolves under ferroload 0.2, and must run with a Python
-that has the published ferroload-rs 0.1.1 wheel, never the project's environment:
+that has the published ferroload-rs 0.1.1 wheel, never the project's environment
+(`--no-config`: the workspace's settings would drop pillow):
 
-    uv venv --no-config /tmp/rs011 && uv pip install --python /tmp/rs011/bin/python \\
-        ferroload==0.1.1 pillow
+    uv venv --no-config /tmp/rs011
+    uv pip install --no-config --python /tmp/rs011/bin/python ferroload==0.1.1 pillow pytest
     /tmp/rs011/bin/python packages/ferroload/tests/rs011_list_api.py
 
 It writes the JSON next to itself (`--out PATH` writes it elsewhere; `--check` compares

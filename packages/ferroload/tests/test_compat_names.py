@@ -21,9 +21,9 @@ classification that docs/migrating.md quotes; to print it:
     uv run --frozen python packages/ferroload/tests/test_compat_names.py   # a table per name
 
 The 0.1.1 calls and the answers they are checked against are 0.1.1's own: run with the
-0.1.1 wheel's Python (`/tmp/rs011/bin/python test_compat_names.py`, see
-`rs011_list_api.py`), the file classifies every name `silent` (but `Dataset.torch`, when
-that Python has no torch).
+0.1.1 wheel's Python (`/tmp/rs011/bin/python test_compat_names.py`, the venv that
+`rs011_list_api.py` describes), the file classifies every name `silent` (but
+`Dataset.torch`, when that Python has no torch).
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ import importlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
 import wave
+from argparse import Namespace
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 API_FILE = Path(__file__).with_name("rs011_public_api.json")
 API: dict[str, Any] = json.loads(API_FILE.read_text(encoding="utf-8"))
@@ -379,8 +382,25 @@ def _main(f: Any, env: Env) -> Thunk:
     return call
 
 
+def _cli_command(args: dict[str, Any]) -> Callable[[Any, Env], Thunk]:
+    """0.1.1's `cmd_*(argparse.Namespace)`: `args` plus `root`."""
+
+    def setup(f: Any, env: Env) -> Thunk:
+        def call() -> None:
+            try:
+                f(Namespace(root=env.root, **args))
+            except SystemExit as exc:
+                code = exc.code
+                _expect(lambda: code in (0, None), f"exited {code}")
+
+        return call
+
+    return setup
+
+
 #: How 0.1.1 called each module function: name -> (the 0.2 object, env) -> a thunk to run.
-#: A function missing here is only resolved (the CLI's command handlers, its catalog).
+#: A function missing here is only resolved (the CLI's catalog commands, which would use
+#: the catalog of the user running the test).
 CALLS: dict[str, Callable[[Any, Env], Thunk]] = {
     "batched": _batched,
     "numpy_collate": _numpy_collate,
@@ -390,6 +410,9 @@ CALLS: dict[str, Callable[[Any, Env], Thunk]] = {
     "select_executor": _select_executor,
     "commit_layer": _commit_layer,
     "main": _main,
+    "cmd_inspect": _cli_command({}),
+    "cmd_verify": _cli_command({}),
+    "cmd_subset": _cli_command({"where": "label = 1", "out": None}),
 }
 
 
@@ -697,18 +720,17 @@ def _tds_getitem(env: Env) -> Thunk:
     return call
 
 
+def _stack(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A collate_fn of the caller's own (0.1.1's PrefetchLoader took any)."""
+    return {k: np.stack([np.asarray(s[k]) for s in samples]) for k in samples[0]}
+
+
 def _prefetch_iter(env: Env) -> Thunk:
     tds = env.tds()
-    cls, batched, collate = _quiet(
-        lambda: (
-            resolve("ferroload.PrefetchLoader"),
-            resolve("ferroload.batched"),
-            resolve("ferroload.numpy_collate"),
-        )
-    )
+    loader = _quiet(lambda: resolve("ferroload.PrefetchLoader")(tds, [[0, 1]], _stack, 2))
 
     def call() -> None:
-        batches = list(cls(tds, batched(range(2), 2), collate_fn=collate, depth=2))
+        batches = list(loader)
         _expect(lambda: [_shape(b["image"]) for b in batches] == [(2, 16, 16, 3)], "batches")
 
     return call
@@ -927,10 +949,15 @@ def test_classify_tells_the_three_outcomes_apart() -> None:
     assert classify("a", lambda: _expect(lambda: False, "x")).status == "failing"
 
 
-def test_every_rs011_name_works_warns_or_refuses(tmp_path: Path) -> None:
-    """Each 0.1.1 name works, warns naming the 0.2 spelling, or refuses naming it."""
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
+    """The classification of every 0.1.1 name (once per module)."""
     with fresh_env():
-        outcomes = classify_all(tmp_path)
+        return classify_all(tmp_path_factory.mktemp("rs011-names"))
+
+
+def test_every_rs011_name_works_warns_or_refuses(outcomes: list[Outcome]) -> None:
+    """Each 0.1.1 name works, warns naming the 0.2 spelling, or refuses naming it."""
     c = counts(outcomes)
     print(f"\n0.1.1 names: {len(outcomes)}; " + ", ".join(f"{k} {v}" for k, v in c.items()))
     failing = [o for o in outcomes if o.status == "failing"]
@@ -940,6 +967,76 @@ def test_every_rs011_name_works_warns_or_refuses(tmp_path: Path) -> None:
     assert not failing, f"{len(failing)} 0.1.1 names neither work, warn nor refuse:\n" + "\n".join(
         f"  {o.name}: {o.detail}" for o in failing
     )
+
+
+# --------------------------------------------------------------------------- the docs
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+#: How docs/migrating.md words each status.
+WORDS = {"silent": "works", "warned": "warns", "refused": "refused"}
+_CELL = re.compile(r"(?<!\\)\|")
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start : end if end >= 0 else len(text)]
+
+
+def migrating_table() -> dict[str, str]:
+    """{0.1.1 name: the status word its row gives} from the tables under "Every 0.1.1
+    name" of docs/migrating.md. A row's first cell names one or more 0.1.1 names: a
+    module name in full (`ferroload.loader.batched`), a class member as `Class.member`."""
+    short = {path.rsplit(".", 1)[1]: path for path in API["classes"]}
+    modules = {f"{m}.{n}" for m, names in API["modules"].items() for n in names}
+    members = {
+        f"{path}.{m['name']}" for path, entry in API["classes"].items() for m in entry["members"]
+    }
+    rows: dict[str, str] = {}
+    text = (DOCS / "migrating.md").read_text(encoding="utf-8")
+    for line in _section(text, "## Every 0.1.1 name").splitlines():
+        cells = [c.strip() for c in _CELL.split(line.strip())[1:-1]]
+        if len(cells) < 3 or set(cells[0]) <= {"-", ":"} or cells[0] == "0.1.1":
+            continue
+        for token in re.findall(r"`([^`]+)`", cells[0]):
+            if token in modules:
+                name = token
+            else:
+                cls, _, member = token.partition(".")
+                name = f"{short.get(cls, cls)}.{member}"
+                assert name in members, f"docs/migrating.md names {token!r}, not a 0.1.1 name"
+            assert name not in rows, f"docs/migrating.md lists {token!r} twice"
+            rows[name] = cells[2]
+    return rows
+
+
+def test_migrating_page_gives_every_name_as_it_behaves(outcomes: list[Outcome]) -> None:
+    """docs/migrating.md's table has a row for every 0.1.1 name, saying what the test
+    finds (works / warns / refused)."""
+    rows = migrating_table()
+    missing = [o.name for o in outcomes if o.name not in rows]
+    assert not missing, f"docs/migrating.md has no row for {missing}"
+    wrong = [
+        f"{o.name}: the page says {rows[o.name]!r}, the test finds {WORDS.get(o.status, o.status)!r}"
+        for o in outcomes
+        if rows[o.name] != WORDS.get(o.status)
+    ]
+    assert not wrong, "docs/migrating.md is out of date:\n  " + "\n  ".join(wrong)
+
+
+def test_api_page_lists_the_deprecated_names(outcomes: list[Outcome]) -> None:
+    """docs/api/compat.md names every module-level 0.1.1 name that warns or is refused,
+    and says when they go."""
+    page = (DOCS / "api" / "compat.md").read_text(encoding="utf-8")
+    assert "removed in ferroload 0.4" in page
+    from ferroload.compat import REMOVED_IN
+
+    assert REMOVED_IN == "0.4"
+    listed = set(re.findall(r"`([^`]+)`", _section(page, "## The deprecated names")))
+    modules = {f"{m}.{n}" for m, names in API["modules"].items() for n in names}
+    deprecated = [o.name for o in outcomes if o.name in modules and o.status != "silent"]
+    missing = [n for n in deprecated if n not in listed]
+    assert not missing, f"docs/api/compat.md does not list {missing}"
 
 
 if __name__ == "__main__":
