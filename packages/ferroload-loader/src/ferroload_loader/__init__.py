@@ -22,9 +22,15 @@
 - `ferroload_loader.torch` (extra `torch`) and `ferroload_loader.lightning` (extra
   `lightning`) adapt it to `torch.utils.data` and Lightning; importing this package
   imports neither.
+
+ferroload-rs 0.1.1's scripts imported its loader names from `ferroload_loader`
+(`FerroTorchDataset`, `subset_dataset`, ...): they are reached here too, on first use,
+from `ferroload.compat` (deprecated; they warn), and are not part of `__all__`.
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from ferroload_loader._augment import RandomResizedCrop
 from ferroload_loader._checks import MAX_SHUFFLE_BUFFER, MAX_WORLD_SIZE
@@ -59,3 +65,37 @@ __all__ = [
     "make_loader",
     "mix",
 ]
+
+#: ferroload-rs 0.1.1's loader names, served by `ferroload.compat._loader` on first use
+#: (the names 0.2 has itself, `make_loader`, `FerroLoader` and `Sampler`, stay 0.2's).
+_RS011_NAMES = frozenset(
+    {
+        "FerroIterableDataset",
+        "FerroSampler",
+        "FerroTorchDataset",
+        "PrefetchLoader",
+        "batched",
+        "numpy_collate",
+        "subset_dataset",
+    }
+)
+
+
+def _rs011_attribute(name: str) -> Any:
+    """The module-level `__getattr__` (PEP 562): ferroload-rs 0.1.1's loader names, from
+    the facade's compatibility module, imported on first use (importing this package
+    stays light)."""
+    if name not in _RS011_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        module = importlib.import_module("ferroload.compat._loader")
+    except ImportError as exc:
+        raise AttributeError(
+            f"{__name__}.{name} is ferroload-rs 0.1.1's name, served by the ferroload "
+            "package (pip install ferroload): the 0.2 API is in ferroload_loader.__all__"
+        ) from exc
+    return getattr(module, name)
+
+
+if not TYPE_CHECKING:  # type checkers see no `__getattr__`: a typo stays an error for them
+    __getattr__ = _rs011_attribute

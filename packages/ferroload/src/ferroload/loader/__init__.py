@@ -9,6 +9,12 @@ that need torch or Lightning are the submodules `ferroload.loader.torch`
 (`ferroload.loader.FerroTorchDataset`, `ferroload.loader.torch`), so that importing
 `ferroload` never imports torch.
 
+ferroload-rs 0.1.1's loader names that 0.2 does not use for something else
+(`FerroSampler`, `PrefetchLoader`, `batched`, `numpy_collate`, `subset_dataset`) are
+reached here too, from `ferroload.compat` (deprecated; they warn), and are not part of
+`__all__`. `make_loader`, `FerroLoader`, `FerroTorchDataset` and `FerroIterableDataset`
+here are 0.2's.
+
     >>> import ferroload.loader
     >>> ferroload.loader.make_loader is ferroload.make_loader
     True
@@ -23,6 +29,11 @@ import ferroload_loader
 from ferroload_loader import *  # noqa: F403  (the whole public API, by design)
 
 if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
+    from ferroload.compat._loader import FerroSampler as FerroSampler
+    from ferroload.compat._loader import PrefetchLoader as PrefetchLoader
+    from ferroload.compat._loader import batched as batched
+    from ferroload.compat._loader import numpy_collate as numpy_collate
+    from ferroload.compat._loader import subset_dataset as subset_dataset
     from ferroload.loader import lightning as lightning
     from ferroload.loader import torch as torch
     from ferroload_loader.lightning import FerroDataModule as FerroDataModule
@@ -41,6 +52,9 @@ _LAZY = {
     "FerroDataModule": "ferroload_loader.lightning",
     "LightningLoader": "ferroload_loader.lightning",
 }
+#: ferroload-rs 0.1.1's names (deprecated), from `ferroload.compat._loader` on first
+#: access; not in `__all__` or `dir()`.
+_RS011 = ("FerroSampler", "PrefetchLoader", "batched", "numpy_collate", "subset_dataset")
 
 __all__ = [*ferroload_loader.__all__, *_LAZY]
 
@@ -50,7 +64,7 @@ def _lazy_attribute(name: str) -> object:
     on first access."""
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    module = _LAZY.get(name)
+    module = "ferroload.compat._loader" if name in _RS011 else _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
