@@ -20,7 +20,8 @@ def test_public_api_is_importable() -> None:
     assert len(set(ferroload.__all__)) == len(ferroload.__all__)  # order: ruff RUF022
     for name in ferroload.__all__:
         assert getattr(ferroload, name) is not None
-    assert ferroload.Writer is ferroload_format.Writer
+    # ferroload_format's Writer, also taking ferroload-rs 0.1.1's spellings (ferroload.compat)
+    assert issubclass(ferroload.Writer, ferroload_format.Writer)
     assert ferroload.import_webdataset is ferroload_convert.import_webdataset
     assert ferroload.FerroloadError is ferroload_store.FerroloadError
 

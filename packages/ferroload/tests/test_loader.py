@@ -21,8 +21,14 @@ def _python(code: str) -> list[str]:
 
 
 def test_loader_reexports_the_loader_package() -> None:
+    # the facade's three take ferroload-rs 0.1.1's calls too (ferroload.compat)
+    facade = {"make_loader", "FerroLoader", "Sampler"}
     for name in ferroload_loader.__all__:
-        assert getattr(ferroload.loader, name) is getattr(ferroload_loader, name)
+        if name not in facade:
+            assert getattr(ferroload.loader, name) is getattr(ferroload_loader, name)
+    for name in facade:
+        assert getattr(ferroload.loader, name) is getattr(ferroload, name)
+    assert issubclass(ferroload.Sampler, ferroload_loader.Sampler)
     listed = dir(ferroload.loader)
     for name in ("make_loader", "FerroTorchDataset", "FerroDataModule", "torch", "lightning"):
         assert name in listed

@@ -139,6 +139,10 @@ from ferroload.compat._executor import (
 )
 from ferroload.compat._map import Modality
 
+if not TYPE_CHECKING:  # ferroload_loader's, also taking ferroload-rs 0.1.1's calls
+    from ferroload.compat._loader import AnyFerroLoader as FerroLoader
+    from ferroload.compat._loader import Sampler, make_loader
+
 try:
     __version__ = version("ferroload")
 except PackageNotFoundError:  # pragma: no cover  (running from a source tree)

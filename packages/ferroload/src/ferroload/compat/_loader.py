@@ -1107,3 +1107,28 @@ def make_loader(*args: Any, **kwargs: Any) -> ferroload_loader.FerroLoader | Fer
     loader = FerroLoader.__new__(FerroLoader)
     loader._setup(*args, **kwargs)
     return loader
+
+
+class _AnyFerroLoader(type):
+    """Metaclass of `ferroload.FerroLoader`: any loader `make_loader` returns is one."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, ferroload_loader.FerroLoader | FerroLoader)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, ferroload_loader.FerroLoader | FerroLoader)
+
+
+class AnyFerroLoader(metaclass=_AnyFerroLoader):
+    """`ferroload.FerroLoader`: the class of the loaders `make_loader` returns
+    (`isinstance(dl, ferroload.FerroLoader)` holds for them); calling it is calling
+    `make_loader`, so 0.1.1's `FerroLoader(root, 64, columns=...)` works (with a
+    FutureWarning) and 0.2's calls are `ferroload_loader.FerroLoader`'s."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if _is_rs011_call(args, kwargs):
+            return make_loader(*args, **kwargs)
+        return ferroload_loader.FerroLoader(*args, **kwargs)
+
+
+AnyFerroLoader.__name__ = AnyFerroLoader.__qualname__ = "FerroLoader"

@@ -12,7 +12,8 @@ that need torch or Lightning are the submodules `ferroload.loader.torch`
 ferroload-rs 0.1.1's loader names that 0.2 does not use for something else
 (`FerroSampler`, `PrefetchLoader`, `batched`, `numpy_collate`, `subset_dataset`) are
 reached here too, from `ferroload.compat` (deprecated; they warn), and are not part of
-`__all__`. `make_loader`, `FerroLoader`, `FerroTorchDataset` and `FerroIterableDataset`
+`__all__`. `make_loader`, `FerroLoader` and `Sampler` are the facade's: 0.2's, also
+taking 0.1.1's calls (with a FutureWarning). `FerroTorchDataset` and `FerroIterableDataset`
 here are 0.2's.
 
     >>> import ferroload.loader
@@ -26,7 +27,13 @@ import importlib
 from typing import TYPE_CHECKING
 
 import ferroload_loader
+from ferroload.compat import _loader as _compat_loader
 from ferroload_loader import *  # noqa: F403  (the whole public API, by design)
+
+if not TYPE_CHECKING:  # 0.2's, also taking ferroload-rs 0.1.1's calls (`ferroload.compat`)
+    FerroLoader = _compat_loader.AnyFerroLoader
+    Sampler = _compat_loader.Sampler
+    make_loader = _compat_loader.make_loader
 
 if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
     from ferroload.compat._loader import FerroSampler as FerroSampler
