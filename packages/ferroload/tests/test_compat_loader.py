@@ -467,9 +467,11 @@ def test_the_names_are_reachable_where_0_1_1_had_them() -> None:
         assert name not in ferroload_loader.__all__
     for name in ("FerroSampler", "PrefetchLoader", "batched", "numpy_collate", "subset_dataset"):
         assert getattr(ferroload.loader, name) is getattr(compat, name)
-    # where 0.2 has the name itself, it stays 0.2's
+    # where 0.2 has the name itself, the loader package keeps 0.2's; the facade (and
+    # ferroload.loader) hand out the dispatchers, which take both calls
     assert ferroload_loader.Sampler is not compat.Sampler
-    assert ferroload.loader.make_loader is ferroload_loader.make_loader
+    assert ferroload.loader.make_loader is compat.make_loader is ferroload.make_loader
+    assert ferroload.loader.Sampler is compat.Sampler is ferroload.Sampler
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         ferroload_loader.nope  # type: ignore[attr-defined]  # noqa: B018
 
