@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -358,6 +358,12 @@ def _expected(exc: BaseException) -> bool:
     return isinstance(exc, FerroloadError)
 
 
+#: What `main` passes the arguments through before parsing them, in order: each takes
+#: the arguments and returns those to parse (`_compat_cmds` registers the one for
+#: ferroload-rs 0.1.1's spellings). A hook may print to stderr, and raise as a command.
+ARGV_HOOKS: list[Callable[[list[str]], list[str]]] = []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `ferroload` command line; returns the exit code.
 
@@ -373,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if debug:  # `--debug` may come anywhere, as in the other options people retype
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
     try:
+        for hook in ARGV_HOOKS:
+            args = hook(args)
         rv: Any = command().main(args=args, prog_name="ferroload", standalone_mode=False)
     except typer.Abort:
         sys.stderr.write("ferroload: aborted\n")
