@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -111,7 +111,7 @@ class Dataset(DatasetBase):
         for start in range(0, len(self), _ITER_CHUNK):
             yield from self.get_many(np.arange(start, min(start + _ITER_CHUNK, len(self))))
 
-    def take(self, indices: npt.ArrayLike) -> Dataset:
+    def take(self, indices: npt.ArrayLike) -> Self:
         """A view of the samples at `indices` (in that order)."""
         return type(self)(
             self._store,

@@ -13,6 +13,8 @@ first time it is needed (importing `ferroload_format` reads no entry point):
 - `uri.<scheme>`: a resolver `(uri, storage_options) -> (uri, storage_options)` that
   `Dataset.open` and `gc` call for a `<scheme>:…` URI (one without `//` after the colon).
 - `dataset.<method>`: the function `Dataset.<method>(…)` calls as `function(dataset, …)`.
+- `loader.rs011`: the module of ferroload-rs 0.1.1's loader names, which
+  `ferroload_loader` serves lazily to 0.1.1's scripts (the facade's `ferroload.compat`).
 
 When nothing is registered for a name, using it raises `ImportError` with the
 `pip install` that registers it.
@@ -28,7 +30,11 @@ from typing import Any
 
 GROUP = "ferroload.plugins"
 # the distributions that register the names the format knows of (for the install hint)
-_PROVIDERS = {"uri.catalog": "ferroload-catalog", "dataset.map": "ferroload-map"}
+_PROVIDERS = {
+    "uri.catalog": "ferroload-catalog",
+    "dataset.map": "ferroload-map",
+    "loader.rs011": "ferroload",
+}
 # a URI scheme a plugin may resolve: two characters or more (not a Windows drive), and
 # no `//` after the colon (those are the store's URLs)
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):(?!//)")

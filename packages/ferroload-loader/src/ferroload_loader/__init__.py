@@ -28,7 +28,6 @@ ferroload-rs 0.1.1's scripts imported its loader names from `ferroload_loader`
 from `ferroload.compat` (deprecated; they warn), and are not part of `__all__`.
 """
 
-import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -83,12 +82,15 @@ _RS011_NAMES = frozenset(
 
 def _rs011_attribute(name: str) -> Any:
     """The module-level `__getattr__` (PEP 562): ferroload-rs 0.1.1's loader names, from
-    the facade's compatibility module, imported on first use (importing this package
-    stays light)."""
+    the facade's compatibility module (the `loader.rs011` entry point of
+    `ferroload.plugins`: this package never imports the facade), imported on first use
+    (importing this package stays light)."""
     if name not in _RS011_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ferroload_format._plugins import plugin  # the facade registers "loader.rs011"
+
     try:
-        module = importlib.import_module("ferroload.compat._loader")
+        module = plugin("loader.rs011", needed_by=f"{__name__}.{name}")
     except ImportError as exc:
         raise AttributeError(
             f"{__name__}.{name} is ferroload-rs 0.1.1's name, served by the ferroload "
