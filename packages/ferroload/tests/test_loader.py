@@ -57,7 +57,10 @@ def test_torch_submodule() -> None:
     assert ferroload.loader.torch.__all__ == ferroload_loader.torch.__all__
     for name in ferroload_loader.torch.__all__:
         assert getattr(ferroload.loader.torch, name) is getattr(ferroload_loader.torch, name)
-    assert ferroload.loader.FerroTorchDataset is FerroTorchDataset
+    # ferroload.loader's is 0.2's class to isinstance and to a 0.2 call; a call with an
+    # argument only ferroload-rs 0.1.1 took makes 0.1.1's dataset (ferroload.compat)
+    assert issubclass(FerroTorchDataset, ferroload.loader.FerroTorchDataset)
+    assert issubclass(FerroIterableDataset, ferroload.loader.FerroIterableDataset)
     # reached as an attribute, without importing it first
     code = (
         "import sys, ferroload\n"

@@ -348,10 +348,14 @@ class Dataset(ferroload_format.Dataset):
     # -- framework views
 
     def _view(self, out: str, old: str, **kwargs: Any) -> Any:
-        from ferroload.compat._loader import FerroTorchDataset
+        from ferroload.compat._loader import sample_dataset
 
-        deprecated(old, "ferroload.loader.FerroTorchDataset(ds, ...) or make_loader(ds, out=...)")
-        return FerroTorchDataset(self, out=out, **kwargs)
+        deprecated(
+            old,
+            "ferroload.loader.FerroTorchDataset(ds, ...) or make_loader(ds, out=...)",
+            why="0.1.1's per-sample dicts, numpy by default, resize (224, 224) by default",
+        )
+        return sample_dataset(self, out=out, **kwargs)
 
     def torch(self, **kwargs: Any) -> Any:
         """0.1.1: a per-sample torch dataset over this one."""

@@ -1132,3 +1132,45 @@ class AnyFerroLoader(metaclass=_AnyFerroLoader):
 
 
 AnyFerroLoader.__name__ = AnyFerroLoader.__qualname__ = "FerroLoader"
+
+
+#: Arguments only 0.1.1's per-sample datasets took: a call with one is 0.1.1's.
+_ADAPTER_ONLY_011 = frozenset(
+    {"out", "raw", "arrays", "videos", "columns", "video_resize", "num_frames"}
+)
+
+
+class _AdapterMeta(type):
+    """Metaclass of `ferroload.loader.FerroTorchDataset` / `FerroIterableDataset`:
+    instances of 0.2's class (`ferroload_loader.torch`) and of 0.1.1's are instances."""
+
+    _compat: type
+
+    def _real(cls) -> type:
+        real: type = getattr(importlib.import_module("ferroload_loader.torch"), cls.__name__)
+        return real
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, cls._real() | cls._compat)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls._real() | cls._compat)
+
+
+def _adapter(name: str, compat: type) -> type:
+    """The class `ferroload.loader.<name>` hands out: calling it is calling 0.2's
+    `ferroload_loader.torch.<name>`, or 0.1.1's (with its FutureWarning) when the call
+    has an argument only 0.1.1 took (`out=`, `raw=`, `arrays=`, `videos=`, `columns=`, …)."""
+
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if _ADAPTER_ONLY_011 & kwargs.keys():
+            return compat(*args, **kwargs)
+        return cls._real()(*args, **kwargs)  # type: ignore[attr-defined]
+
+    return _AdapterMeta(
+        name, (), {"__new__": __new__, "_compat": compat, "__doc__": _adapter.__doc__}
+    )
+
+
+TorchDataset = _adapter("FerroTorchDataset", FerroTorchDataset)
+IterableDataset = _adapter("FerroIterableDataset", FerroIterableDataset)

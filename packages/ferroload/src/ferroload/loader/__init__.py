@@ -59,6 +59,9 @@ _LAZY = {
     "FerroDataModule": "ferroload_loader.lightning",
     "LightningLoader": "ferroload_loader.lightning",
 }
+#: The torch adapters as handed out here: a call with an argument only ferroload-rs
+#: 0.1.1 took (`out=`, `raw=`, ...) makes 0.1.1's per-sample dataset (with a warning).
+_ADAPTERS = {"FerroTorchDataset": "TorchDataset", "FerroIterableDataset": "IterableDataset"}
 #: ferroload-rs 0.1.1's names (deprecated), from `ferroload.compat._loader` on first
 #: access; not in `__all__` or `dir()`.
 _RS011 = ("FerroSampler", "PrefetchLoader", "batched", "numpy_collate", "subset_dataset")
@@ -71,6 +74,8 @@ def _lazy_attribute(name: str) -> object:
     on first access."""
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _ADAPTERS:  # 0.2's class, also taking 0.1.1's calls (`ferroload.compat`)
+        return getattr(_compat_loader, _ADAPTERS[name])
     module = "ferroload.compat._loader" if name in _RS011 else _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
