@@ -1162,14 +1162,12 @@ def _adapter(name: str, compat: type) -> type:
     `ferroload_loader.torch.<name>`, or 0.1.1's (with its FutureWarning) when the call
     has an argument only 0.1.1 took (`out=`, `raw=`, `arrays=`, `videos=`, `columns=`, …)."""
 
-    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+    def make(cls: type, *args: Any, **kwargs: Any) -> Any:
         if _ADAPTER_ONLY_011 & kwargs.keys():
             return compat(*args, **kwargs)
         return cls._real()(*args, **kwargs)  # type: ignore[attr-defined]
 
-    return _AdapterMeta(
-        name, (), {"__new__": __new__, "_compat": compat, "__doc__": _adapter.__doc__}
-    )
+    return _AdapterMeta(name, (), {"__new__": make, "_compat": compat, "__doc__": _adapter.__doc__})
 
 
 TorchDataset = _adapter("FerroTorchDataset", FerroTorchDataset)
