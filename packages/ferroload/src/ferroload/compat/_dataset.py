@@ -282,7 +282,7 @@ class Dataset(ferroload_format.Dataset):
         ]
 
     def decode_audio(self, indices: Sequence[int], modality: str = "audio") -> list[Any]:
-        """0.1.1: audio of several samples decoded to (samples, sample_rate)."""
+        """0.1.1: audio of several samples decoded to float32 [channels, samples] arrays."""
         deprecated(
             "ds.decode_audio(indices, modality)",
             "make_loader(ds, audio=[modality]) or ferroload.codec.decode_audio",
@@ -290,7 +290,7 @@ class Dataset(ferroload_format.Dataset):
         from ferroload_codec import decode_audio
 
         return [
-            None if b is None else decode_audio(b)
+            None if b is None else decode_audio(b)[0]  # [channels, samples], as 0.1.1
             for b in (
                 s[modality] for s in self.get_many(np.asarray(indices, dtype=np.int64), [modality])
             )

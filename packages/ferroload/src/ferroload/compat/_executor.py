@@ -103,6 +103,19 @@ class MapPlan:
     _meta: dict[str, Any] = field(default_factory=dict)
 
 
+def _ours(plan: MapPlan) -> MapPlan:
+    """`plan` when the 0.1.1 form of `Dataset.map` made it; a plan made by hand, whose
+    `process(writer, positions)` wrote sample by sample into 0.1.1's `LayerWriter`, is
+    refused."""
+    if not plan._meta.get("compat"):
+        raise removed(
+            "Executor.run(MapPlan(..., process=fn(writer, positions)))",
+            "ds.map(fn, inputs=..., outputs=..., layer=..., executor=...)",
+            "0.2 writes a layer by partitions of rows, not sample by sample",
+        )
+    return plan
+
+
 class Executor:
     """0.1.1's map backend: `run(plan)` computes and writes the layer (0.2:
     `ferroload_map.Executor`, a protocol with `assign` and `run(fn, items)`)."""
@@ -140,7 +153,7 @@ class LocalExecutor(map_executors.LocalExecutor):
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """0.2: `run(fn, items)`; 0.1.1: `run(plan)` computes every row and commits."""
         if len(args) == 1 and isinstance(args[0], MapPlan):
-            return int(args[0].process(None))
+            return int(_ours(args[0]).process(None))
         return super().run(*args, **kwargs)
 
 
@@ -160,7 +173,7 @@ class StaticPartitionExecutor(map_executors.StaticPartitionExecutor):
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """0.2: `run(fn, items)`; 0.1.1: `run(plan)` stages this rank's rows."""
         if len(args) == 1 and isinstance(args[0], MapPlan):
-            return int(args[0].process((self.rank, self.world_size)))
+            return int(_ours(args[0]).process((self.rank, self.world_size)))
         return super().run(*args, **kwargs)
 
 

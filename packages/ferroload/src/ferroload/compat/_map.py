@@ -273,7 +273,9 @@ def map_011(
             resize,
         )
 
-    plan = MapPlan(ds.uri, layer, {}, len(ds), process, lambda p: int(rows_all[p]))
+    plan = MapPlan(
+        ds.uri, layer, {}, len(ds), process, lambda p: int(rows_all[p]), _meta={"compat": True}
+    )
     ex = executor if executor is not None else select_executor(detect_topology())
     ex.run(plan)
     latest = type(ds)(ds.store, ferroload_format.read_manifest(ds.store))
