@@ -20,6 +20,9 @@ classification that docs/migrating.md quotes; to print it:
     uv run --frozen pytest -q -p no:cacheprovider -n0 -s packages/ferroload/tests/test_compat_names.py
     uv run --frozen python packages/ferroload/tests/test_compat_names.py   # a table per name
 
+`--update-docs` rewrites the status column of docs/migrating.md's table instead (the
+other columns are written by hand) and says what is left to do by hand.
+
 The 0.1.1 calls and the answers they are checked against are 0.1.1's own: run with the
 0.1.1 wheel's Python (`/tmp/rs011/bin/python test_compat_names.py`, the venv that
 `rs011_list_api.py` describes), the file classifies every name `silent` (but
@@ -34,6 +37,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -44,6 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -70,6 +75,23 @@ class Outcome:
     """The warning or error message (the first one), or why the name fails."""
 
 
+@contextlib.contextmanager
+def _no_output() -> Iterator[None]:
+    """What the calls print (0.1.1's CLI functions print, and 0.2's run a child process
+    that writes to file descriptor 1) goes nowhere."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _is_refusal(exc: BaseException) -> bool:
     msg = str(exc)
     return isinstance(exc, AttributeError | TypeError) and "0.2" in msg and "use " in msg
@@ -80,7 +102,7 @@ def classify(name: str, thunk: Thunk) -> Outcome:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            with _no_output():
                 thunk()
         except Exception as exc:
             if _is_refusal(exc):
@@ -111,7 +133,7 @@ def resolve(path: str) -> Any:
 
 def _quiet(fn: Callable[[], Any]) -> Any:
     """Run setup code with its warnings and output swallowed (only the step under test counts)."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+    with warnings.catch_warnings(), _no_output():
         warnings.simplefilter("ignore")
         return fn()
 
@@ -329,6 +351,39 @@ def _make_loader(f: Any, env: Env) -> Thunk:
     return call
 
 
+def _ferro_torch_dataset(cls: Any, env: Env) -> Thunk:
+    ds = env.ds()
+
+    def call() -> None:  # 0.1.1's defaults: out="numpy", resize=(224, 224)
+        sample = cls(ds, images=["image"], meta=["label"])[1]
+        _expect(lambda: isinstance(sample["image"], np.ndarray), "NumPy samples by default")
+        _expect(lambda: sample["image"].shape == (224, 224, 3), "resize=(224, 224) by default")
+        _expect(lambda: sample["image_present"] is True and sample["label"] == 1, "the sample")
+
+    return call
+
+
+def _ferro_iterable_dataset(cls: Any, env: Env) -> Thunk:
+    ds = env.ds()
+
+    def call() -> None:
+        first = next(iter(cls(ds, images=["image"], meta=["label"], resize=(16, 16))))
+        _expect(lambda: isinstance(first["image"], np.ndarray), "NumPy samples by default")
+        _expect(lambda: first["image"].shape == (16, 16, 3), "one sample at a time")
+
+    return call
+
+
+def _numpy_loader(f: Any, env: Env) -> Thunk:
+    def call() -> None:  # 0.1.1's FerroLoader(root, batch_size=32, *, ...), out="numpy"
+        loader = f(env.root, batch_size=2, images=["image"], meta=["label"], resize=(16, 16))
+        batch = next(iter(loader))
+        _expect(lambda: isinstance(batch["image"], np.ndarray), "NumPy batches by default")
+        _expect(lambda: batch["image"].shape == (2, 16, 16, 3), "the batch")
+
+    return call
+
+
 def _detect_topology(f: Any, env: Env) -> Thunk:
     def call() -> None:
         topo = f()
@@ -382,16 +437,42 @@ def _main(f: Any, env: Env) -> Thunk:
     return call
 
 
-def _cli_command(args: dict[str, Any]) -> Callable[[Any, Env], Thunk]:
-    """0.1.1's `cmd_*(argparse.Namespace)`: `args` plus `root`."""
+#: What 0.1.1's importers raise offline.
+_OFFLINE = (SystemExit, ImportError, OSError, ConnectionError)
+
+
+@contextlib.contextmanager
+def _no_child_process() -> Iterator[list[Any]]:
+    """`subprocess.run` records its command and succeeds instead of starting it (0.2's
+    `ferroload.cli.cmd_*` run the `ferroload` command in a child process, a few seconds
+    each: the commands themselves are the CLI's tests; `main` runs one for real)."""
+    started: list[Any] = []
+
+    def run(args: Any, *_: Any, **__: Any) -> subprocess.CompletedProcess[bytes]:
+        started.append(args)
+        return subprocess.CompletedProcess(args, 0, b"", b"")
+
+    with mock.patch("subprocess.run", run):
+        yield started
+
+
+def _cli_command(args: dict[str, Any], *, offline: bool = False) -> Callable[[Any, Env], Thunk]:
+    """0.1.1's `cmd_*(argparse.Namespace)`: `args` plus `root`, `{out}` in a value the
+    path of a new folder, `{root}` the dataset's. `offline`: 0.1.1's command downloads,
+    and fails here, as it did without a network."""
 
     def setup(f: Any, env: Env) -> Thunk:
+        out = env.fresh_path("out")
+        fill = {"out": out, "root": env.root}
+        values = {k: v.format(**fill) if isinstance(v, str) else v for k, v in args.items()}
+
         def call() -> None:
             try:
-                f(Namespace(root=env.root, **args))
-            except SystemExit as exc:
-                code = exc.code
-                _expect(lambda: code in (0, None), f"exited {code}")
+                with _no_child_process():
+                    f(Namespace(root=env.root, **values))
+            except _OFFLINE as exc:
+                code = exc.code if isinstance(exc, SystemExit) else exc
+                _expect(lambda: offline or code in (0, None), f"exited {code}")
 
         return call
 
@@ -399,8 +480,7 @@ def _cli_command(args: dict[str, Any]) -> Callable[[Any, Env], Thunk]:
 
 
 #: How 0.1.1 called each module function: name -> (the 0.2 object, env) -> a thunk to run.
-#: A function missing here is only resolved (the CLI's catalog commands, which would use
-#: the catalog of the user running the test).
+#: A function missing here is only resolved.
 CALLS: dict[str, Callable[[Any, Env], Thunk]] = {
     "batched": _batched,
     "numpy_collate": _numpy_collate,
@@ -413,6 +493,28 @@ CALLS: dict[str, Callable[[Any, Env], Thunk]] = {
     "cmd_inspect": _cli_command({}),
     "cmd_verify": _cli_command({}),
     "cmd_subset": _cli_command({"where": "label = 1", "out": None}),
+    "cmd_list": _cli_command({}),
+    "cmd_add": _cli_command({"uri": "{root}", "name": "tiny"}),
+    "cmd_import_hf": _cli_command(
+        {"dataset": "ferroload-none/none", "out": "{out}", "split": "train", "name": None}
+        | {"limit": 1, "image_col": None},
+        offline=True,
+    ),
+    "cmd_import_files": _cli_command(
+        {"dataset": "ferroload-none/none", "out": "{out}", "jsonl": "meta.jsonl"}
+        | {"media_field": "video_path", "modality": "video", "ext": "mp4", "codec": "video"}
+        | {"limit": 1},
+        offline=True,
+    ),
+}
+
+
+#: Calls of a name at one of its 0.1.1 paths (the top-level `ferroload.X` is always the
+#: 0.1.1 spelling there, with 0.1.1's defaults): path -> (the 0.2 object, env) -> a thunk.
+PATH_CALLS: dict[str, Callable[[Any, Env], Thunk]] = {
+    "ferroload.FerroTorchDataset": _ferro_torch_dataset,
+    "ferroload.FerroIterableDataset": _ferro_iterable_dataset,
+    "ferroload.FerroLoader": _numpy_loader,
 }
 
 
@@ -806,7 +908,9 @@ def _module_thunk(path: str, env: Env) -> Thunk:
 
     def thunk() -> None:
         value = resolve(path)
-        if class_path is not None and class_path in FACTORIES:
+        if path in PATH_CALLS:
+            PATH_CALLS[path](value, env)()
+        elif class_path is not None and class_path in FACTORIES:
             FACTORIES[class_path](value, env)
         elif name in CALLS:
             CALLS[name](value, env)()
@@ -876,20 +980,29 @@ def counts(outcomes: list[Outcome]) -> dict[str, int]:
     return {s: c.get(s, 0) for s in STATUSES}
 
 
-def _fresh_env() -> Iterator[None]:
-    """No launcher variables (the executors read them) while classifying."""
+@contextlib.contextmanager
+def fresh_env(tmp: Path) -> Iterator[None]:
+    """While classifying: no launcher variables (the executors read them), the catalogs
+    (0.1.1's `$FERROLOAD_HOME`, 0.2's `$FERROLOAD_CATALOG`) in `tmp`, not the user's, and
+    Hugging Face offline (0.1.1's importers download)."""
     keys = (
         *("WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "NNODES", "SLURM_NTASKS", "SLURM_PROCID"),
         *("RAY_ADDRESS", "FERROLOAD_EXECUTOR", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"),
     )
-    saved = {k: os.environ.pop(k) for k in keys if k in os.environ}
+    ours = {
+        "FERROLOAD_HOME": str(tmp / "rs011-home"),
+        "FERROLOAD_CATALOG": str(tmp / "catalog.duckdb"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    saved = {k: os.environ.pop(k) for k in (*keys, *ours) if k in os.environ}
+    os.environ.update(ours)
     try:
         yield
     finally:
+        for k in ours:
+            os.environ.pop(k, None)
         os.environ.update(saved)
-
-
-fresh_env = contextlib.contextmanager(_fresh_env)
 
 
 # --------------------------------------------------------------------------- tests
@@ -952,8 +1065,9 @@ def test_classify_tells_the_three_outcomes_apart() -> None:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     """The classification of every 0.1.1 name (once per module)."""
-    with fresh_env():
-        return classify_all(tmp_path_factory.mktemp("rs011-names"))
+    tmp = tmp_path_factory.mktemp("rs011-names")
+    with fresh_env(tmp):
+        return classify_all(tmp)
 
 
 def test_every_rs011_name_works_warns_or_refuses(outcomes: list[Outcome]) -> None:
@@ -983,31 +1097,70 @@ def _section(text: str, heading: str) -> str:
     return text[start : end if end >= 0 else len(text)]
 
 
-def migrating_table() -> dict[str, str]:
-    """{0.1.1 name: the status word its row gives} from the tables under "Every 0.1.1
-    name" of docs/migrating.md. A row's first cell names one or more 0.1.1 names: a
+def _row_names(first_cell: str) -> list[str]:
+    """The 0.1.1 names a row of docs/migrating.md's table gives in its first cell: a
     module name in full (`ferroload.loader.batched`), a class member as `Class.member`."""
     short = {path.rsplit(".", 1)[1]: path for path in API["classes"]}
     modules = {f"{m}.{n}" for m, names in API["modules"].items() for n in names}
     members = {
         f"{path}.{m['name']}" for path, entry in API["classes"].items() for m in entry["members"]
     }
-    rows: dict[str, str] = {}
-    text = (DOCS / "migrating.md").read_text(encoding="utf-8")
-    for line in _section(text, "## Every 0.1.1 name").splitlines():
+    names = []
+    for token in re.findall(r"`([^`]+)`", first_cell):
+        if token in modules:
+            names.append(token)
+            continue
+        cls, _, member = token.partition(".")
+        name = f"{short.get(cls, cls)}.{member}"
+        assert name in members, f"docs/migrating.md names {token!r}, not a 0.1.1 name"
+        names.append(name)
+    return names
+
+
+def _table_rows(text: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) of each row of the tables under "Every 0.1.1 name"."""
+    section = _section(text, "## Every 0.1.1 name")
+    first = text[: text.index(section)].count("\n")
+    for i, line in enumerate(section.splitlines()):
         cells = [c.strip() for c in _CELL.split(line.strip())[1:-1]]
         if len(cells) < 3 or set(cells[0]) <= {"-", ":"} or cells[0] == "0.1.1":
             continue
-        for token in re.findall(r"`([^`]+)`", cells[0]):
-            if token in modules:
-                name = token
-            else:
-                cls, _, member = token.partition(".")
-                name = f"{short.get(cls, cls)}.{member}"
-                assert name in members, f"docs/migrating.md names {token!r}, not a 0.1.1 name"
-            assert name not in rows, f"docs/migrating.md lists {token!r} twice"
+        yield first + i, cells
+
+
+def migrating_table() -> dict[str, str]:
+    """{0.1.1 name: the status word its row gives} from the tables under "Every 0.1.1
+    name" of docs/migrating.md."""
+    rows: dict[str, str] = {}
+    for _, cells in _table_rows((DOCS / "migrating.md").read_text(encoding="utf-8")):
+        for name in _row_names(cells[0]):
+            assert name not in rows, f"docs/migrating.md lists {name!r} twice"
             rows[name] = cells[2]
     return rows
+
+
+def update_migrating(outcomes: list[Outcome]) -> list[str]:
+    """Rewrite the status cell of each row of docs/migrating.md's table from `outcomes`
+    (the hand-written cells stay); what cannot be done that way, for a person to do."""
+    path = DOCS / "migrating.md"
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    status = {o.name: o.status for o in outcomes}
+    todo, seen = [], set()
+    for number, cells in _table_rows(text):
+        names = _row_names(cells[0])
+        seen.update(names)
+        words = {WORDS.get(status[n], "FAILS") for n in names}
+        if len(words) != 1:
+            todo.append(f"split the row of {names}: {sorted(words)}")
+            continue
+        cells[2] = words.pop()
+        lines[number] = "| " + " | ".join(cells) + " |"
+        if cells[2] == "FAILS":
+            todo.append(f"{names} fail: fix them (the test says why)")
+    todo += [f"add a row for {n}" for n in status if n not in seen]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return todo
 
 
 def test_migrating_page_gives_every_name_as_it_behaves(outcomes: list[Outcome]) -> None:
@@ -1040,10 +1193,14 @@ def test_api_page_lists_the_deprecated_names(outcomes: list[Outcome]) -> None:
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as tmp, fresh_env():
+    with tempfile.TemporaryDirectory() as tmp, fresh_env(Path(tmp)):
         result = classify_all(Path(tmp))
-    print("| 0.1.1 name | status | message |\n|---|---|---|")
-    for o in result:
-        detail = o.detail.replace("|", "\\|").replace("\n", " ")
-        print(f"| `{o.name}` | {o.status} | {detail} |")
+    if sys.argv[1:] == ["--update-docs"]:  # the status column of docs/migrating.md's table
+        for line in update_migrating(result):
+            print(line)
+    else:
+        print("| 0.1.1 name | status | message |\n|---|---|---|")
+        for o in result:
+            detail = o.detail.replace("|", "\\|").replace("\n", " ")
+            print(f"| `{o.name}` | {o.status} | {detail} |")
     print(counts(result), file=sys.stderr)
