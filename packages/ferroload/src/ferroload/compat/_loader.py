@@ -1086,6 +1086,15 @@ def make_loader(*args: Any, **kwargs: Any) -> ferroload_loader.FerroLoader | Fer
     """
     if not _is_rs011_call(args, kwargs):
         return ferroload_loader.make_loader(*args, **kwargs)
+    return _loader_011(args, kwargs)
+
+
+def _loader_011(args: tuple[Any, ...], kwargs: dict[str, Any]) -> FerroLoader:
+    """0.1.1's `FerroLoader` for a call in 0.1.1's form (with its FutureWarning).
+
+    Raises:
+        TypeError: for a call that mixes 0.1.1's arguments with 0.2's only.
+    """
     extra = sorted(kwargs.keys() - _RS011_LOADER)
     if extra or len(args) > 2 or not args:
         why = (
@@ -1121,13 +1130,16 @@ class _AnyFerroLoader(type):
 
 class AnyFerroLoader(metaclass=_AnyFerroLoader):
     """`ferroload.FerroLoader`: the class of the loaders `make_loader` returns
-    (`isinstance(dl, ferroload.FerroLoader)` holds for them); calling it is calling
-    `make_loader`, so 0.1.1's `FerroLoader(root, 64, columns=...)` works (with a
-    FutureWarning) and 0.2's calls are `ferroload_loader.FerroLoader`'s."""
+    (`isinstance(dl, ferroload.FerroLoader)` holds for them). A call that
+    `ferroload_loader.FerroLoader` takes is its; any other is 0.1.1's
+    `FerroLoader(root, batch_size, images=..., columns=...)`, which works with a
+    FutureWarning."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if _is_rs011_call(args, kwargs):
-            return make_loader(*args, **kwargs)
+        try:  # a call 0.2's class takes is 0.2's
+            inspect.signature(ferroload_loader.FerroLoader).bind(*args, **kwargs)
+        except TypeError:
+            return _loader_011(args, kwargs)
         return ferroload_loader.FerroLoader(*args, **kwargs)
 
 
