@@ -55,7 +55,18 @@ import pytest
 
 API_FILE = Path(__file__).with_name("rs011_public_api.json")
 API: dict[str, Any] = json.loads(API_FILE.read_text(encoding="utf-8"))
-STATUSES = ("silent", "warned", "refused", "failing")
+STATUSES = ("silent", "warned", "refused", "differs", "failing")
+#: The 0.1.1 calls 0.2 cannot honour, warn about or refuse with a pointer, each with the
+#: reason (docs/migrating.md says the same in its row). A name here that stops failing,
+#: or any other name that fails, fails the test.
+DIFFERS = {
+    "ferroload.Dataset.schema": (
+        "0.2's ds.schema is the index's pyarrow.Schema, which pyarrow does not let a "
+        "subclass or proxy stand in for, so ds.schema() cannot be made callable; 0.1.1's "
+        "schema() returned the manifest's declared columns, an empty list for every "
+        "dataset its writers made"
+    ),
+}
 
 Thunk = Callable[[], object]
 
@@ -967,10 +978,14 @@ def classify_all(tmp: Path) -> list[Outcome]:
             thunk: Thunk | Outcome = _module_thunk(path, env)
         else:
             thunk = _member_thunk(class_path, member, env)
-        if isinstance(thunk, Outcome):
-            outcomes.append(Outcome(path, thunk.status, thunk.detail))
-        else:
-            outcomes.append(classify(path, thunk))
+        got = (
+            Outcome(path, thunk.status, thunk.detail)
+            if isinstance(thunk, Outcome)
+            else classify(path, thunk)
+        )
+        if path in DIFFERS and got.status == "failing":
+            got = Outcome(path, "differs", f"{got.detail} ({DIFFERS[path]})")
+        outcomes.append(got)
     return outcomes
 
 
@@ -1081,13 +1096,15 @@ def test_every_rs011_name_works_warns_or_refuses(outcomes: list[Outcome]) -> Non
     assert not failing, f"{len(failing)} 0.1.1 names neither work, warn nor refuse:\n" + "\n".join(
         f"  {o.name}: {o.detail}" for o in failing
     )
+    stale = [n for n in DIFFERS if next(o for o in outcomes if o.name == n).status != "differs"]
+    assert not stale, f"DIFFERS lists {stale}, which no longer fail: take them out"
 
 
 # --------------------------------------------------------------------------- the docs
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 #: How docs/migrating.md words each status.
-WORDS = {"silent": "works", "warned": "warns", "refused": "refused"}
+WORDS = {"silent": "works", "warned": "warns", "refused": "refused", "differs": "differs"}
 _CELL = re.compile(r"(?<!\\)\|")
 
 
