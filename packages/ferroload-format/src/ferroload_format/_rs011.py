@@ -225,7 +225,6 @@ def _escape(key: str) -> str:
 @dataclass
 class _Layer:
     name: str
-    raw: dict[str, Any]
     table: pa.Table  # this format's layer part: one row per base row
     columns: list[pa.Field]
     modalities: list[dict[str, Any]]
@@ -814,7 +813,7 @@ def _translate_layer(
         columns[f.name] = pc.if_else(mask, pa.nulls(n, typ), full) if n else full
         meta_fields.append(pa.field(f.name, typ))
     shards = _shard_records(store, full_paths, presents, 1)
-    return _Layer(name, la, pa.table(columns), meta_fields, modalities, shards)
+    return _Layer(name, pa.table(columns), meta_fields, modalities, shards)
 
 
 # ---------------------------------------------------------------- the view
