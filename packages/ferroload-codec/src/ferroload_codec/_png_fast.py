@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,26 @@ from ferroload_core import PNG_MAGIC
 
 # A PNG's signature and the length and type of its first chunk, the header
 _PNG_HEAD = PNG_MAGIC + b"\x00\x00\x00\rIHDR"
+#: The largest filtered image (rows of a filter byte and the pixels) that the inflate
+#: route rebuilds as one stored deflate block (a stored block holds at most 65,535 bytes)
+STORED_MAX = 0xFFFF
+_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+#: A zlib header (deflate, 32 KiB window, no dictionary, FCHECK right) and the first byte
+#: of a final stored block
+_ZLIB_STORED = b"\x78\x01\x01"
+
+
+def _stored_prefix(width: int, height: int, color: int, raw: int) -> tuple[bytes, int]:
+    """The bytes of a PNG of one IDAT chunk that stores `raw` filtered bytes uncompressed,
+    up to those bytes: signature, IHDR, the IDAT chunk's header, the zlib header and the
+    stored block's header. Also the CRC-32 of that chunk's bytes so far."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
+    ihdr_chunk = (
+        struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    )
+    idat_data = _ZLIB_STORED + struct.pack("<HH", raw, raw ^ 0xFFFF)
+    idat_head = struct.pack(">I", len(idat_data) + raw + 4) + b"IDAT"
+    return PNG_MAGIC + ihdr_chunk + idat_head + idat_data, zlib.crc32(b"IDAT" + idat_data)
 
 
 def same_size_png(
@@ -22,12 +43,23 @@ def same_size_png(
 ) -> Callable[[Any, npt.NDArray[np.uint8]], bool] | None:
     """A lean path for batches of 8-bit PNGs already at the output size and mode.
 
-    Tiny images (32x32) cost about 35 µs in libspng; the general path's checks add
-    about 7 µs more, all of it holding the GIL, which keeps two threads from scaling.
+    Tiny images (32x32) cost about 35 us in libspng; the general path's checks add
+    about 7 us more, all of it holding the GIL, which keeps two threads from scaling.
     This path checks the header with one `struct` call, walks the chunk headers (no
     compressed text or ICC profile for libspng to inflate) and decodes straight into the
     batch; anything else (or any failure) takes the general path, which also reports
     the errors. Decoders that augment or convert their output do not take it.
+
+    Two thirds of libspng's time on a tiny PNG is zlib's inflate (1.2.13, linked into
+    imagecodecs' libspng). Where imagecodecs has libdeflate (`deflate_decode`, about
+    twice as fast on such streams) and the image is one IDAT chunk of at most
+    `STORED_MAX` filtered bytes, not interlaced, this path inflates the IDAT stream with
+    libdeflate (which checks its Adler-32) and hands libspng the same image with its
+    filtered rows in a stored (uncompressed) deflate block, so that libspng only copies
+    and unfilters them: the same pixels (both read the same filtered rows), about 1.5x
+    faster on 32x32 photos, with both calls releasing the GIL. The original IDAT's CRC
+    is not checked on this route (the Adler-32 of its data is); a stream that does not
+    inflate to exactly the filtered size goes to libspng as it is.
     """
     ic = imagecodecs()
     if ic is None or size is None or exif:
@@ -39,6 +71,10 @@ def same_size_png(
     spng_decode = ic.spng_decode
     unpack = struct.unpack_from
     strip = png_strip_inflated
+    raw_size = th * (1 + tw * channels)
+    inflate = getattr(ic, "deflate_decode", None) if raw_size <= STORED_MAX else None
+    prefix, crc_prefix = _stored_prefix(tw, th, color, raw_size) if inflate else (b"", 0)
+    pack, crc32, adler32 = struct.pack, zlib.crc32, zlib.adler32
 
     def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
         kind = type(item)  # exact types only: this runs once per image
@@ -51,7 +87,7 @@ def same_size_png(
         # struct reads the header fields straight from the buffer: slicing a memoryview
         # (a loader's payloads are views of mapped shards) and comparing the slice costs
         # more than the whole unpack
-        head, width, height, depth, ctype, length, chunk = unpack(">16sIIBB7xI4s", item)
+        head, width, height, depth, ctype, laced, length, chunk = unpack(">16sIIBB2xB4xI4s", item)
         if head != _PNG_HEAD or width != tw or height != th or depth != 8 or ctype != color:
             return False
         # IHDR, one IDAT, IEND (what most encoders write for a small image) has no
@@ -62,6 +98,13 @@ def same_size_png(
         if not simple and strip(item) is not item:
             return False
         try:
+            if simple and inflate is not None and not laced:
+                raw = inflate(item[41 : iend - 8], out=raw_size)
+                if len(raw) == raw_size:
+                    tail = pack(">I", adler32(raw))
+                    crc = crc32(tail, crc32(raw, crc_prefix))
+                    spng_decode(prefix + raw + tail + pack(">I", crc) + _IEND, out=target)
+                    return True
             spng_decode(item, out=target)
         except Exception:
             return False
