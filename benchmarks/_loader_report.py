@@ -1,4 +1,4 @@
-"""The report `bench_loader.py` prints: per set, every configuration's throughput and memory, the notes that explain them, the prefetch memory bound, and the goals."""
+"""The report `bench_loader.py` prints: per set, every configuration's throughput and memory, the notes that explain them (ferroload-rs 0.1.1 among them), the prefetch memory bound, every system under each load, and the goals."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def render(res: dict[str, Any]) -> str:
         "versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
         f"ferroload via {m['ferroload_api']}; peers decode with {m['peer_pillow']}"
         + (f" ({m['stock_pillow']['reason']})" if m["stock_pillow"]["reason"] else ""),
+        _rs011_line(m),
         f"images: {m['image_source']}; "
         + "; ".join(
             f"{k}: {d['samples']:,} x {d['desc']} (avg {d['avg_bytes']:,.0f} B)"
@@ -38,6 +39,7 @@ def render(res: dict[str, Any]) -> str:
         out.append(_set_table(st))
         out += _set_notes(st)
     out += _prefetch_table(res)
+    out += _loads_table(res)
     out += goals_table(res["goals"])
     refs = [st["reference_scaling_1_to_2"] for st in res["sets"].values()]
     if min(refs) < 0.9:
@@ -135,6 +137,13 @@ def _set_notes(st: dict[str, Any]) -> list[str]:
             + ("-" if cf is None else f"{cf:,.0f}")
             + f" (a batch's output is {st['batch'] * st['out'] ** 2 * 3 / 4096:,.0f} pages)"
         )
+    for how, v in st.get("vs_rs011", {}).items():
+        pm = v["ratio_paired_median"]
+        notes.append(
+            f"{v['ours']} / ferroload-rs 0.1.1's {v['rs011']} ({how}) = {v['ratio_best']:.2f}x "
+            f"(best epochs), {v['ratio_medians']:.2f}x (median epochs)"
+            + ("" if pm is None else f", {pm:.2f}x (median of neighbouring epochs)")
+        )
     notes.append(
         f"machine reference (sha256, 1 vs 2 threads, same rounds): "
         f"{st['reference_scaling_1_to_2']:.2f} of linear"
@@ -194,4 +203,55 @@ def _prefetch_table(res: dict[str, Any]) -> list[str]:
             ],
             rows,
         ),
+    ]
+
+
+def _rs011_line(m: dict[str, Any]) -> str:
+    """Whether ferroload-rs 0.1.1 ran, and in which interpreter (or why not)."""
+    rs = m.get("rs011") or {}
+    if rs.get("python"):
+        return (
+            f"ferroload-rs {rs['version']}: its own venv ({rs['python']}), the same bytes "
+            "written by its Writer, read by its make_loader"
+        )
+    return f"ferroload-rs {rs.get('version', '0.1.1')} left out: {rs.get('reason')}"
+
+
+def _loads_table(res: dict[str, Any]) -> list[str]:
+    """Every configuration's median samples/s (min-max over its epochs) under each load,
+    and over its quiet figure; nothing when only the quiet load ran."""
+    loads = res.get("loads") or {}
+    if len(loads) < 2:
+        return []
+    m = res["meta"]["loads"]
+    names = list(loads)
+    rows = []
+    for set_key, quiet in loads["quiet"].items():
+        for key in quiet:
+            q = quiet[key]["median_samples_per_s"]
+            row = [f"{set_key}: {key}"]
+            for load in names:
+                r = loads[load].get(set_key, {}).get(key)
+                if r is None:
+                    row.append("-")
+                    continue
+                cell = (
+                    f"{r['median_samples_per_s']:,.0f} "
+                    f"({r['min_samples_per_s']:,.0f}-{r['max_samples_per_s']:,.0f})"
+                )
+                if load != "quiet":
+                    cell += f" {r['median_samples_per_s'] / q:.2f}x"
+                row.append(cell)
+            rows.append(row)
+    scaling = res.get("loads_reference_scaling_1_to_2", {})
+    rows.append(
+        ["machine reference 1 -> 2 threads"]
+        + [", ".join(f"{v:.2f}" for v in scaling.get(x, {}).values()) or "-" for x in names]
+    )
+    return [
+        "",
+        f"4. under load: median samples/s (min-max over the epochs) and x its quiet median; "
+        f"busyN = N competing CPU-bound processes, step = {m['step_ms']:g} ms of consumer CPU "
+        "per batch",
+        table(["set: configuration", *names], rows),
     ]

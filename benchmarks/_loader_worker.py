@@ -1,14 +1,20 @@
-"""The per-system worker processes of `bench_loader.py`: each builds one system's loader (ferroload in-process or in DataLoader workers, the codec alone, WebDataset, HF `datasets`) and runs its epochs on command.
+"""The per-system worker processes of `bench_loader.py`: each builds one system's loader (ferroload in-process or in DataLoader workers, the codec alone, WebDataset, HF `datasets`, ferroload-rs 0.1.1) and runs its epochs on command.
 
-`bench_loader.py --worker '<json spec>'` runs `worker(spec)`. Heavy imports (torch,
-ferroload, webdataset, datasets, PIL) stay inside the builders, so that each process loads
-only what its system needs.
+`bench_loader.py --worker '<json spec>'` runs `worker(spec)`; ferroload-rs 0.1.1 runs in
+its own virtualenv's interpreter, as `_loader_worker.py --worker '<json spec>'`. So this
+module, and the helpers it imports at the top, import nothing but the standard library and
+numpy: heavy imports (torch, ferroload, webdataset, datasets, PIL) stay inside the
+builders, so that each process loads only what its system needs.
+
+An epoch command may name a load (`_load.py`): under `step`, the consumer spends CPU on
+every batch it takes, as a training step would.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import pickle
 import resource
 import sys
@@ -17,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
+from _load import Step
 from _memory import maxrss, reset_hwm, status_kib
 from _peers import identity, pil_info, pil_to_tensor, shutdown
 from _procs import counting_faults, serve, unknown
@@ -39,18 +46,23 @@ def loader_epoch(dl: Any, epoch: int, consume: Callable[[], dict[str, Any]]) -> 
 
 
 class _Epoch(NamedTuple):
-    run: Callable[[int, bool], dict[str, Any]]  # (epoch, check) -> result
+    run: Callable[[int, bool, Step], dict[str, Any]]  # (epoch, check, step) -> result
     close: Callable[[], None]
     loader: Any
 
 
-def _consume(batches: Any, unpack: Callable[[Any], tuple[Any, Any]], check: bool) -> dict[str, Any]:
-    """One pass over `batches`; with `check`, also what they hold (slower, untimed use)."""
+def _consume(
+    batches: Any, unpack: Callable[[Any], tuple[Any, Any]], check: bool, step: Step
+) -> dict[str, Any]:
+    """One pass over `batches`, calling `step()` after each batch (the consumer's work
+    under the `step` load, a no-op otherwise); with `check`, also what they hold (slower,
+    untimed use)."""
     t0 = time.perf_counter()
     n = 0
     if not check:
         for b in batches:
             n += len(unpack(b)[0])
+            step()
         return {"s": time.perf_counter() - t0, "n": n}
     first: dict[str, Any] | None = None
     pixels = 0
@@ -71,6 +83,7 @@ def _consume(batches: Any, unpack: Callable[[Any], tuple[Any, Any]], check: bool
         n += len(arr)
         if labels is not None:
             counts += np.bincount(np.asarray(labels), minlength=NUM_CLASSES)[:NUM_CLASSES]
+        step()
     dt = time.perf_counter() - t0
     return {
         "s": dt,
@@ -103,11 +116,12 @@ def _build_ferroload(spec: dict[str, Any]) -> _Epoch:
         out="torch",
         seed=0,
         prefetch_bytes=spec["prefetch_bytes"],
+        streaming=spec.get("streaming", False),
     )
 
-    def run(epoch: int, check: bool) -> dict[str, Any]:
+    def run(epoch: int, check: bool, step: Step) -> dict[str, Any]:
         return loader_epoch(
-            dl, epoch, lambda: _consume(dl, lambda b: (b["image"], b["label"]), check)
+            dl, epoch, lambda: _consume(dl, lambda b: (b["image"], b["label"]), check, step)
         )
 
     return _Epoch(run, dl.close, dl)
@@ -130,9 +144,9 @@ def _build_ferroload_workers(spec: dict[str, Any]) -> _Epoch:
     )
     dl = DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=True)
 
-    def run(epoch: int, check: bool) -> dict[str, Any]:
+    def run(epoch: int, check: bool, step: Step) -> dict[str, Any]:
         ds.set_epoch(epoch)
-        return _consume(dl, lambda b: (b["image"], b["label"]), check)
+        return _consume(dl, lambda b: (b["image"], b["label"]), check, step)
 
     return _Epoch(run, lambda: shutdown(dl), ds)
 
@@ -150,8 +164,8 @@ def _build_codec(spec: dict[str, Any]) -> _Epoch:
         for c in chunks:
             yield dec.decode_batch(c).images
 
-    def run(epoch: int, check: bool) -> dict[str, Any]:
-        return _consume(batches(), lambda b: (b, None), check)
+    def run(epoch: int, check: bool, step: Step) -> dict[str, Any]:
+        return _consume(batches(), lambda b: (b, None), check, step)
 
     return _Epoch(run, dec.close, dec)
 
@@ -171,8 +185,8 @@ def _build_wds(spec: dict[str, Any]) -> _Epoch:
     )
     dl = wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
-    def run(epoch: int, check: bool) -> dict[str, Any]:
-        return _consume(dl, lambda b: (b[0], b[1]), check)
+    def run(epoch: int, check: bool, step: Step) -> dict[str, Any]:
+        return _consume(dl, lambda b: (b[0], b[1]), check, step)
 
     def close() -> None:
         shutdown(dl.pipeline[0])
@@ -201,10 +215,26 @@ def _build_hf(spec: dict[str, Any]) -> _Epoch:
         persistent_workers=workers > 0,
     )
 
-    def run(epoch: int, check: bool) -> dict[str, Any]:
-        return _consume(dl, lambda b: (b["image"], b["label"]), check)
+    def run(epoch: int, check: bool, step: Step) -> dict[str, Any]:
+        return _consume(dl, lambda b: (b["image"], b["label"]), check, step)
 
     return _Epoch(run, lambda: shutdown(dl), dl)
+
+
+def _build_rs011(spec: dict[str, Any]) -> _Epoch:
+    """ferroload-rs 0.1.1's documented training loader (this process runs its venv)."""
+    from _rs011_peer import make_loader
+
+    import ferroload
+
+    _INFO["rs011"] = {"version": ferroload.__version__, "path": ferroload.__file__}
+    dl = make_loader(spec["path"], spec["batch"], spec["out"], streaming=spec["streaming"])
+
+    def run(epoch: int, check: bool, step: Step) -> dict[str, Any]:
+        dl.set_epoch(epoch)
+        return _consume(dl, lambda b: (b["image"], b["label"]), check, step)
+
+    return _Epoch(run, getattr(dl, "close", lambda: None), dl)
 
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], _Epoch]] = {
@@ -213,6 +243,7 @@ BUILDERS: dict[str, Callable[[dict[str, Any]], _Epoch]] = {
     "codec": _build_codec,
     "wds": _build_wds,
     "hf": _build_hf,
+    "rs011": _build_rs011,
 }
 
 
@@ -274,7 +305,7 @@ def _breakdown(ep: _Epoch, epoch: int) -> dict[str, Any]:
 
         d.decode_batch = timed  # an instance attribute shadows the method
     try:
-        res = ep.run(epoch, False)
+        res = ep.run(epoch, False, Step("quiet"))
     finally:
         for d in decoders:
             with contextlib.suppress(AttributeError):
@@ -285,10 +316,15 @@ def _breakdown(ep: _Epoch, epoch: int) -> dict[str, Any]:
 
 def _handler(spec: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     ep = BUILDERS[spec["system"]](spec)
+    steps: dict[str, Step] = {}
 
     def handle(cmd: dict[str, Any]) -> dict[str, Any]:
         nonlocal ep
         op = cmd["op"]
+        load = cmd.get("load", "quiet")  # the consumer's work per batch (`step`)
+        if load not in steps:
+            steps[load] = Step(load)
+        step = steps[load]
         if op == "ready":
             return {
                 "rss_setup": status_kib("VmRSS"),
@@ -297,7 +333,7 @@ def _handler(spec: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
                 **_INFO,
             }
         if op == "epoch":
-            return counting_faults(lambda: ep.run(cmd["epoch"], cmd.get("check", False)))
+            return counting_faults(lambda: ep.run(cmd["epoch"], cmd.get("check", False), step))
         if op == "breakdown":
             return counting_faults(lambda: _breakdown(ep, cmd["epoch"]))
         if op == "stall":
@@ -319,3 +355,24 @@ def _handler(spec: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
 def worker(spec_json: str) -> None:
     """A per-system process: JSON commands on stdin, one JSON answer per line on stdout."""
     serve(spec_json, _handler)
+
+
+def _exit(code: int) -> None:
+    """Leave without the interpreter's teardown: through `ferroload_core.exit_process`
+    where our packages are installed (see benchmarks/README.md); in ferroload-rs 0.1.1's
+    venv, which lacks them, with `os._exit` once the output is flushed (its loader's
+    threads abort the teardown: "FATAL: exception not rethrown")."""
+    try:
+        from ferroload_core import exit_process
+    except ImportError:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    exit_process(code)
+
+
+if __name__ == "__main__":  # a worker run by another interpreter (ferroload-rs 0.1.1's venv)
+    if len(sys.argv) != 3 or sys.argv[1] != "--worker":
+        raise SystemExit("usage: _loader_worker.py --worker '<json spec>'")
+    worker(sys.argv[2])
+    _exit(0)

@@ -1,11 +1,15 @@
-"""ferroload's loader against WebDataset and Hugging Face `datasets`, side by side in one run.
+"""ferroload's loader against WebDataset, Hugging Face `datasets` and ferroload-rs 0.1.1, side by side in one run.
 
 1. tiny: 32x32 PNG + int label -> uint8 (B, 32, 32, 3) + int64 labels, batches of 256.
 2. jpeg: 256x256 JPEG q90 + int label -> resized to uint8 (B, 224, 224, 3), batches of 64.
 
-The same encoded images are written once as a ferroload dataset, as WebDataset shards and
-as a Hugging Face `save_to_disk` folder. Each system (and each of its configurations) then
-runs in its own fresh process: ferroload's `make_loader` (one process, its decode threads);
+The same encoded images are written once as a ferroload dataset, as WebDataset shards, as
+a Hugging Face `save_to_disk` folder and as a ferroload-rs 0.1.1 dataset (its own
+`Writer`). Each system (and each of its configurations) then runs in its own fresh
+process: ferroload's `make_loader` (one process, its decode threads), shuffled and
+`streaming=True`; ferroload-rs 0.1.1's documented `make_loader`, map-style and
+`streaming=True`, in a process of its own virtualenv (`_rs011_peer.py`; without one, the
+run says why and goes on without it);
 WebDataset's pipeline through `wds.WebLoader` (a torch DataLoader) with 0 and 2 worker
 processes; `load_from_disk` + `set_transform` through a torch DataLoader with 0 and 2
 workers; the codec alone (`ImageDecoder.decode_batch` over the bytes in memory), the
@@ -16,10 +20,16 @@ Peak memory comes from the process itself (`ru_maxrss`, its workers' too) and fr
 whole process tree (PSS, sampled). A last test stalls the consumer to measure what
 `prefetch_bytes` (64 MiB vs the default 512 MiB) holds at most.
 
+`--loads quiet,busy1,...` (`_load.py`) times the interleaved rounds of every system again
+under each load: `busyN` runs N CPU-bound competing processes through that load's rounds,
+`step` makes each consumer spend CPU on every batch. `quiet` is always measured first
+(the warm-up check, the figures above and the reference of the other loads).
+
 Run it from the repository root:
 
     uv run python benchmarks/bench_loader.py            # full run (several minutes)
-    uv run python benchmarks/bench_loader.py --quick    # smoke run (about a minute)
+    uv run python benchmarks/bench_loader.py --quick    # smoke run (about two minutes)
+    uv run python benchmarks/bench_loader.py --loads quiet,busy1,step
 
 It prints a table and writes the results as JSON (see benchmarks/README.md for what each
 figure means). Timings are never asserted on: goals are reported as PASS / FAIL.
@@ -35,10 +45,12 @@ but the standard library and numpy at the top.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import pickle
 import shutil
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,17 +62,20 @@ from _harness import (
     finish_run,
     interleaved_epochs,
     log,
+    reference_pass,
     run_meta,
     run_parser,
     start_run,
     summary,
 )
+from _load import STEP_MS, competing, competitors, parse_loads
 from _loader_report import render
 from _loader_worker import NUM_CLASSES, worker
 from _meta import pkg_version
 from _peers import stock_pillow, write_ferroload, write_hf, write_webdataset
 from _procs import Child
 from _report import MiB, goal
+from _rs011_peer import RS011_VERSION, rs011_python, write_rs011
 
 from ferroload_core import available_cpus, exit_process
 
@@ -75,6 +90,15 @@ GOAL_WORKERS_PEER = 1.5  # tiny: ferroload_w2 samples/s over the best 2-worker p
 GOAL_WORKERS_MEMORY = 1.3  # ferroload_w2's tree peak PSS over in-process ferroload's, at most
 WORKERS = 2  # DataLoader workers of ferroload's worker-mode configuration
 JPEG_MEAN_TOLERANCE = 1.0  # |mean pixel - ferroload's| across systems (different resizers)
+# ferroload samples/s over ferroload-rs 0.1.1's (median epochs, under each load), at least
+GOAL_RS011 = {"tiny": 1.5, "jpeg": 2.0}
+GOAL_BUSY1_KEEP = 0.6  # ferroload's median samples/s under busy1 over its quiet one, at least
+#: (ours, ferroload-rs 0.1.1's) configuration keys, compared like for like
+RS011_PAIRS = {
+    "shuffled": ("ferroload", "rs011"),
+    "streaming": ("ferroload_stream", "rs011_stream"),
+}
+WORKER_SCRIPT = Path(__file__).resolve().parent / "_loader_worker.py"
 
 
 class Sizes(NamedTuple):
@@ -138,6 +162,12 @@ def _configs(
             "ferroload",
             {**fl, "prefetch_bytes": PREFETCH_BUDGETS[1]},
         ),
+        Config(
+            "ferroload_stream",
+            f"ferroload make_loader streaming=True ({threads} decode threads)",
+            "stream",
+            {**fl, "prefetch_bytes": PREFETCH_BUDGETS[1], "streaming": True},
+        ),
     ]
     configs.append(
         Config(
@@ -174,6 +204,12 @@ def _configs(
             spec = {"system": system, arg: paths[system], "workers": n, **common}
             label = f"{what} num_workers={n}" + (" (persistent)" if n else "")
             configs.append(Config(f"{system}_w{n}", label, "peer", spec, n))
+    if "rs011" in paths:
+        for key, streaming in (("rs011", False), ("rs011_stream", True)):
+            how = "streaming=True" if streaming else "map-style, shuffled"
+            spec = {"system": "rs011", "path": paths["rs011"], "streaming": streaming, **common}
+            label = f"ferroload-rs {RS011_VERSION} make_loader ({how})"
+            configs.append(Config(key, label, "rs011", spec))
     return configs
 
 
@@ -218,12 +254,17 @@ def _check(
     }
 
 
+#: Where a non-peer configuration goes in a round: ferroload next to the codec and to
+#: ferroload-rs 0.1.1, streaming next to its streaming (ratios are taken between neighbours).
+_PLACE = {"rs011": 0, "ferroload": 1, "codec": 2, "ferroload_stream": 8, "rs011_stream": 9}
+
+
 def _round_plan(configs: list[Config], r: int) -> list[str]:
-    """The order of round `r`: the ferroload processes and the codec next to each other
-    (their ratio is taken between neighbours), between the peers; reversed every other
-    round so that no configuration always meets the same moment of the machine."""
+    """The order of round `r`: the ferroload processes, the codec and ferroload-rs 0.1.1
+    next to each other (see `_PLACE`), between the peers; reversed every other round so
+    that no configuration always meets the same moment of the machine."""
     peers = [c.key for c in configs if c.kind == "peer"]
-    fast = [c.key for c in configs if c.kind != "peer"]
+    fast = sorted((c.key for c in configs if c.kind != "peer"), key=lambda k: _PLACE.get(k, 5))
     half = (len(peers) + 1) // 2
     plan = peers[:half] + fast + peers[half:]
     return plan if r % 2 == 0 else plan[::-1]
@@ -347,6 +388,95 @@ def _per_batch(bd: dict[str, Any], codec: dict[str, Any], batches: int) -> dict[
     }
 
 
+class InterpreterChild(Child):
+    """A `Child` whose worker is `_loader_worker.py` run by another interpreter, ferroload-rs
+    0.1.1's virtualenv (`_procs.Child` runs `script` with this process's interpreter)."""
+
+    def __init__(
+        self, name: str, spec: dict[str, Any], run_dir: Path, python: str, env: dict[str, str]
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.log = run_dir / f"{name}.log"
+        self.error = None
+        self.ready = {}
+        self.peaks = {}
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [python, str(WORKER_SCRIPT), "--worker", json.dumps(spec)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
+
+
+def _by_load(times: dict[str, list[float]], n: int) -> dict[str, dict[str, Any]]:
+    """Each configuration's samples/s over its epochs under one load: median, min, max."""
+    out = {}
+    for key, ts in times.items():
+        if ts:
+            out[key] = {
+                "median_samples_per_s": n / float(np.median(ts)),
+                "min_samples_per_s": n / max(ts),
+                "max_samples_per_s": n / min(ts),
+                "epochs_s": ts,
+            }
+    return out
+
+
+def _load_rounds(
+    children: dict[str, Child],
+    configs: list[Config],
+    n: int,
+    rounds: int,
+    load: str,
+    first_epoch: int,
+) -> tuple[dict[str, list[float]], float]:
+    """`rounds` interleaved rounds of one timed epoch of every configuration under `load`
+    (its competitors already running; each consumer does the load's work per batch).
+    Returns each configuration's epoch seconds and the machine reference's 1 -> 2 thread
+    scaling in the same rounds."""
+    times: dict[str, list[float]] = {k: [] for k in children}
+    ref: dict[int, list[float]] = {1: [], 2: []}
+    for r in range(rounds):
+        log(f"  {load}: round {r + 1}/{rounds}")
+        for t in (1, 2):
+            ref[t].append(reference_pass(t))
+        for key in _round_plan(configs, r):
+            got = children[key].ask(op="epoch", epoch=first_epoch + r, sample=False, load=load)
+            if got is None:
+                continue
+            if got["n"] != n:
+                children[key].fail(f"{load} epoch delivered {got['n']} samples, not {n}")
+                continue
+            times[key].append(got["s"])
+    return times, min(ref[1]) / min(ref[2])
+
+
+def _versus_rs011(
+    results: dict[str, Any], times: dict[str, list[float]]
+) -> dict[str, dict[str, Any]]:
+    """ferroload against ferroload-rs 0.1.1, shuffled and streaming: on best epochs, on
+    median epochs, and the median over rounds of neighbouring epochs."""
+    out = {}
+    for how, (ours, theirs) in RS011_PAIRS.items():
+        a, b = results.get(ours, {}), results.get(theirs, {})
+        if not a.get("samples_per_s") or not b.get("samples_per_s"):
+            continue
+        ta, tb = times.get(ours) or [], times.get(theirs) or []
+        paired = [y / x for x, y in zip(ta, tb, strict=True)] if len(ta) == len(tb) else []
+        out[how] = {
+            "ours": ours,
+            "rs011": theirs,
+            "ratio_best": a["samples_per_s"] / b["samples_per_s"],
+            "ratio_medians": a["median_samples_per_s"] / b["median_samples_per_s"],
+            "ratio_paired_median": float(np.median(paired)) if paired else None,
+        }
+    return out
+
+
 def bench_set(
     s: SetSpec,
     samples: Any,
@@ -355,9 +485,17 @@ def bench_set(
     run_dir: Path,
     stock_path: Path | None,
     stall_s: float,
-) -> dict[str, Any]:
-    """Start every configuration's process, warm them up, then time `rounds` interleaved
-    epochs (best of), with the machine reference probe in the same rounds."""
+    *,
+    loads: Sequence[str] = ("quiet",),
+    rs011: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start every configuration's process (ferroload-rs 0.1.1's with its interpreter
+    `rs011`), warm them up, then time `rounds` interleaved epochs (best of), with the
+    machine reference probe in the same rounds; then the same rounds again under each
+    further load of `loads` (the first is quiet).
+
+    Returns the set's results (the quiet load's figures) and, per load, each
+    configuration's samples/s and the machine reference's scaling."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     peer_env = dict(env)
@@ -366,14 +504,28 @@ def bench_set(
     isolated = _loader_overhead(s, configs, rounds, run_dir, env)
     children: dict[str, Child] = {}
     for c in configs:
-        e = peer_env if c.kind == "peer" else env
-        children[c.key] = Child(f"{s.key}-{c.key}", c.spec, run_dir, __file__, e)
+        name = f"{s.key}-{c.key}"
+        if c.kind == "rs011":
+            assert rs011 is not None  # its configurations exist only with its interpreter
+            children[c.key] = InterpreterChild(name, c.spec, run_dir, rs011, env)
+        else:
+            e = peer_env if c.kind == "peer" else env
+            children[c.key] = Child(name, c.spec, run_dir, __file__, e)
     for ch in children.values():
         ch.wait_ready()
     n = len(samples)
     # loader / codec between neighbours, per round
     plan = lambda r: _round_plan(configs, r)  # noqa: E731
     got = interleaved_epochs(children, n, rounds, plan, pair=("codec", "ferroload"))
+    quiet_ref = min(got.ref[1]) / min(got.ref[2])
+    by_load = {"quiet": {"systems": _by_load(got.times, n), "reference_scaling_1_to_2": quiet_ref}}
+    epoch = rounds + 2  # rounds + 1 is the breakdown's
+    for load in loads[1:]:
+        with competing(load) as k:
+            log(f"  load {load}: {k} competing processes" + (", step" if load == "step" else ""))
+            times, scaling = _load_rounds(children, configs, n, rounds, load, epoch)
+        epoch += rounds
+        by_load[load] = {"systems": _by_load(times, n), "reference_scaling_1_to_2": scaling}
     breakdown = None
     if children["ferroload"].ok:
         log("  ferroload: one more epoch with decode_batch timed")
@@ -395,9 +547,10 @@ def bench_set(
         "out": s.out,
         "configs": results,
         "check": _check(s, n, samples.labels, got.checks),
-        "reference_scaling_1_to_2": min(got.ref[1]) / min(got.ref[2]),
+        "reference_scaling_1_to_2": quiet_ref,
         "reference_times_s": got.ref,
         **_versus_peers(results),
+        "vs_rs011": _versus_rs011(results, got.times),
     }
     fl = results["ferroload"].get("samples_per_s")
     codec = results["codec"].get("samples_per_s")
@@ -407,7 +560,7 @@ def bench_set(
     out.update(isolated)
     if breakdown is not None and breakdown.get("decode_s") is not None:
         out["breakdown"] = _per_batch(breakdown, results["codec"], math.ceil(n / s.batch))
-    return out
+    return out, by_load
 
 
 # --------------------------------------------------------------------------- goals
@@ -450,6 +603,40 @@ def _worker_goals(res: dict[str, Any]) -> list[dict[str, Any]]:
     return goals
 
 
+def _load_goals(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per load: ferroload against ferroload-rs 0.1.1 on each set, shuffled and streaming
+    (median epochs); and what ferroload keeps of its quiet throughput under busy1."""
+    goals = []
+    missing = "-" if res["meta"]["rs011"]["python"] else "- (ferroload-rs 0.1.1 not run)"
+    for load, sets in res["loads"].items():
+        for set_key, st in sets.items():
+            target = GOAL_RS011[set_key]
+            for how, (ours, theirs) in RS011_PAIRS.items():
+                a = st.get(ours, {}).get("median_samples_per_s")
+                b = st.get(theirs, {}).get("median_samples_per_s")
+                name = (
+                    f"{load}: {set_key}: {ours} samples/s >= {target}x ferroload-rs "
+                    f"{RS011_VERSION}'s {theirs} ({how}, median epochs)"
+                )
+                r = a / b if a and b else None
+                goals.append(
+                    goal(name, missing if r is None else f"{r:.2f}x", r is not None and r >= target)
+                )
+    if "busy1" in res["loads"]:
+        for set_key in res["loads"]["quiet"]:
+            q = res["loads"]["quiet"][set_key].get("ferroload", {})
+            b = res["loads"]["busy1"][set_key].get("ferroload", {})
+            qm, bm = q.get("median_samples_per_s"), b.get("median_samples_per_s")
+            r = bm / qm if qm and bm else None
+            name = (
+                f"busy1: {set_key}: ferroload keeps >= {GOAL_BUSY1_KEEP}x its quiet samples/s "
+                "(median epochs)"
+            )
+            ok = r is not None and r >= GOAL_BUSY1_KEEP
+            goals.append(goal(name, "-" if r is None else f"{r:.2f}x", ok))
+    return goals
+
+
 def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
     goals = []
     against = res["meta"]["peer_pillow"]
@@ -480,6 +667,7 @@ def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
         chk = res["sets"][key]["check"]
         name = f"{key}: every system delivers the same samples as uint8 NHWC + int64 labels"
         goals.append(goal(name, "ok" if chk["ok"] else "; ".join(chk["problems"])[:80], chk["ok"]))
+    goals += _load_goals(res)
     return goals
 
 
@@ -488,6 +676,10 @@ def _goals(res: dict[str, Any]) -> list[dict[str, Any]]:
 CONFIGS_META = {
     "ferroload": "make_loader(path, batch_size=B, images=['image'], meta=['label'], "
     "resize=(S, S), out='torch', seed=0); set_epoch(e) per epoch",
+    "ferroload_stream": "the same with streaming=True",
+    "rs011": f"ferroload-rs {RS011_VERSION} in its own venv (its Writer, the same bytes): "
+    "make_loader(root, B, images=['image'], meta=['label'], resize=(S, S), out='torch', "
+    "seed=0); rs011_stream: the same with streaming=True; set_epoch(e) per epoch",
     "webdataset": "wds.WebDataset(urls, shardshuffle=100, seed=0).shuffle(1000)"
     ".decode('pil').to_tuple(ext, 'cls').map_tuple(transform, identity).batched(B); "
     "wds.WebLoader(ds, batch_size=None, num_workers=n, persistent_workers=n>0)",
@@ -516,14 +708,28 @@ def _parse(argv: Sequence[str] | None) -> Any:
         help="peers use the workspace's Pillow-SIMD (no stock-Pillow download)",
     )
     p.add_argument("--rounds", type=int, default=None, help="timed epochs per configuration")
+    p.add_argument(
+        "--loads",
+        default="quiet",
+        help="the loads to time every system under, in turn (quiet, busy1, busy2, step; "
+        "default quiet, which is always measured first)",
+    )
+    p.add_argument(
+        "--no-rs011",
+        action="store_true",
+        help=f"leave ferroload-rs {RS011_VERSION} out (no venv, no download)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the written datasets")
     p.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
-def _write_set(samples: Any, root: Path, shards: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Write `samples` the three ways, and pickle their payloads for the codec alone.
-    Returns the paths for the worker specs and what the writing took."""
+def _write_set(
+    samples: Any, root: Path, shards: int, rs011: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write `samples` the three ways, and the fourth with ferroload-rs 0.1.1's `Writer`
+    (run by its interpreter `rs011`, where there is one), and pickle their payloads for
+    the codec alone. Returns the paths for the worker specs and what the writing took."""
     paths: dict[str, Any] = {"ferroload": str(root / "ferroload"), "hf": str(root / "hf")}
     t0 = time.perf_counter()
     write_ferroload(samples, root / "ferroload")
@@ -532,6 +738,11 @@ def _write_set(samples: Any, root: Path, shards: int) -> tuple[dict[str, Any], d
     t2 = time.perf_counter()
     paths["wds"] = write_webdataset(samples, root / "wds", shards)
     wt = {"ferroload": t1 - t0, "hf": t2 - t1, "wds": time.perf_counter() - t2}
+    if rs011 is not None:
+        t3 = time.perf_counter()
+        write_rs011(rs011, samples, root / "rs011")
+        paths["rs011"] = str(root / "rs011")
+        wt["rs011"] = time.perf_counter() - t3
     paths["payloads"] = root / "payloads.pkl"
     with open(paths["payloads"], "wb") as f:
         pickle.dump(samples.payloads, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -580,6 +791,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         stock_path, stock_reason = stock_pillow(args.workdir)
         if stock_path is None:
             log(f"[{mode}] stock Pillow unavailable: {stock_reason}")
+    rs011: str | None = None
+    rs011_reason: str | None = "--no-rs011"
+    if not args.no_rs011:
+        log(f"[{mode}] ferroload-rs {RS011_VERSION} venv ...")
+        rs011, rs011_reason = rs011_python(args.workdir)
+        if rs011 is None:
+            log(f"[{mode}] ferroload-rs {RS011_VERSION} unavailable, left out: {rs011_reason}")
+    loads = ("quiet", *(x for x in parse_loads(args.loads) if x != "quiet"))
     threads = available_cpus()
     meta: dict[str, Any] = {
         **run_meta(run, threads),
@@ -595,8 +814,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "wds_shards": sizes.wds_shards,
         "seed": SEED,
         "configs": CONFIGS_META,
+        "rs011": {"version": RS011_VERSION, "python": rs011, "reason": rs011_reason},
+        "loads": {
+            "measured": list(loads),
+            "competitors": {x: competitors(x) for x in loads},
+            "step_ms": STEP_MS,
+        },
     }
-    res: dict[str, Any] = {"meta": meta, "sets": {}}
+    res: dict[str, Any] = {"meta": meta, "sets": {}, "loads": {x: {} for x in loads}}
+    res["loads_reference_scaling_1_to_2"] = {x: {} for x in loads}
     if stock_path is None:
         meta["stock_pillow"]["reason"] = f"stock Pillow unavailable: {stock_reason}"
     try:
@@ -607,15 +833,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "desc": DESCS[s.key],
                 "avg_bytes": samples.payload_bytes / len(samples),
             }
-            log(f"[{mode}] {s.key}: writing the three formats ...")
+            log(f"[{mode}] {s.key}: writing the {4 if rs011 else 3} formats ...")
             root = run.run_dir / s.key
-            paths, written = _write_set(samples, root, sizes.wds_shards)
+            paths, written = _write_set(samples, root, sizes.wds_shards, rs011)
             meta["sets"][s.key].update(written)
             configs = _configs(s, paths, paths["payloads"], threads, sizes.peer_workers)
             log(f"[{mode}] {s.key}: {len(configs)} processes ...")
-            res["sets"][s.key] = bench_set(
-                s, samples, configs, sizes.rounds, run.run_dir, stock_path, sizes.stall_s
+            res["sets"][s.key], by_load = bench_set(
+                s,
+                samples,
+                configs,
+                sizes.rounds,
+                run.run_dir,
+                stock_path,
+                sizes.stall_s,
+                loads=loads,
+                rs011=rs011,
             )
+            for load, got in by_load.items():
+                res["loads"][load][s.key] = got["systems"]
+                scaling = got["reference_scaling_1_to_2"]
+                res["loads_reference_scaling_1_to_2"][load][s.key] = scaling
             if not args.keep:
                 shutil.rmtree(root, ignore_errors=True)
     finally:
@@ -624,7 +862,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 if p.is_dir():
                     shutil.rmtree(p, ignore_errors=True)
     meta["peer_pillow"] = _peer_pillow(res, stock_path is not None)
-    apis = {r.get("api") for st in res["sets"].values() for r in st["configs"].values()}
+    apis = {
+        r.get("api")
+        for st in res["sets"].values()
+        for r in st["configs"].values()
+        if r["kind"] != "rs011"
+    }
     meta["ferroload_api"] = ", ".join(sorted(a for a in apis if a)) or None
     res["goals"] = _goals(res)
     finish_run(res, run, render)
