@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from PIL import Image
 
+import ferroload
 import ferroload.loader
 import ferroload_loader
 
@@ -91,3 +95,26 @@ def test_lightning_submodule() -> None:
         "print(m.__name__, FerroDataModule.__module__)\n"
     )
     assert _python(code) == ["ferroload.loader.lightning ferroload_loader.lightning"]
+
+
+def test_a_closed_loader_says_nothing_at_exit(tmp_path: Path) -> None:
+    """A training script with torch imported that closes its loader and exits: no
+    "Exception ignored in FerroLoader.__del__" (the finalizer once used a module global
+    that the interpreter had already cleared)."""
+    pytest.importorskip("torch", reason="out='torch' needs the torch extra")
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8), (10, 20, 30)).save(png, "PNG")
+    w = ferroload.Writer(tmp_path / "ds", "tiny")
+    w.declare("image", "png", "tensor", "image")
+    for i in range(8):
+        w.add(f"s{i}", {"image": png.getvalue()}, {"label": i})
+    w.close()
+    code = f"""
+import torch, ferroload
+dl = ferroload.make_loader({str(tmp_path / "ds")!r}, batch_size=4, images=["image"],
+                           meta=["label"], resize=(8, 8), out="torch", seed=0)
+print(len(next(iter(dl))["label"]))
+dl.close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["4"] and "Exception ignored" not in out.stderr, out.stderr

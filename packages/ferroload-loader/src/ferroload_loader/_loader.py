@@ -7,7 +7,6 @@ the torch adapters (and `_state.check_loader_state`, which reads every loader st
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -298,8 +297,12 @@ class FerroLoader:
             self._worker = None
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # not contextlib.suppress: at interpreter exit this module's globals may already
+        # be None, and the AttributeError would be printed as "Exception ignored in ..."
+        try:  # noqa: SIM105  (see above)
             self.close()
+        except Exception:  # nothing to report from a finalizer
+            pass
 
     def _readahead(
         self, count: int, batch_of: Callable[[int], npt.NDArray[np.int64]]

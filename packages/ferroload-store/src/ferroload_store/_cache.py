@@ -393,8 +393,12 @@ class BlockCache:
         self._dir.close()
 
     def __del__(self) -> None:
-        with suppress(Exception):
+        # not contextlib.suppress: at interpreter exit this module's globals (`suppress`,
+        # `os`) may already be None, and the error would be printed as "Exception ignored"
+        try:  # noqa: SIM105  (see above)
             self.close()
+        except Exception:  # nothing to report from a finalizer
+            pass
 
     def __repr__(self) -> str:
         return (

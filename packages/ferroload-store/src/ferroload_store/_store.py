@@ -286,8 +286,12 @@ class Store:
             self._files.close()
 
     def __del__(self) -> None:
-        with suppress(Exception):  # interpreter shutdown may have torn down os already
+        # not contextlib.suppress: at interpreter exit this module's globals (`suppress`,
+        # `os`) may already be None, and the error would be printed as "Exception ignored"
+        try:  # noqa: SIM105  (see above)
             self.close()
+        except Exception:  # nothing to report from a finalizer
+            pass
 
     # ------------------------------------------------------------------ reads
 
