@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,28 @@ from _proctree import run_tree
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def quick_run(script: str, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
+@pytest.fixture(scope="session")
+def rs011_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment that points the scripts at one ferroload-rs 0.1.1 virtualenv for the
+    whole session (made with uv, ~10 s from its cache); where it cannot be made (offline)
+    the scripts measure without it and say why, which the tests accept."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _rs011_peer import rs011_python
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    python, _ = rs011_python(tmp_path_factory.mktemp("rs011"))
+    return {**os.environ, "FERROLOAD_RS011_PYTHON": python} if python else dict(os.environ)
+
+
+def quick_run(
+    script: str, tmp_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
     """Run `benchmarks/<script> --quick` into `tmp_path`; its JSON results and its output."""
     out = tmp_path / "results.json"
     cmd = [sys.executable, f"benchmarks/{script}", "--quick", *extra,
            "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = run_tree(cmd, cwd=ROOT, timeout=900)
+    res = run_tree(cmd, cwd=ROOT, timeout=900, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data: dict[str, Any] = json.loads(out.read_text())
     return data, res.stdout
@@ -54,10 +71,16 @@ def test_bench_codec_quick_run_measures_every_figure(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bench_loader_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    data, _ = quick_run("bench_loader.py", tmp_path, "--no-stock")
+def test_bench_loader_quick_run_measures_every_figure(
+    tmp_path: Path, rs011_env: dict[str, str]
+) -> None:
+    data, _ = quick_run("bench_loader.py", tmp_path, "--no-stock", env=rs011_env)
     assert set(data) >= {"meta", "sets", "goals"}
-    assert len(data["goals"]) == 10
+    # ferroload against ferroload-rs 0.1.1, shuffled and streaming on both sets
+    rs = data["meta"]["rs011"]["reason"] is None
+    assert len(data["goals"]) == 10 + 4 * rs
+    if rs:
+        assert all(set(s["vs_rs011"]) == {"shuffled", "streaming"} for s in data["sets"].values())
     assert all(set(g) == {"goal", "value", "pass"} for g in data["goals"])
     # worker mode is measured: throughput against the peers' workers, memory against in-process
     assert sum("ferroload_w2" in g["goal"] for g in data["goals"]) == 3
@@ -128,32 +151,47 @@ def test_bench_convert_quick_run_measures_every_figure(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bench_tiny_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    data, stdout = quick_run("bench_tiny.py", tmp_path, "--rounds", "1")
+def test_bench_tiny_quick_run_measures_every_figure(
+    tmp_path: Path, rs011_env: dict[str, str]
+) -> None:
+    data, stdout = quick_run(
+        "bench_tiny.py", tmp_path, "--rounds", "1", "--loads", "quiet,busy1", env=rs011_env
+    )
+    rs = data["meta"]["rs011_unavailable"] is None
+    kinds = {"codec", "codec1", "codec_shuffled", "loader", "loader_stream"}
+    kinds |= {"rs011", "rs011_stream"} if rs else set()
     assert set(data["sets"]) == {"png", "jpg"}
     for name, s in data["sets"].items():
-        assert s["loader"]["samples_per_s"] > 0 and s["codec"]["samples_per_s"] > 0, name
-        assert s["loader_over_codec"] > 0, name
-        for kind in ("codec", "loader", "codec_shuffled"):  # CPU and faults of each epoch
-            run = s[kind]["runs"][0]
+        assert set(s["loads"]) == {"quiet", "busy1"}
+        assert set(s["loads"]["quiet"]) == kinds, name
+        assert set(s["loads"]["busy1"]) == kinds - {"codec1", "codec_shuffled"}, name
+        # every system delivered the same pixels and labels before it was timed
+        assert set(s["checks"]) == kinds - {"codec1"}, name
+        for kind, k in s["loads"]["quiet"].items():  # CPU, faults and memory of each epoch
+            run = k["runs"][0]
             assert run["cpu_s"] > 0 and run["major_faults"] >= 0 and run["minor_faults"] > 0
-            assert s[kind]["median_cpu_us_per_sample"] > 0, (name, kind)
-        assert s["loader_cpu_over_codec"] > 0, name
-    assert len(data["goals"]) == 2 and "GOALS" in stdout and "CPU per sample" in stdout
+            assert k["samples_per_s"]["median"] > 0 and k["median_maxrss_mib"] > 0, kind
+    # per set: CPU, scaling, busy1; and against ferroload-rs 0.1.1: 2 loads x 2 modes + spread
+    assert len(data["goals"]) == 2 * (3 + 6 * rs) and "GOALS" in stdout
 
 
 @pytest.mark.slow
-def test_bench_first_batch_quick_run_measures_local_and_remote(tmp_path: Path) -> None:
+def test_bench_first_batch_quick_run_measures_local_and_remote(
+    tmp_path: Path, rs011_env: dict[str, str]
+) -> None:
     out = tmp_path / "first.json"
     cmd = [sys.executable, "benchmarks/bench_first_batch.py", "--quick", "--reps", "1",
            "--dir", str(tmp_path / "sets"), "--out", str(out)]  # fmt: skip
-    res = run_tree(cmd, cwd=ROOT, timeout=900)
+    res = run_tree(cmd, cwd=ROOT, timeout=900, env=rs011_env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads(out.read_text())
     for where in ("sets", "remote"):  # local disk, and S3 behind the latency proxy
         assert set(data[where]) == {"tiny", "jpeg"}
         assert all(s["median"]["first_s"] > 0 for s in data[where].values()), where
-    assert len(data["goals"]) == 2
+    rs = data["meta"]["rs011"]["reason"] is None
+    if rs:  # first batch and peak RSS against ferroload-rs 0.1.1's
+        assert set(data["rs011"]) == {"tiny", "jpeg"}
+    assert len(data["goals"]) == 2 + 4 * rs
 
 
 @pytest.mark.slow
