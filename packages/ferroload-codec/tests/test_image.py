@@ -280,9 +280,10 @@ def test_batches_are_identical_whatever_the_thread_count() -> None:
 
 
 def test_tiny_jpegs_decompress_with_the_gil_held(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tiny JPEG decompresses holding the GIL (two threads that hand it to each other
-    twice an image wait on each other more than they decode), a larger one releases it;
-    the pixels are the same either way."""
+    """On the system binding a tiny JPEG decompresses holding the GIL (two threads that
+    hand it to each other twice an image wait on each other more than they decode), a
+    larger one releases it; the pixels are the same either way. (Batches of JPEGs at
+    the output size take simplejpeg's lean path instead: `test_jpeg_fast`.)"""
     tj = system_turbojpeg()
     calls: Counter[str] = Counter()
     for name in ("_decompress", "_decompress_held"):
@@ -292,7 +293,8 @@ def test_tiny_jpegs_decompress_with_the_gil_held(monkeypatch: pytest.MonkeyPatch
 
     def decode(side: int) -> np.ndarray:
         items = [encode(photo(side, side, i), "JPEG", quality=95) for i in range(6)]
-        return ImageDecoder((side, side), threads=2).decode_batch(items).images
+        dec = ImageDecoder((side, side))
+        return np.stack([dec.decode(x) for x in items])
 
     tiny = decode(32)
     assert calls == {"_decompress_held": 6}
@@ -305,10 +307,14 @@ def test_tiny_jpegs_decompress_with_the_gil_held(monkeypatch: pytest.MonkeyPatch
     assert calls == {"_decompress": 6}
 
 
-def test_a_batch_of_tiny_jpegs_decodes_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decoding tiny JPEGs holds the GIL throughout (above), so a second thread could only
-    wait for it: such a batch runs on one thread; larger JPEGs, PNGs, and JPEGs through a
-    binding that releases the GIL (simplejpeg) use the pool's threads."""
+def test_a_batch_of_tiny_jpegs_to_resize_decodes_on_one_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decoding tiny JPEGs on the system binding holds the GIL throughout (above), so a
+    second thread could only wait for it: a batch that needs that path (its first image
+    needs resizing to a tiny output) runs on one thread; tiny JPEGs already at the output
+    size (simplejpeg's lean path, which releases the GIL), larger JPEGs, PNGs, and JPEGs
+    through simplejpeg as the binding use the pool's threads."""
     tj = system_turbojpeg()
     caps: list[int | None] = []
     run = image_module.DecodePool.run
@@ -320,24 +326,26 @@ def test_a_batch_of_tiny_jpegs_decodes_on_one_thread(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(image_module.DecodePool, "run", spy)
     monkeypatch.setattr(image_module, "jpeg", lambda: tj)
 
-    def threads(side: int, fmt: str = "JPEG", **kw: Any) -> int | None:
+    def threads(side: int, fmt: str = "JPEG", out: int | None = None, **kw: Any) -> int | None:
         items = [encode(photo(side, side, i), fmt, **kw) for i in range(4)]
-        got = ImageDecoder((side, side), threads=2).decode_batch(items)
-        ref = ImageDecoder((side, side), threads=1).decode_batch(items)
+        size = out or side
+        got = ImageDecoder((size, size), threads=2).decode_batch(items)
+        ref = ImageDecoder((size, size), threads=1).decode_batch(items)
         assert np.array_equal(got.images, ref.images) and got.ok.all()
         return caps[-2]  # the batch on two threads' cap
 
-    assert threads(32, quality=95) == 1
-    assert threads(48, quality=90) == 1
-    assert threads(64, quality=95) is None  # decompresses without the GIL
+    assert threads(40, out=32, quality=95) == 1
+    assert threads(64, out=48, quality=90) == 1
+    assert threads(32, quality=95) is None  # the lean path
+    assert threads(128, out=64, quality=95) is None  # decompresses without the GIL
     assert threads(32, "PNG") is None  # libspng releases the GIL
-    mixed = [encode(photo(32, 32, 0), "JPEG"), b"", None]  # not all buffers: not judged
+    mixed = [encode(photo(40, 40, 0), "JPEG"), b"", None]  # not all buffers: not judged
     res = ImageDecoder((32, 32), threads=2).decode_batch(mixed, on_error="skip")
     assert caps[-1] is None and res.ok.tolist() == [True, False, False]
     sj = simplejpeg()
     if sj is not None:  # simplejpeg decodes without the GIL: both threads
         monkeypatch.setattr(image_module, "jpeg", lambda: sj)
-        assert threads(32, quality=95) is None
+        assert threads(40, out=32, quality=95) is None
 
 
 def test_the_lean_png_path_serves_batches_that_start_with_a_png(

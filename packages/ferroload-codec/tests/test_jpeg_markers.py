@@ -29,10 +29,11 @@ from ferroload_core import JPEG_MAGIC, JPEG_SOF_MARKERS
 from ._jpegs import system_turbojpeg
 
 
-def _real() -> bytes:
+def _real(side: int = 8) -> bytes:
     rng = np.random.default_rng(31)
-    y, x = np.mgrid[0:8, 0:8]
-    img = np.stack([x * 30, y * 30, 255 - (x + y) * 15], axis=-1) + rng.integers(0, 9, (8, 8, 3))
+    y, x = np.mgrid[0:side, 0:side] * 8 // side
+    noise = rng.integers(0, 9, (side, side, 3))
+    img = np.stack([x * 30, y * 30, 255 - (x + y) * 15], axis=-1) + noise
     buf = io.BytesIO()
     Image.fromarray(img.astype(np.uint8)).save(buf, "JPEG", quality=95)
     return buf.getvalue()
@@ -40,6 +41,8 @@ def _real() -> bytes:
 
 #: A real 8x8 JPEG (APP0, DQT, SOF0, DHT, SOS) and what Pillow decodes of it.
 REAL = _real()
+#: A real 64x64 JPEG, the fake frame header's size.
+REAL_64 = _real(64)
 CLEAN = np.asarray(Image.open(io.BytesIO(REAL)).convert("RGB"))
 #: A baseline frame header of 64x64, three components: the fake one.
 FAKE = b"\xff\xc0" + struct.pack(">HBHHB", 17, 8, 64, 64, 3) + bytes.fromhex("011100021101031101")
@@ -149,6 +152,11 @@ def test_every_marker_libjpeg_passes_over_or_stops_at(
         assert got is None, "libjpeg fails on this file: it must not decode"
         with pytest.raises(DecodeError):
             image_info(data)
+        # after a clean file of the output size, the batch takes the lean path: at 64x64
+        # the walk there reads the fake frame header too, and libjpeg refuses the file
+        for size, first in (((8, 8), REAL), ((64, 64), REAL_64)):
+            with pytest.raises(DecodeError):
+                ImageDecoder(size, threads=1).decode_batch([first, data])
         return
     pil = _pillow(data)
     if pil is not None:  # where Pillow reads it (not TEM), the same pixels
@@ -167,6 +175,10 @@ def test_every_marker_libjpeg_passes_over_or_stops_at(
         for fill in (0, 255, 77):
             out = np.full((2, *size, 3), fill, np.uint8)
             outs.append(dec.decode_batch([data, REAL], out=out).images.copy())
+            # the clean file first: at 8x8 the batch takes the lean path (`_jpeg_fast`),
+            # which decodes `data` too where its segments follow each other plainly
+            out = np.full((2, *size, 3), fill, np.uint8)
+            outs.append(dec.decode_batch([REAL, data], out=out).images[::-1].copy())
         assert all(np.array_equal(o, outs[0]) for o in outs[1:]), size
         assert np.array_equal(outs[0][0], outs[0][1]), size  # as the clean file
         dec.close()

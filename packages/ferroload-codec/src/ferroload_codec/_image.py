@@ -1,8 +1,9 @@
 """`ImageDecoder` (its options, the decode path chosen per image, batches) and `image_info`.
 
-The per-format paths are in `_image_paths`, the lean PNG batch path in `_png_fast`, the
-one-call functions `decode_image` and `decode_images` in `_image_funcs`. The backends
-(`jpeg`, `webp_fallback`) are looked up in this module, where tests swap them.
+The per-format paths are in `_image_paths`, the lean batch paths for images already at
+the output size in `_png_fast` and `_jpeg_fast`, the one-call functions `decode_image`
+and `decode_images` in `_image_funcs`. The backends (`jpeg`, `webp_fallback`) are looked
+up in this module, where tests swap them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ferroload_codec._augment import (
 from ferroload_codec._backends import imagecodecs, jpeg, warn_slow_path, webp_fallback
 from ferroload_codec._errors import DecodeError
 from ferroload_codec._image_paths import SPNG_CHANNELS, ImagePaths, jpeg_header, pil_open
+from ferroload_codec._jpeg_fast import same_size_jpeg
 from ferroload_codec._pixels import CHANNELS, ImageMode, scratch
 from ferroload_codec._png_fast import same_size_png
 from ferroload_codec._pool import DecodePool
@@ -362,14 +364,16 @@ class ImageDecoder(ImagePaths):
     # ------------------------------------------------------------------ batches
 
     def _holds_gil(self, items: Sequence[Buffer]) -> bool:
-        """Whether decoding `items` would keep the GIL throughout: JPEGs small enough
-        for libjpeg-turbo to decompress them with it held (`_turbo.Turbo.holds_gil`, at
-        the output size). Such a batch decodes on one thread: a second one could only
-        wait for the GIL, and handing it over costs more than it saves (20,000 32x32
-        JPEGs in batches of 256, 2 cores, one process: 466.6 -> 446.4 ms; through a
-        loader, whose consumer and index reads want the GIL too, 568 -> 478 ms).
-        Judged by the first item's signature and the largest item, a few us a batch; a
-        batch it misjudges decodes the same pixels, on fewer or more threads."""
+        """Whether decoding `items` on the general path would keep the GIL throughout:
+        JPEGs small enough for libjpeg-turbo to decompress them with it held
+        (`_turbo.Turbo.holds_gil`, at the output size). Such a batch decodes on one
+        thread: a second one could only wait for the GIL, and handing it over costs more
+        than it saves (20,000 32x32 JPEGs in batches of 256, 2 cores, one process: 466.6
+        -> 446.4 ms; through a loader, whose consumer and index reads want the GIL too,
+        568 -> 478 ms). A batch the lean JPEG path takes (`_jpeg_fast`: tiny JPEGs
+        already at the output size, through simplejpeg, which releases the GIL) is not
+        asked. Judged by the first item's signature and the largest item, a few us a
+        batch; a batch it misjudges decodes the same pixels, on fewer or more threads."""
         tj = jpeg()
         if tj is None or self.size is None or not items or self.pool.threads <= 1:
             return False
@@ -438,18 +442,27 @@ class ImageDecoder(ImagePaths):
         errors: list[DecodeError | None] = [None] * n
         plain = uniforms is None and not self.format.converts
         decode = self._decode if plain else self._decode_one
-        # the lean PNG path for a batch whose first item is a PNG: others would pay its
-        # header check per item for nothing (~0.45 us a JPEG, 2% of a tiny one's decode)
-        fast = (
-            same_size_png(self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif)
-            if plain and first_is(items, PNG_MAGIC)
-            else None
-        )
-        grey = self.channels == 1
+        # the lean paths for images already at the output size, chosen by the batch's
+        # first item: others would pay its header check per item for nothing (~0.45 us a
+        # JPEG on the PNG path, 2% of a tiny one's decode)
+        fast = None
+        squeeze = False  # libspng writes a grey image into an (h, w) array
+        lean_jpeg = False
+        if plain and first_is(items, PNG_MAGIC):
+            fast = same_size_png(
+                self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif
+            )
+            squeeze = self.channels == 1
+        elif plain and out.flags.c_contiguous and first_is(items, JPEG_MAGIC):
+            fast = same_size_jpeg(
+                items[0], self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif
+            )
+            # tiny JPEGs on this path decode without the GIL: all the pool's threads
+            lean_jpeg = fast is not None
 
         def one(i: int) -> None:
             item = items[i]
-            if fast is not None and fast(item, out[i, ..., 0] if grey else out[i]):
+            if fast is not None and fast(item, out[i, ..., 0] if squeeze else out[i]):
                 return
             sid = sample_ids[i] if sample_ids is not None else None
             try:
@@ -458,7 +471,8 @@ class ImageDecoder(ImagePaths):
                 errors[i] = exc
                 out[i] = 0
 
-        self.pool.run(n, one, meanwhile=meanwhile, threads=1 if self._holds_gil(items) else None)
+        one_thread = not lean_jpeg and self._holds_gil(items)
+        self.pool.run(n, one, meanwhile=meanwhile, threads=1 if one_thread else None)
         failed = tuple(e for e in errors if e is not None)
         ok = np.fromiter((e is None for e in errors), dtype=np.bool_, count=n)
         if failed:

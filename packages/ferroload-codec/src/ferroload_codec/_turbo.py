@@ -14,8 +14,16 @@ hand the GIL to each other twice an image wait on each other more than they deco
 (32x32: 19.7 us an image on 2 threads against 16.8 on 1; 48x48: 27.6 against 21.8).
 Holding it, a batch of tiny images decodes as fast on several threads as on one (17.1,
 22.0); from 64x64 on, releasing it wins (21.6 us on 2 threads against 29.6 on 1).
-`holds_gil` says which images are tiny: `ImageDecoder.decode_batch` decodes a batch of
-them on one thread, where a second thread could only wait for the GIL.
+`holds_gil` says which images are tiny: a batch of them that must come here (they need
+resizing, or simplejpeg is missing) decodes on one thread, where a second could only
+wait for the GIL. A batch of tiny JPEGs already at the output size does not come here:
+`_jpeg_fast` decodes it through simplejpeg, whose Cython call releases the GIL around
+less Python, on all the pool's threads (20,000 32x32 JPEGs in batches of 256, 2 cores:
+through this binding ~36k images/s, 27.6 us of CPU an image, one thread or two;
+through simplejpeg ~66k on one thread, 15.2 us, and ~77k on two, 23.6 us). Two threads
+do not double it: each still drops and retakes the GIL twice an image (simplejpeg's
+header call and its decompression), and they wait on each other for it, which costs
+CPU; 1.24-1.52x in the medians of three runs, 1.0-1.6x in single rounds.
 
 A decompressor that reported an error is destroyed and replaced. Even so, a header too
 short to parse can leave the previous image's size in place without an error, so callers
@@ -231,7 +239,8 @@ class SimpleJpeg:
     """
 
     def __init__(self, module: ModuleType) -> None:
-        self._sj = module
+        #: The imported `simplejpeg` (the lean batch path calls it directly).
+        self.module = module
         self.version: str = module.__version__
 
     def holds_gil(self, pixels: int, nbytes: int) -> bool:
@@ -241,11 +250,11 @@ class SimpleJpeg:
     def header(self, data: bytes) -> tuple[int, int, int, int]:
         """(width, height, chroma subsampling (-1: not reported), colour space)."""
         try:
-            h, w, colorspace, _subsampling = self._sj.decode_jpeg_header(data)
+            h, w, colorspace, _subsampling = self.module.decode_jpeg_header(data)
         except ValueError as exc:
             if not is_harmless(str(exc)):
                 raise TurboError(str(exc)) from None
-            h, w, colorspace, _subsampling = self._sj.decode_jpeg_header(data, strict=False)
+            h, w, colorspace, _subsampling = self.module.decode_jpeg_header(data, strict=False)
         return w, h, -1, _SJ_COLORSPACES.get(colorspace, -1)
 
     def decode_into(self, data: bytes, dst: npt.NDArray[np.uint8], pixel_format: int) -> None:
@@ -260,7 +269,7 @@ class SimpleJpeg:
             raise ValueError("dst rows must be contiguous pixels")
         target = dst if dst.strides[0] == w * c else np.empty((h, w, c), dtype=np.uint8)
         try:
-            got = self._sj.decode_jpeg(
+            got = self.module.decode_jpeg(
                 data, _SJ_PIXEL_FORMATS[pixel_format], min_height=h, min_width=w, buffer=target
             )
         except ValueError as exc:  # damaged data, or `dst` not a scaled size (too small)
