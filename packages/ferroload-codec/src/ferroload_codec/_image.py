@@ -450,7 +450,11 @@ class ImageDecoder(ImagePaths):
         lean_jpeg = False
         if plain and first_is(items, PNG_MAGIC):
             fast = same_size_png(
-                self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif
+                self.size,
+                self.channels,
+                max_pixels=self.max_pixels,
+                exif=self.exif,
+                inflate=self.pool.threads == 1,
             )
             squeeze = self.channels == 1
         elif plain and out.flags.c_contiguous and first_is(items, JPEG_MAGIC):

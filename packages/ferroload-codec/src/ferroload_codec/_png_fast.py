@@ -39,7 +39,12 @@ def _stored_prefix(width: int, height: int, color: int, raw: int) -> tuple[bytes
 
 
 def same_size_png(
-    size: tuple[int, int] | None, channels: int, *, max_pixels: int, exif: bool
+    size: tuple[int, int] | None,
+    channels: int,
+    *,
+    max_pixels: int,
+    exif: bool,
+    inflate: bool = False,
 ) -> Callable[[Any, npt.NDArray[np.uint8]], bool] | None:
     """A lean path for batches of 8-bit PNGs already at the output size and mode.
 
@@ -50,16 +55,22 @@ def same_size_png(
     batch; anything else (or any failure) takes the general path, which also reports
     the errors. Decoders that augment or convert their output do not take it.
 
-    Two thirds of libspng's time on a tiny PNG is zlib's inflate (1.2.13, linked into
-    imagecodecs' libspng). Where imagecodecs has libdeflate (`deflate_decode`, about
-    twice as fast on such streams) and the image is one IDAT chunk of at most
-    `STORED_MAX` filtered bytes, not interlaced, this path inflates the IDAT stream with
-    libdeflate (which checks its Adler-32) and hands libspng the same image with its
-    filtered rows in a stored (uncompressed) deflate block, so that libspng only copies
-    and unfilters them: the same pixels (both read the same filtered rows), about 1.5x
-    faster on 32x32 photos, with both calls releasing the GIL. The original IDAT's CRC
-    is not checked on this route (the Adler-32 of its data is); a stream that does not
+    With `inflate` (a decoder on one thread, e.g. in each DataLoader worker): two thirds
+    of libspng's time on a tiny PNG is zlib's inflate (1.2.13, linked into imagecodecs'
+    libspng). Where imagecodecs has libdeflate (`deflate_decode`, about twice as fast on
+    such streams) and the image is one IDAT chunk of at most `STORED_MAX` filtered
+    bytes, not interlaced, this path inflates the IDAT stream with libdeflate (which
+    checks its Adler-32) and hands libspng the same image with its filtered rows in a
+    stored (uncompressed) deflate block, so that libspng only copies and unfilters
+    them: the same pixels (both read the same filtered rows), about 1.45x faster on
+    32x32 photos (one thread: 38-48 -> 27-29 us an image). The original IDAT's CRC is
+    not checked on this route (the Adler-32 of its data is); a stream that does not
     inflate to exactly the filtered size goes to libspng as it is.
+
+    Not on several threads: the route hands the GIL over twice an image, with ~5 us of
+    Python (checksums, the stored copy) between the calls, and two threads doing that
+    wait on each other: on 2 cores it made 32x32 photos slower than one libspng call an
+    image (23,751 against 32,255 images/s, CPU per image 67 against 57 us).
     """
     ic = imagecodecs()
     if ic is None or size is None or exif:
@@ -72,8 +83,8 @@ def same_size_png(
     unpack = struct.unpack_from
     strip = png_strip_inflated
     raw_size = th * (1 + tw * channels)
-    inflate = getattr(ic, "deflate_decode", None) if raw_size <= STORED_MAX else None
-    prefix, crc_prefix = _stored_prefix(tw, th, color, raw_size) if inflate else (b"", 0)
+    deflate = getattr(ic, "deflate_decode", None) if inflate and raw_size <= STORED_MAX else None
+    prefix, crc_prefix = _stored_prefix(tw, th, color, raw_size) if deflate else (b"", 0)
     pack, crc32, adler32 = struct.pack, zlib.crc32, zlib.adler32
 
     def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
@@ -98,8 +109,8 @@ def same_size_png(
         if not simple and strip(item) is not item:
             return False
         try:
-            if simple and inflate is not None and not laced:
-                raw = inflate(item[41 : iend - 8], out=raw_size)
+            if simple and deflate is not None and not laced:
+                raw = deflate(item[41 : iend - 8], out=raw_size)
                 if len(raw) == raw_size:
                     tail = pack(">I", adler32(raw))
                     crc = crc32(tail, crc32(raw, crc_prefix))
