@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import struct
+import subprocess
+import sys
 import zlib
 from typing import Any
 
@@ -159,3 +161,21 @@ def test_the_stored_copy_is_a_valid_png() -> None:
     png = prefix + raw + adler + struct.pack(">I", zlib.crc32(adler, zlib.crc32(raw, crc)))
     png += png_fast._IEND
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), np.asarray(img))
+
+
+def test_a_png_batch_loads_no_jpeg_library() -> None:
+    """Decoding a batch of PNGs never imports a JPEG binding: its import (~8 ms for
+    PyTurboJPEG) would only delay a PNG loader's first batch."""
+    code = """
+import io, sys
+import numpy as np
+from PIL import Image
+from ferroload_codec import ImageDecoder
+buf = io.BytesIO()
+Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buf, "PNG")
+for threads in (1, 2):
+    assert ImageDecoder((8, 8), threads=threads).decode_batch([buf.getvalue()] * 4).ok.all()
+print(sorted(m for m in ("turbojpeg", "simplejpeg") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]"], out.stdout + out.stderr

@@ -373,14 +373,18 @@ class ImageDecoder(ImagePaths):
         568 -> 478 ms). A batch the lean JPEG path takes (`_jpeg_fast`: tiny JPEGs
         already at the output size, through simplejpeg, which releases the GIL) is not
         asked. Judged by the first item's signature and the largest item, a few us a
-        batch; a batch it misjudges decodes the same pixels, on fewer or more threads."""
+        batch; a batch it misjudges decodes the same pixels, on fewer or more threads.
+        A batch of another format never loads the JPEG library (its import, ~8 ms, would
+        delay a PNG loader's first batch)."""
+        if self.size is None or not items or self.pool.threads <= 1:
+            return False
+        if not first_is(items, JPEG_MAGIC):
+            return False
         tj = jpeg()
-        if tj is None or self.size is None or not items or self.pool.threads <= 1:
+        if tj is None:
             return False
         pixels = self.size[0] * self.size[1]
         if not tj.holds_gil(pixels, 0):  # larger outputs: no look at the items
-            return False
-        if not first_is(items, JPEG_MAGIC):
             return False
         try:
             largest = max(map(len, items))
