@@ -20,10 +20,11 @@ ENABLED = True  # False: the chart functions draw nothing (the page alone, e.g. 
 
 
 def _colours(series: Sequence[str]) -> list[str]:
-    """ferroload's series in shades of orange, the peers' in other colours, in order."""
+    """ferroload's series in shades of orange, the peers' (ferroload-rs, the Rust
+    original, among them) in other colours, in order."""
     out, ours, peers = [], 0, 0
     for name in series:
-        if name.startswith("ferroload"):
+        if name.startswith("ferroload") and not name.startswith("ferroload-rs"):
             out.append(FERROLOAD[ours % len(FERROLOAD)])
             ours += 1
         else:

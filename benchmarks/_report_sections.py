@@ -300,6 +300,9 @@ _LOADER = [
     ("ferroload_prefetch64", "ferroload, prefetch 64 MiB"),
     ("ferroload_w2", "ferroload, DataLoader 2 workers"),
     ("codec", "ferroload codec alone"),
+    ("ferroload_stream", "ferroload make_loader, streaming"),
+    ("rs011", "ferroload-rs 0.1.1 make_loader"),
+    ("rs011_stream", "ferroload-rs 0.1.1, streaming"),
     ("wds_w0", "WebDataset, 0 workers"),
     ("wds_w2", "WebDataset, 2 workers"),
     ("hf_w0", "HF datasets, 0 workers"),
@@ -377,6 +380,30 @@ def bench_loader(results: list[Result], out: Path) -> Section:
                 for k, _ in _LOADER
             ],
         )
+        loads: dict[str, Any] = r.data.get("loads", {})
+        if len(loads) > 1:
+            labels = dict(_LOADER)
+            for s in names:
+                systems = list(dict.fromkeys(k for ld in loads.values() for k in ld.get(s, {})))
+                sec.lines += [
+                    f"**{_set_name(s)} under load**: samples/s, median (min-max) of the "
+                    "timed epochs (`busyN`: N competing CPU-bound processes; `step`: the "
+                    "consumer spends CPU on every batch):",
+                    "",
+                ]
+                rows = []
+                for k in systems:
+                    cells = []
+                    for ld in loads.values():
+                        x = ld.get(s, {}).get(k)
+                        cells.append(
+                            f"{num(x['median_samples_per_s'])} ({num(x['min_samples_per_s'])}"
+                            f"-{num(x['max_samples_per_s'])})"
+                            if x
+                            else ""
+                        )
+                    rows.append([labels.get(k, k), *cells])
+                sec.lines += md_table(["system", *loads], rows)
         sec.charts += [_png(r, "loader_throughput"), _png(r, "loader_memory")]
         sec.lines += image(_png(r, "loader_throughput"), "loader throughput")
         sec.lines += image(_png(r, "loader_memory"), "loader peak memory")
@@ -1027,6 +1054,97 @@ def generic(results: list[Result], out: Path) -> Section:
     return _runs(results, _tables)
 
 
+# --- bench_tiny -----------------------------------------------------------------------
+
+_TINY_KINDS = {
+    "loader": "ferroload make_loader",
+    "loader_stream": "ferroload make_loader, streaming",
+    "codec": "ferroload codec alone (every CPU)",
+    "codec1": "ferroload codec alone (one thread)",
+    "codec_shuffled": "ferroload codec alone, loader's order",
+    "rs011": "ferroload-rs 0.1.1 make_loader",
+    "rs011_stream": "ferroload-rs 0.1.1 make_loader, streaming",
+}
+_TINY_LINES = ("loader", "loader_stream", "rs011", "rs011_stream")
+_TINY_PAIRS = (("loader", "rs011", "shuffled"), ("loader_stream", "rs011_stream", "streaming"))
+
+
+def _spread_cell(x: dict[str, Any] | None) -> str:
+    if not x:
+        return ""
+    sp = x["samples_per_s"]
+    return f"{num(sp['median'])} ({num(sp['min'])}-{num(sp['max'])})"
+
+
+def bench_tiny(results: list[Result], out: Path) -> Section:
+    def body(r: Result, sec: Section) -> None:
+        why = r.meta.get("rs011_unavailable")
+        if why:
+            sec.lines += [f"ferroload-rs 0.1.1 was not measured: {why}.", ""]
+        for fmt, s in r.data.get("sets", {}).items():
+            loads: dict[str, Any] = s.get("loads", {})
+            if not loads:
+                continue
+            name = f"32x32 {fmt.upper()}"
+            sec.lines += [
+                f"**{name}**: {num(s.get('samples'))} samples of {num(s.get('avg_bytes'))} "
+                "bytes on average; samples/s, median (min-max) of the fresh-process epochs "
+                "under each load:",
+                "",
+            ]
+            kinds = [k for k in _TINY_KINDS if any(k in x for x in loads.values())]
+            rows = []
+            for k in kinds:
+                quiet = loads.get("quiet", {}).get(k) or {}
+                rows.append(
+                    [_TINY_KINDS[k]]
+                    + [_spread_cell(loads[ld].get(k)) for ld in loads]
+                    + [
+                        num(quiet.get("median_cpu_us_per_sample"), 1),
+                        num(quiet.get("median_maxrss_mib")),
+                    ]
+                )
+            sec.lines += md_table(
+                ["system", *loads, "CPU us/sample (quiet)", "peak RSS MiB (quiet)"], rows
+            )
+            ratio_rows = []
+            for ours, theirs, mode in _TINY_PAIRS:
+                cells = []
+                for ld in loads:
+                    a, b = loads[ld].get(ours), loads[ld].get(theirs)
+                    cells.append(
+                        times(over(a["samples_per_s"]["median"], b["samples_per_s"]["median"]))
+                        if a and b
+                        else ""
+                    )
+                if any(cells):
+                    ratio_rows.append([f"ferroload / ferroload-rs 0.1.1, {mode}", *cells])
+            if ratio_rows:
+                sec.lines += md_table(["", *loads], ratio_rows)
+            xs = [(n, ld) for n, ld in enumerate(("quiet", "busy1", "busy2")) if ld in loads]
+            if len(xs) > 1:
+                chart = _png(r, f"tiny_load_{fmt}")
+                charts.lines(
+                    out / chart,
+                    title=f"{name}: samples/s against competing CPU-bound processes",
+                    xlabel="competing processes",
+                    ylabel="samples/s (median)",
+                    x=[n for n, _ in xs],
+                    series=[_TINY_KINDS[k] for k in _TINY_LINES],
+                    values=[
+                        [
+                            (loads[ld].get(k) or {}).get("samples_per_s", {}).get("median")
+                            for _, ld in xs
+                        ]
+                        for k in _TINY_LINES
+                    ],
+                )
+                sec.charts.append(chart)
+                sec.lines += image(chart, f"{name} throughput against competing load")
+
+    return _runs(results, body)
+
+
 RENDERERS: dict[str, Callable[[list[Result], Path], Section]] = {
     "bench_appends": bench_appends,
     "bench_augment": bench_augment,
@@ -1038,4 +1156,5 @@ RENDERERS: dict[str, Callable[[list[Result], Path], Section]] = {
     "bench_scale": bench_scale,
     "bench_scale_epoch": bench_scale_epoch,
     "bench_store": bench_store,
+    "bench_tiny": bench_tiny,
 }

@@ -197,7 +197,7 @@ def _child(kind: str, root: Path, load: str, check: bool) -> None:
         "epoch_s": t_end - got["t_epoch"],
         "import_s": got["t_epoch"] - _T_START,
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec (from the driver)
-        "maxrss_mib": (status_kib("VmHWM") or 0) / 1024,
+        "maxrss_mib": (status_kib("VmHWM") or 0) / (1 << 20),  # (status_kib gives bytes)
         **usage_since(got["used"]),  # the epoch's CPU time and page faults
     }
     if "stats" in got:  # the loader's LoaderStats: where its epoch went
