@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import pickle
 import resource
 import sys
@@ -27,6 +26,7 @@ from _load import Step
 from _memory import maxrss, reset_hwm, status_kib
 from _peers import identity, pil_info, pil_to_tensor, shutdown
 from _procs import counting_faults, serve, unknown
+from _rs011_peer import leave
 
 NUM_CLASSES = 1000
 _INFO: dict[str, Any] = {}  # what the builder wants the driver to know
@@ -357,22 +357,8 @@ def worker(spec_json: str) -> None:
     serve(spec_json, _handler)
 
 
-def _exit(code: int) -> None:
-    """Leave without the interpreter's teardown: through `ferroload_core.exit_process`
-    where our packages are installed (see benchmarks/README.md); in ferroload-rs 0.1.1's
-    venv, which lacks them, with `os._exit` once the output is flushed (its loader's
-    threads abort the teardown: "FATAL: exception not rethrown")."""
-    try:
-        from ferroload_core import exit_process
-    except ImportError:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    exit_process(code)
-
-
 if __name__ == "__main__":  # a worker run by another interpreter (ferroload-rs 0.1.1's venv)
     if len(sys.argv) != 3 or sys.argv[1] != "--worker":
         raise SystemExit("usage: _loader_worker.py --worker '<json spec>'")
     worker(sys.argv[2])
-    _exit(0)
+    leave(0)

@@ -96,6 +96,21 @@ def write_rs011(python: str, samples: Any, root: Path) -> None:
         data.unlink(missing_ok=True)
 
 
+def leave(code: int) -> None:
+    """Leave a benchmark process without the interpreter's teardown: through
+    `ferroload_core.exit_process` where our packages are installed (see
+    benchmarks/README.md); in ferroload-rs 0.1.1's venv, which lacks them, with `os._exit`
+    once the output is flushed (its loader's threads abort the teardown: "FATAL:
+    exception not rethrown")."""
+    try:
+        from ferroload_core import exit_process
+    except ImportError:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    exit_process(code)
+
+
 def make_loader(path: str, batch: int, size: int, *, streaming: bool = False) -> Any:
     """ferroload-rs 0.1.1's documented training loader (run in its own venv only)."""
     import ferroload

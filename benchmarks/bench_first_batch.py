@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # workers too (its own `ferroload`, no ferroload_core).
 from _memory import maxrss
 from _meta import git_commit, loadavg, utc_now, write_json
+from _rs011_peer import leave
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bench_first_batch.json"
@@ -66,20 +67,6 @@ PREFETCH = 512 * 1024 * 1024
 
 REMOTE_DELAY = 0.020  # seconds the proxy adds to every request (bench_store.py's)
 BUCKET = "first-batch"
-
-
-def _exit(code: int) -> None:
-    """Leave without the interpreter's teardown: through `ferroload_core.exit_process`
-    where our packages are installed (see benchmarks/README.md); in ferroload-rs 0.1.1's
-    venv, which lacks them, with `os._exit` once the output is flushed (its loader's
-    threads abort the teardown: "FATAL: exception not rethrown")."""
-    try:
-        from ferroload_core import exit_process
-    except ImportError:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    exit_process(code)
 
 
 def _result(t: list[float], n: int) -> None:
@@ -300,7 +287,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker is not None:
         _worker(json.loads(args.worker))
-        _exit(0)
+        leave(0)
     from _rs011_peer import RS011_VERSION, rs011_python
 
     counts = {"tiny": 2_048, "jpeg": 512} if args.quick else {"tiny": 20_480, "jpeg": 5_000}
@@ -399,4 +386,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    _exit(0)  # without the interpreter's teardown (see README)
+    leave(0)  # without the interpreter's teardown (see README)
