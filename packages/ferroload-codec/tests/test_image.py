@@ -35,7 +35,7 @@ from ferroload_codec._sniff import JPEG_MAX_SEGMENTS, jpeg_frame
 from ferroload_codec._turbo import PIXEL_FORMATS, TurboError
 from ferroload_core import FerroloadError
 
-from ._jpegs import system_turbojpeg
+from ._jpegs import system_turbojpeg, thread_caps
 
 RNG = np.random.default_rng(0)
 
@@ -316,14 +316,7 @@ def test_a_batch_of_tiny_jpegs_to_resize_decodes_on_one_thread(
     size (simplejpeg's lean path, which releases the GIL), larger JPEGs, PNGs, and JPEGs
     through simplejpeg as the binding use the pool's threads."""
     tj = system_turbojpeg()
-    caps: list[int | None] = []
-    run = image_module.DecodePool.run
-
-    def spy(self: Any, n: int, fn: Any, **kw: Any) -> None:
-        caps.append(kw.get("threads"))
-        run(self, n, fn, **kw)
-
-    monkeypatch.setattr(image_module.DecodePool, "run", spy)
+    caps = thread_caps(monkeypatch)
     monkeypatch.setattr(image_module, "jpeg", lambda: tj)
 
     def threads(side: int, fmt: str = "JPEG", out: int | None = None, **kw: Any) -> int | None:

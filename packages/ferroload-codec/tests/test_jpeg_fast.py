@@ -22,7 +22,7 @@ from ferroload_codec._backends import simplejpeg
 from ferroload_codec._jpeg_fast import jpeg_plain_frame, same_size_jpeg
 from ferroload_codec._sniff import jpeg_frame
 
-from ._jpegs import system_turbojpeg
+from ._jpegs import system_turbojpeg, thread_caps, use_jpeg_backend
 
 
 def photo(h: int, w: int, seed: int) -> np.ndarray:
@@ -64,14 +64,7 @@ GREY = [jpeg(Image.fromarray(photo(32, 32, 50 + i)).convert("L")) for i in range
 def jpeg_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The general path on the system's libjpeg-turbo and on simplejpeg's, the reference
     the lean path (always simplejpeg's) is compared with."""
-    if request.param == "system":
-        tj = system_turbojpeg()
-        monkeypatch.setattr(image_module, "jpeg", lambda: tj)
-    else:
-        sj = simplejpeg()
-        assert sj is not None  # a dependency of ferroload-codec
-        monkeypatch.setattr(image_module, "jpeg", lambda: sj)
-    return str(request.param)
+    return use_jpeg_backend(str(request.param), monkeypatch)
 
 
 @pytest.fixture
@@ -227,14 +220,7 @@ def test_the_batch_decodes_on_all_threads(monkeypatch: pytest.MonkeyPatch) -> No
     binding keeps the GIL for them, `_turbo`); without simplejpeg, as before."""
     tj = system_turbojpeg()
     monkeypatch.setattr(image_module, "jpeg", lambda: tj)
-    caps: list[int | None] = []
-    run = image_module.DecodePool.run
-
-    def spy(self: Any, n: int, fn: Any, **kw: Any) -> None:
-        caps.append(kw.get("threads"))
-        run(self, n, fn, **kw)
-
-    monkeypatch.setattr(image_module.DecodePool, "run", spy)
+    caps = thread_caps(monkeypatch)
     dec = ImageDecoder(32, threads=2)
     at_size = dec.decode_batch(TINY).images
     assert caps[-1] is None

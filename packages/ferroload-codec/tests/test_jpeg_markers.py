@@ -19,14 +19,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import ferroload_codec._image as image_module
 from ferroload_codec import DecodeError, ImageDecoder, decode_image, image_info
 from ferroload_codec._backends import simplejpeg
 from ferroload_codec._sniff import jpeg_frame
 from ferroload_codec._turbo import PIXEL_FORMATS, TurboError
 from ferroload_core import JPEG_MAGIC, JPEG_SOF_MARKERS
 
-from ._jpegs import system_turbojpeg
+from ._jpegs import system_turbojpeg, use_jpeg_backend
 
 
 def _real(side: int = 8) -> bytes:
@@ -116,14 +115,7 @@ CASES = list(cases())
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each case on the system's libjpeg-turbo (PyTurboJPEG's library) and on the one
     simplejpeg's wheel bundles."""
-    if request.param == "system":
-        tj = system_turbojpeg()
-        monkeypatch.setattr(image_module, "jpeg", lambda: tj)
-    else:
-        sj = simplejpeg()
-        assert sj is not None  # a dependency of ferroload-codec
-        monkeypatch.setattr(image_module, "jpeg", lambda: sj)
-    return str(request.param)
+    return use_jpeg_backend(str(request.param), monkeypatch)
 
 
 def _pillow(data: bytes) -> np.ndarray | None:
