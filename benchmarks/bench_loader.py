@@ -784,20 +784,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         )
         for i, s in enumerate(SETS, 1)
     }
-    stock_path: Path | None = None
-    stock_reason: str | None = "--no-stock"
-    if not args.no_stock:
-        log(f"[{mode}] stock Pillow for the peers ...")
-        stock_path, stock_reason = stock_pillow(args.workdir)
-        if stock_path is None:
-            log(f"[{mode}] stock Pillow unavailable: {stock_reason}")
-    rs011: str | None = None
-    rs011_reason: str | None = "--no-rs011"
-    if not args.no_rs011:
-        log(f"[{mode}] ferroload-rs {RS011_VERSION} venv ...")
-        rs011, rs011_reason = rs011_python(args.workdir)
-        if rs011 is None:
-            log(f"[{mode}] ferroload-rs {RS011_VERSION} unavailable, left out: {rs011_reason}")
+
+    def side(what: str, skip: str | None, make: Any) -> tuple[Any, str | None]:
+        """A side environment (`make(workdir)` -> (it, None) or (None, why)), or
+        (None, the flag) when the run was told to leave it out."""
+        if skip:
+            return None, skip
+        log(f"[{mode}] {what} ...")
+        got, why = make(args.workdir)
+        if got is None:
+            log(f"[{mode}] {what} unavailable, left out: {why}")
+        return got, why
+
+    stock_path, stock_reason = side(
+        "stock Pillow for the peers", "--no-stock" if args.no_stock else None, stock_pillow
+    )
+    rs011, rs011_reason = side(
+        f"ferroload-rs {RS011_VERSION} venv", "--no-rs011" if args.no_rs011 else None, rs011_python
+    )
     loads = ("quiet", *(x for x in parse_loads(args.loads) if x != "quiet"))
     threads = available_cpus()
     meta: dict[str, Any] = {
