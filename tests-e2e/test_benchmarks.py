@@ -154,13 +154,16 @@ def test_bench_convert_quick_run_measures_every_figure(tmp_path: Path) -> None:
 def test_bench_tiny_quick_run_measures_every_figure(
     tmp_path: Path, rs011_env: dict[str, str]
 ) -> None:
+    # one set: each epoch is a fresh process that imports torch (~6 s here), and both sets
+    # under two loads took 265 s alone and over 600 s beside the rest of the suite
     data, stdout = quick_run(
-        "bench_tiny.py", tmp_path, "--rounds", "1", "--loads", "quiet,busy1", env=rs011_env
-    )
+        "bench_tiny.py", tmp_path, "--fmt", "png", "--rounds", "1", "--loads", "quiet,busy1",
+        env=rs011_env,
+    )  # fmt: skip
     rs = data["meta"]["rs011_unavailable"] is None
     kinds = {"codec", "codec1", "codec_shuffled", "loader", "loader_stream"}
     kinds |= {"rs011", "rs011_stream"} if rs else set()
-    assert set(data["sets"]) == {"png", "jpg"}
+    assert set(data["sets"]) == {"png"}
     for name, s in data["sets"].items():
         assert set(s["loads"]) == {"quiet", "busy1"}
         assert set(s["loads"]["quiet"]) == kinds, name
@@ -172,7 +175,7 @@ def test_bench_tiny_quick_run_measures_every_figure(
             assert run["cpu_s"] > 0 and run["major_faults"] >= 0 and run["minor_faults"] > 0
             assert k["samples_per_s"]["median"] > 0 and k["median_maxrss_mib"] > 0, kind
     # per set: CPU, scaling, busy1; and against ferroload-rs 0.1.1: 2 loads x 2 modes + spread
-    assert len(data["goals"]) == 2 * (3 + 6 * rs) and "GOALS" in stdout
+    assert len(data["goals"]) == 3 + 6 * rs and "GOALS" in stdout
 
 
 @pytest.mark.slow
