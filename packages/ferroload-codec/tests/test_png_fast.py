@@ -1,4 +1,5 @@
-"""The lean PNG path's inflate route: libdeflate inflates, libspng unfilters a stored copy.
+"""The lean PNG paths: a batch's parts stacked (libtiff inflates, libspng unfilters), or
+each image alone through libspng.
 
 Whatever route an image takes, its pixels are libspng's own, and a damaged image is the
 general path's error, never stale or partial pixels.
@@ -23,7 +24,7 @@ from ferroload_codec._backends import imagecodecs
 
 ic = imagecodecs()
 pytestmark = pytest.mark.skipif(
-    ic is None or not hasattr(ic, "deflate_decode"), reason="needs imagecodecs with libdeflate"
+    ic is None or not hasattr(ic, "tiff_decode"), reason="needs imagecodecs with libtiff"
 )
 
 
@@ -58,109 +59,187 @@ def _build(chunks: list[tuple[bytes, bytes]]) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + body
 
 
+def _filtered(arr: np.ndarray, kinds: list[int]) -> bytes:
+    """A PNG of `arr` (h, w, c uint8) whose row r uses filter type `kinds[r]` (0 None,
+    1 Sub, 2 Up, 3 Average, 4 Paeth), written the slow, plain way."""
+    h, w, c = arr.shape
+    prev = np.zeros(w * c, np.int32)
+    rows = []
+    for r in range(h):
+        line = arr[r].reshape(-1).astype(np.int32)
+        left = np.concatenate([np.zeros(c, np.int32), line[:-c]])
+        up_left = np.concatenate([np.zeros(c, np.int32), prev[:-c]])
+        kind = kinds[r]
+        if kind == 0:
+            pred = np.zeros_like(line)
+        elif kind == 1:
+            pred = left
+        elif kind == 2:
+            pred = prev
+        elif kind == 3:
+            pred = (left + prev) // 2
+        else:
+            p = left + prev - up_left
+            pa, pb, pc = abs(p - left), abs(p - prev), abs(p - up_left)
+            pred = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, prev, up_left))
+        rows.append(bytes([kind]) + ((line - pred) % 256).astype(np.uint8).tobytes())
+        prev = line
+    color = {1: 0, 3: 2, 4: 6}[c]
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0)
+    return _build([(b"IHDR", ihdr), (b"IDAT", zlib.compress(b"".join(rows))), (b"IEND", b"")])
+
+
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the inflate route's libdeflate calls (the lean path binds it when built)."""
+    """Count the stacked route's libtiff calls, one a part of a batch."""
     calls: list[int] = []
-    real = ic.deflate_decode
+    real = ic.tiff_decode
 
-    class Counted:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(ic, name)
+    def counted(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real(*a, **k)
 
-        @staticmethod
-        def deflate_decode(*a: Any, **k: Any) -> Any:
-            calls.append(1)
-            return real(*a, **k)
-
-    monkeypatch.setattr(png_fast, "imagecodecs", lambda: Counted())
+    monkeypatch.setattr(png_fast.LeanPng, "__init__", _init_with(counted))
     return calls
 
 
+def _init_with(tiff: Any) -> Any:
+    real = png_fast.LeanPng.__init__
+
+    def init(self: png_fast.LeanPng, *a: Any, **k: Any) -> None:
+        real(self, *a, **k)
+        self._tiff = tiff
+
+    return init
+
+
+def _ref(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    return np.stack([ic.spng_decode(p).reshape(shape) for p in items])
+
+
 @pytest.mark.parametrize(("mode", "channels"), [("RGB", 3), ("RGBA", 4), ("L", 1)])
-@pytest.mark.parametrize("side", [1, 8, 32, 64])
-def test_the_inflate_route_gives_libspngs_pixels(
-    monkeypatch: pytest.MonkeyPatch, mode: str, channels: int, side: int
+@pytest.mark.parametrize("side", [1, 8, 32])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_stacked_route_gives_libspngs_pixels(
+    monkeypatch: pytest.MonkeyPatch, mode: str, channels: int, side: int, threads: int
 ) -> None:
     calls = _counting(monkeypatch)
-    items = [_encode(_photo(side, mode, i)) for i in range(6)]
-    dec = ImageDecoder((side, side), mode=mode, threads=1)  # type: ignore[arg-type]
+    items = [_encode(_photo(side, mode, i)) for i in range(40)]
+    dec = ImageDecoder((side, side), mode=mode, threads=threads)  # type: ignore[arg-type]
     got = dec.decode_batch(items)
-    ref = np.stack([ic.spng_decode(p).reshape(side, side, channels) for p in items])
-    assert got.ok.all() and np.array_equal(got.images.reshape(ref.shape), ref)
-    assert len(calls) == len(items)  # every one of them took the route
+    ref = _ref(items, (side, side, channels))
+    assert got.ok.all() and np.array_equal(got.images, ref)
+    # 40 images: 5 parts of 8 on one thread, 4 on two (2 a thread)
+    assert len(calls) == min(2 * threads, 40 // png_fast.STACK_MIN)
     views = dec.decode_batch([memoryview(p) for p in items])  # a loader's payloads
-    assert np.array_equal(views.images, got.images)
-    # on several threads the GIL hand-overs cost more than libdeflate saves: libspng
-    two = ImageDecoder((side, side), mode=mode, threads=2).decode_batch(items)  # type: ignore[arg-type]
-    assert len(calls) == 2 * len(items) and np.array_equal(two.images, got.images)
+    assert np.array_equal(views.images, ref)
 
 
-def test_other_pngs_take_libspng_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Interlaced, several IDAT chunks, or more filtered bytes than a stored block holds:
-    libspng alone, the same pixels."""
+@pytest.mark.parametrize("first", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_every_filter_type_in_every_row(first: int, channels: int) -> None:
+    """Each image's first row sits under the previous image's last in the stacked PNG:
+    whatever filter it uses (Up, Average and Paeth read the row above), it decodes as
+    alone; the other rows use every type."""
+    rng = np.random.default_rng(first * 10 + channels)
+    items = []
+    for _ in range(16):
+        arr = rng.integers(0, 256, (12, 12, channels), dtype=np.uint8)
+        kinds = [first, *rng.integers(0, 5, 11).tolist()]
+        items.append(_filtered(arr, kinds))
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
+    got = ImageDecoder(12, mode=mode, threads=1).decode_batch(items)  # type: ignore[arg-type]
+    assert np.array_equal(got.images, _ref(items, (12, 12, channels)))
+
+
+def test_chunk_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ancillary chunks (text, a compressed one too, physical size) and an image data
+    split over several IDAT chunks stay on the stacked route; a palette chunk, IDAT chunks
+    apart, or an interlaced image go one by one through libspng or the general path, to
+    libspng's pixels or error, wherever they sit in the batch."""
     calls = _counting(monkeypatch)
-    img = _photo(32, "RGB", 1)
-    interlaced = _encode(img, optimize=False)
-    # Pillow writes no Adam7; build one: the same image through libspng is not possible,
-    # so check the route only refuses (the IHDR's interlace byte), then decodes as before
-    chunks = _chunks(interlaced)
-    laced = _build([(chunks[0][0], chunks[0][1][:12] + b"\x01"), *chunks[1:]])
-    split = _chunks(interlaced)
-    idat = split[1][1]
-    two = _build([split[0], (b"IDAT", idat[:100]), (b"IDAT", idat[100:]), split[-1]])
+    base = [_encode(_photo(32, "RGB", i)) for i in range(16)]
+    head, idat, end = _chunks(base[0])[0], _chunks(base[0])[1][1], _chunks(base[0])[-1]
+    text = (b"tEXt", b"Comment\x00hello")
+    ztxt = (b"zTXt", b"Comment\x00\x00" + zlib.compress(b"x" * 1000))
+    phys = (b"pHYs", struct.pack(">IIB", 2835, 2835, 1))
+    stacked = [
+        _build([head, text, (b"IDAT", idat), ztxt, end]),
+        _build([head, phys, (b"IDAT", idat[:50]), (b"IDAT", idat[50:]), end]),
+    ]
+    alone = [
+        _build([head, (b"PLTE", bytes(range(9))), (b"IDAT", idat), end]),
+        _build([head, (b"IDAT", idat[:50]), text, (b"IDAT", idat[50:]), end]),
+        _build([(b"IHDR", head[1][:12] + b"\x01"), (b"IDAT", idat), end]),
+    ]
+    items = [*stacked, *base[2:8], alone[0], *base[8:12], alone[1], alone[2], *base[12:]]
     dec = ImageDecoder((32, 32), threads=1)
-    res = dec.decode_batch([two, laced], on_error="skip")
-    assert calls == []
-    assert np.array_equal(res.images[0], ic.spng_decode(interlaced))
-    assert not res.ok[1]  # non-interlaced data under an interlaced header: libspng's error
-    big = _encode(_photo(160, "RGB", 2))  # 160 * (1 + 480) filtered bytes > 65,535
-    got = ImageDecoder((160, 160), threads=1).decode_batch([big])
-    assert calls == [] and np.array_equal(got.images[0], ic.spng_decode(big))
+    got = dec.decode_batch(items, on_error="skip", sample_ids=[f"s{i}" for i in range(19)])
+    for i, item in enumerate(items):
+        try:
+            want = ic.spng_decode(item)
+        except Exception:
+            assert not got.ok[i] and not got.images[i].any(), i
+        else:
+            assert got.ok[i] and np.array_equal(got.images[i], want), i
+    assert not got.ok[14]  # non-interlaced data under an interlaced header
+    assert len(calls) == 2  # 19 images: two parts, each stacked
 
 
-def test_damaged_streams_are_the_general_paths_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A flipped byte in the compressed data (libdeflate fails, or its Adler-32 does), a
-    stream that inflates to fewer filtered bytes than the header says, and a truncated
-    stream: each is an error named by its sample, its row zero-filled, never the previous
-    batch's pixels. One that inflates to more goes to libspng as it is, which reads the
-    rows it needs (as before the route existed)."""
-    good = _encode(_photo(32, "RGB", 3))
-    head, idat, tail = _chunks(good)[0], _chunks(good)[1][1], _chunks(good)[-1]
+def test_damaged_streams_are_the_general_paths_errors() -> None:
+    """A flipped byte in the compressed data, a stream that inflates to fewer filtered
+    bytes than the header says, a truncated one and a bad filter type: each fails its
+    part of the batch, whose images then decode one by one: the damaged one is an error
+    named by its sample, its image zero-filled, never another image's pixels; the rest
+    decode. One that inflates to more is libspng's pixels (it reads the rows it needs)."""
+    good = [_encode(_photo(32, "RGB", i)) for i in range(12)]
+    head, idat, tail = _chunks(good[0])[0], _chunks(good[0])[1][1], _chunks(good[0])[-1]
     flipped = bytearray(idat)
     flipped[len(idat) // 2] ^= 0x55
     raw = zlib.decompress(idat)
-    longer = zlib.compress(raw + raw[-97:])
-    shorter = zlib.compress(raw[:-97])
     bad = [
         _build([head, (b"IDAT", bytes(flipped)), tail]),
-        _build([head, (b"IDAT", shorter), tail]),
+        _build([head, (b"IDAT", zlib.compress(raw[:-97])), tail]),
         _build([head, (b"IDAT", idat[: len(idat) // 2]), tail]),
+        _build([head, (b"IDAT", zlib.compress(b"\x07" + raw[1:])), tail]),
     ]
+    items = [*good[:4], *bad, *good[4:]]
+    ids = [f"s{i}" for i in range(len(items))]
+    for threads in (1, 2):
+        out = np.full((len(items), 32, 32, 3), 7, np.uint8)
+        res = ImageDecoder((32, 32), threads=threads).decode_batch(
+            items, out=out, on_error="skip", sample_ids=ids
+        )
+        assert res.ok.tolist() == [True] * 4 + [False] * 4 + [True] * 8
+        assert [e.sample_id for e in res.errors] == ids[4:8]
+        assert not res.images[4:8].any()
+        assert np.array_equal(res.images[[*range(4), *range(8, 16)]], _ref(good, (32, 32, 3)))
+    longer = _build([head, (b"IDAT", zlib.compress(raw + raw[-97:])), tail])
     dec = ImageDecoder((32, 32), threads=1)
-    out = np.full((len(bad) + 1, 32, 32, 3), 7, np.uint8)
-    res = dec.decode_batch(
-        [*bad, good], out=out, on_error="skip", sample_ids=[f"s{i}" for i in range(len(bad) + 1)]
-    )
-    assert res.ok.tolist() == [False] * len(bad) + [True]
-    assert [e.sample_id for e in res.errors] == [f"s{i}" for i in range(len(bad))]
-    assert not res.images[: len(bad)].any()
-    assert np.array_equal(res.images[-1], ic.spng_decode(good))
-    extra = _build([head, (b"IDAT", longer), tail])
-    assert np.array_equal(dec.decode_batch([extra]).images[0], ic.spng_decode(extra))
+    got = dec.decode_batch([longer, *good[:9]])
+    assert np.array_equal(got.images[0], ic.spng_decode(longer))
     with pytest.raises(DecodeError, match="'s0'"):
-        dec.decode_batch(bad[:1], sample_ids=["s0"])
+        dec.decode_batch([bad[0], *good[:9]], sample_ids=ids[:10])
 
 
-def test_the_stored_copy_is_a_valid_png() -> None:
-    """The prefix the route builds, with the filtered rows, a zlib trailer and IEND, is
-    a PNG that zlib and Pillow read as the same image."""
-    img = _photo(8, "RGB", 4)
-    raw = zlib.decompress(_chunks(_encode(img))[1][1])
-    prefix, crc = png_fast._stored_prefix(8, 8, 2, len(raw))
-    adler = struct.pack(">I", zlib.adler32(raw))
-    png = prefix + raw + adler + struct.pack(">I", zlib.crc32(adler, zlib.crc32(raw, crc)))
-    png += png_fast._IEND
-    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), np.asarray(img))
+def test_without_libtiff_each_image_goes_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An imagecodecs built without libtiff: the per-image route, the same pixels."""
+    monkeypatch.setattr(png_fast.LeanPng, "__init__", _init_with(None))
+    items = [_encode(_photo(16, "RGB", i)) for i in range(20)]
+    got = ImageDecoder(16, threads=2).decode_batch(items)
+    assert np.array_equal(got.images, _ref(items, (16, 16, 3)))
+
+
+def test_large_images_and_small_batches_go_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over `STACK_MAX_RAW` filtered bytes an image, or fewer than `STACK_MIN` images a
+    batch: one libspng call an image, the same pixels."""
+    calls = _counting(monkeypatch)
+    big = [_encode(_photo(160, "RGB", i)) for i in range(8)]  # 160 * 481 > 65,535
+    got = ImageDecoder(160, threads=1).decode_batch(big)
+    assert np.array_equal(got.images, _ref(big, (160, 160, 3)))
+    small = [_encode(_photo(8, "RGB", i)) for i in range(png_fast.STACK_MIN - 1)]
+    got = ImageDecoder(8, threads=1).decode_batch(small)
+    assert np.array_equal(got.images, _ref(small, (8, 8, 3)))
+    assert calls == []
 
 
 def test_a_png_batch_loads_no_jpeg_library() -> None:

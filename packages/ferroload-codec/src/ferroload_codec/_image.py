@@ -449,18 +449,20 @@ class ImageDecoder(ImagePaths):
         # the lean paths for images already at the output size, chosen by the batch's
         # first item: others would pay its header check per item for nothing (~0.45 us a
         # JPEG on the PNG path, 2% of a tiny one's decode)
-        fast = None
+        fast: Callable[[Any, npt.NDArray[Any]], bool] | None = None
         squeeze = False  # libspng writes a grey image into an (h, w) array
         lean_jpeg = False
+        lean_png = None
+        parts = None
         if plain and first_is(items, PNG_MAGIC):
-            fast = same_size_png(
-                self.size,
-                self.channels,
-                max_pixels=self.max_pixels,
-                exif=self.exif,
-                inflate=self.pool.threads == 1,
+            lean_png = same_size_png(
+                self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif
             )
-            squeeze = self.channels == 1
+            if lean_png is not None:
+                fast = lean_png.one
+                squeeze = self.channels == 1
+                if out.flags.c_contiguous:
+                    parts = lean_png.parts(n, self.pool.threads)
         elif plain and out.flags.c_contiguous and first_is(items, JPEG_MAGIC):
             fast = same_size_jpeg(
                 items[0], self.size, self.channels, max_pixels=self.max_pixels, exif=self.exif
@@ -479,8 +481,19 @@ class ImageDecoder(ImagePaths):
                 errors[i] = exc
                 out[i] = 0
 
-        one_thread = not lean_jpeg and self._holds_gil(items)
-        self.pool.run(n, one, meanwhile=meanwhile, threads=1 if one_thread else None)
+        if lean_png is not None and parts is not None:
+            # tiny PNGs: parts of the batch on the stacked route, two GIL hand-overs a
+            # part; the images it leaves go one by one
+            png = lean_png
+
+            def part(j: int) -> None:
+                for i in png.stack(items, *parts[j], out):
+                    one(i)
+
+            self.pool.run(len(parts), part, meanwhile=meanwhile)
+        else:
+            one_thread = not lean_jpeg and self._holds_gil(items)
+            self.pool.run(n, one, meanwhile=meanwhile, threads=1 if one_thread else None)
         failed = tuple(e for e in errors if e is not None)
         ok = np.fromiter((e is None for e in errors), dtype=np.bool_, count=n)
         if failed:

@@ -1,10 +1,25 @@
-"""The lean decode path for batches of small 8-bit PNGs already at the output size and mode."""
+"""The lean decode paths for batches of small 8-bit PNGs already at the output size and mode.
+
+Two routes, both libspng's pixels:
+
+* **stacked** (a part of a batch, one call each to libtiff and libspng): the parts' IDAT
+  streams become the strips of one TIFF, which libtiff inflates (with libdeflate) in a
+  single call; the filtered rows then go, stored uncompressed, into one PNG of all the
+  images stacked, which libspng unfilters in a single call, straight into the batch.
+  Each part drops the GIL twice, however many images it holds.
+* **per image** (`LeanPng.one`): libspng on the image itself, straight into the batch.
+
+Why: a 32x32 photo costs ~30-45 us in libspng, and a thread that drops and retakes the
+GIL for every image waits on the other threads doing the same: on 2 cores two threads
+gave only ~1.3x one thread's images/s, and about 1.5x the CPU per image.
+"""
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,109 +31,252 @@ from ferroload_core import PNG_MAGIC
 
 # A PNG's signature and the length and type of its first chunk, the header
 _PNG_HEAD = PNG_MAGIC + b"\x00\x00\x00\rIHDR"
-#: The largest filtered image (rows of a filter byte and the pixels) that the inflate
-#: route rebuilds as one stored deflate block (a stored block holds at most 65,535 bytes)
-STORED_MAX = 0xFFFF
+#: The signature, IHDR, and empty IDAT and IEND chunks: the smallest PNG
+_MIN_PNG = 57
 _IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
-#: A zlib header (deflate, 32 KiB window, no dictionary, FCHECK right) and the first byte
-#: of a final stored block
-_ZLIB_STORED = b"\x78\x01\x01"
+#: The largest filtered image (rows of a filter byte and the pixels) the stacked route
+#: takes: it is for tiny images, whose per-call costs outweigh their decoding
+STACK_MAX_RAW = 0xFFFF
+#: The fewest images in one part of a batch on the stacked route
+STACK_MIN = 8
+#: Parts per decode thread: the calling thread starts late (it reads the next batch
+#: first), so more, smaller parts than threads keep the threads even
+PARTS_PER_THREAD = 2
+#: A stored deflate block holds at most this many bytes
+_STORED_BLOCK = 0xFFFF
+#: Bit 5 of a chunk type's first byte: set (lower case) for an ancillary chunk, one that
+#: libspng's pixels never depend on (imagecodecs' `spng_decode` applies no gamma,
+#: transparency or background)
+_ANCILLARY = 0x20
+#: TIFF tags of the strip file, in order: (tag, type) with 3 SHORT and 4 LONG
+_TIFF_TAGS = struct.Struct("<H" + "HHII" * 10 + "I")
+_TIFF_HEAD = b"II*\x00\x08\x00\x00\x00"
 
 
-def _stored_prefix(width: int, height: int, color: int, raw: int) -> tuple[bytes, int]:
-    """The bytes of a PNG of one IDAT chunk that stores `raw` filtered bytes uncompressed,
-    up to those bytes: signature, IHDR, the IDAT chunk's header, the zlib header and the
-    stored block's header. Also the CRC-32 of that chunk's bytes so far."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
-    ihdr_chunk = (
-        struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    )
-    idat_data = _ZLIB_STORED + struct.pack("<HH", raw, raw ^ 0xFFFF)
-    idat_head = struct.pack(">I", len(idat_data) + raw + 4) + b"IDAT"
-    return PNG_MAGIC + ihdr_chunk + idat_head + idat_data, zlib.crc32(b"IDAT" + idat_data)
+class LeanPng:
+    """The lean routes for one decoder's output size and channels (see the module)."""
 
+    def __init__(self, ic: Any, size: tuple[int, int], channels: int) -> None:
+        self.height, self.width = size
+        self.channels = channels
+        self.color = {1: 0, 3: 2, 4: 6}[channels]
+        #: bytes of one filtered row: the filter type and the pixels
+        self.row = 1 + self.width * channels
+        self.raw_size = self.height * self.row
+        self._spng = ic.spng_decode
+        self._tiff: Any = getattr(ic, "tiff_decode", None)
 
-def same_size_png(
-    size: tuple[int, int] | None,
-    channels: int,
-    *,
-    max_pixels: int,
-    exif: bool,
-    inflate: bool = False,
-) -> Callable[[Any, npt.NDArray[np.uint8]], bool] | None:
-    """A lean path for batches of 8-bit PNGs already at the output size and mode.
+    # ------------------------------------------------------------------ one image
 
-    Tiny images (32x32) cost about 35 us in libspng; the general path's checks add
-    about 7 us more, all of it holding the GIL, which keeps two threads from scaling.
-    This path checks the header with one `struct` call, walks the chunk headers (no
-    compressed text or ICC profile for libspng to inflate) and decodes straight into the
-    batch; anything else (or any failure) takes the general path, which also reports
-    the errors. Decoders that augment or convert their output do not take it.
-
-    With `inflate` (a decoder on one thread, e.g. in each DataLoader worker): two thirds
-    of libspng's time on a tiny PNG is zlib's inflate (1.2.13, linked into imagecodecs'
-    libspng). Where imagecodecs has libdeflate (`deflate_decode`, about twice as fast on
-    such streams) and the image is one IDAT chunk of at most `STORED_MAX` filtered
-    bytes, not interlaced, this path inflates the IDAT stream with libdeflate (which
-    checks its Adler-32) and hands libspng the same image with its filtered rows in a
-    stored (uncompressed) deflate block, so that libspng only copies and unfilters
-    them: the same pixels (both read the same filtered rows), about 1.45x faster on
-    32x32 photos (one thread: 38-48 -> 27-29 us an image). The original IDAT's CRC is
-    not checked on this route (the Adler-32 of its data is); a stream that does not
-    inflate to exactly the filtered size goes to libspng as it is.
-
-    Not on several threads: the route hands the GIL over twice an image, with ~5 us of
-    Python (checksums, the stored copy) between the calls, and two threads doing that
-    wait on each other: on 2 cores it made 32x32 photos slower than one libspng call an
-    image (23,751 against 32,255 images/s, CPU per image 67 against 57 us).
-    """
-    ic = imagecodecs()
-    if ic is None or size is None or exif:
-        return None
-    th, tw = size
-    if th * tw > max_pixels:
-        return None
-    color = {1: 0, 3: 2, 4: 6}[channels]
-    spng_decode = ic.spng_decode
-    unpack = struct.unpack_from
-    strip = png_strip_inflated
-    raw_size = th * (1 + tw * channels)
-    deflate = getattr(ic, "deflate_decode", None) if inflate and raw_size <= STORED_MAX else None
-    prefix, crc_prefix = _stored_prefix(tw, th, color, raw_size) if deflate else (b"", 0)
-    pack, crc32, adler32 = struct.pack, zlib.crc32, zlib.adler32
-
-    def fast(item: Any, target: npt.NDArray[np.uint8]) -> bool:
+    def _idat(self, item: Any) -> Any:
+        """The zlib stream of `item`'s IDAT chunks when it is an 8-bit PNG of this size and
+        mode, not interlaced, with no critical chunk but IHDR, IDAT and IEND; else None.
+        A slice of `item` (uncopied for a memoryview) for one IDAT chunk."""
         kind = type(item)  # exact types only: this runs once per image
         if kind is not bytes and kind is not memoryview:
-            return False  # (anything else, not a buffer too, is for the general path)
-        # 57 bytes: the signature, IHDR, and empty IDAT and IEND chunks
+            return None
         size = len(item)
-        if size < 57:
-            return False
+        if size < _MIN_PNG:
+            return None
         # struct reads the header fields straight from the buffer: slicing a memoryview
         # (a loader's payloads are views of mapped shards) and comparing the slice costs
         # more than the whole unpack
-        head, width, height, depth, ctype, laced, length, chunk = unpack(">16sIIBB2xB4xI4s", item)
-        if head != _PNG_HEAD or width != tw or height != th or depth != 8 or ctype != color:
+        head, width, height, depth, color, method, filt, laced, length, chunk = struct.unpack_from(
+            ">16sIIBBBBB4xI4s", item
+        )
+        if (
+            head != _PNG_HEAD
+            or width != self.width
+            or height != self.height
+            or depth != 8
+            or color != self.color
+            or method
+            or filt
+            or laced
+        ):
+            return None
+        # IHDR, one IDAT, IEND: what most encoders write for a small image
+        end = 41 + length
+        if chunk == b"IDAT" and end + 12 <= size and item[end + 8 : end + 12] == b"IEND":
+            return item[41:end]
+        return self._walk(item, size)
+
+    @staticmethod
+    def _walk(item: Any, size: int) -> Any:
+        """The IDAT stream of a PNG with ancillary chunks or several IDAT chunks (one
+        `struct` call per chunk), or None for anything else."""
+        unpack = struct.unpack_from
+        pos = 33
+        parts: list[Any] = []
+        last = b""
+        while pos + 12 <= size:
+            length, kind = unpack(">I4s", item, pos)
+            end = pos + 12 + length
+            if end > size:
+                return None
+            if kind == b"IDAT":
+                if parts and last != b"IDAT":
+                    return None  # IDAT chunks must follow each other
+                parts.append(item[pos + 8 : end - 4])
+            elif kind == b"IEND":
+                return (parts[0] if len(parts) == 1 else b"".join(parts)) if parts else None
+            elif not kind[0] & _ANCILLARY:
+                return None  # PLTE and the unknown: libspng decides
+            last = kind
+            pos = end
+        return None
+
+    def one(self, item: Any, target: npt.NDArray[np.uint8]) -> bool:
+        """Decode `item` into `target` with libspng on this route, or return False for
+        the general path (which also reports every error). A PNG with compressed
+        ancillary chunks (text, ICC profile) goes to libspng without them, so that it
+        never inflates them."""
+        stream = self._idat(item)
+        if stream is None:
             return False
-        # IHDR, one IDAT, IEND (what most encoders write for a small image) has no
-        # compressed text or ICC profile; anything else is walked, and one that has
-        # such chunks takes the general path, which drops them
-        iend = 49 + length
-        simple = chunk == b"IDAT" and iend + 4 <= size and unpack(">4s", item, iend)[0] == b"IEND"
-        if not simple and strip(item) is not item:
-            return False
+        if len(item) != _MIN_PNG + len(stream):  # more chunks than IHDR, IDAT, IEND
+            item = png_strip_inflated(item)
         try:
-            if simple and deflate is not None and not laced:
-                raw = deflate(item[41 : iend - 8], out=raw_size)
-                if len(raw) == raw_size:
-                    tail = pack(">I", adler32(raw))
-                    crc = crc32(tail, crc32(raw, crc_prefix))
-                    spng_decode(prefix + raw + tail + pack(">I", crc) + _IEND, out=target)
-                    return True
-            spng_decode(item, out=target)
+            self._spng(item, out=target)
         except Exception:
             return False
         return True
 
-    return fast
+    # ------------------------------------------------------------------ many images
+
+    def parts(self, n: int, threads: int) -> list[tuple[int, int]] | None:
+        """Contiguous `(lo, hi)` ranges of a batch of `n` for the stacked route (about
+        `PARTS_PER_THREAD` a thread, each of at least `STACK_MIN` images), or None where
+        it does not apply (no libtiff, large images, a small batch)."""
+        if self._tiff is None or self.raw_size > STACK_MAX_RAW:
+            return None
+        m = min(threads * PARTS_PER_THREAD, n // STACK_MIN)
+        if m < 1:
+            return None
+        bounds = [n * j // m for j in range(m + 1)]
+        return list(itertools.pairwise(bounds))
+
+    def stack(
+        self, items: Sequence[Any], lo: int, hi: int, out: npt.NDArray[np.uint8]
+    ) -> list[int]:
+        """Decode `items[lo:hi]` into `out[lo:hi]` (a C-contiguous batch) on the stacked
+        route; return the indices left for `one` and the general path: the images not
+        on this route, or all of them when libtiff or libspng fails (a damaged image is
+        then reported by the path that decodes it alone)."""
+        taken: list[int] = []
+        streams: list[Any] = []
+        rest: list[int] = []
+        for i in range(lo, hi):
+            stream = self._idat(items[i])
+            if stream is None or not len(stream):
+                rest.append(i)
+            else:
+                taken.append(i)
+                streams.append(stream)
+        k = len(taken)
+        if k < 2:  # (a TIFF stores one strip's offset in its tag, not in an array)
+            return list(range(lo, hi))
+        whole = k == hi - lo
+        target = out[lo:hi] if whole else np.empty((k, *out.shape[1:]), np.uint8)
+        try:
+            rows = self._inflate(streams)
+            _unfilter_first_rows(rows, self.channels)
+            pixels = target.view()
+            pixels.shape = (k * self.height, self.width, self.channels)
+            if self.channels == 1:  # libspng writes a grey image into an (h, w) array
+                pixels = pixels[..., 0]
+            self._spng(self._stacked_png(rows), out=pixels)
+        except Exception:
+            return list(range(lo, hi))
+        if not whole:
+            out[taken] = target
+        return rest
+
+    def _inflate(self, streams: list[Any]) -> npt.NDArray[np.uint8]:
+        """The filtered rows of each image, `(k, height, row)`: the zlib streams as the
+        deflate-compressed strips (one image each) of one 8-bit grey TIFF as wide as a
+        filtered row, which libtiff inflates in one call. A stream that does not inflate
+        to exactly the image's rows, or fails its Adler-32, fails the call."""
+        k = len(streams)
+        lengths = np.fromiter(map(len, streams), np.uint32, k)
+        arrays = 8 + _TIFF_TAGS.size
+        data = arrays + 8 * k
+        if data + int(lengths.sum(dtype=np.uint64)) >= 1 << 32:
+            raise ValueError("too large for one TIFF")
+        offsets = np.empty(k, np.uint32)
+        offsets[0] = data
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        offsets[1:] += data
+        tags = _TIFF_TAGS.pack(
+            10,
+            256, 3, 1, self.row,  # ImageWidth
+            257, 4, 1, k * self.height,  # ImageLength
+            258, 3, 1, 8,  # BitsPerSample
+            259, 3, 1, 8,  # Compression: deflate (zlib streams)
+            262, 3, 1, 1,  # Photometric: min is black
+            273, 4, k, arrays,  # StripOffsets
+            277, 3, 1, 1,  # SamplesPerPixel
+            278, 4, 1, self.height,  # RowsPerStrip
+            279, 4, k, arrays + 4 * k,  # StripByteCounts
+            284, 3, 1, 1,  # PlanarConfiguration: contiguous
+            0,
+        )  # fmt: skip
+        tiff = b"".join([_TIFF_HEAD, tags, offsets.tobytes(), lengths.tobytes(), *streams])
+        rows: npt.NDArray[np.uint8] = self._tiff(tiff)
+        if rows.dtype != np.uint8 or rows.shape != (k * self.height, self.row):
+            raise ValueError(f"libtiff returned {rows.dtype} {rows.shape}")
+        return rows.reshape(k, self.height, self.row)
+
+    def _stacked_png(self, rows: npt.NDArray[np.uint8]) -> bytes:
+        """One PNG of the images stacked top to bottom, its filtered `rows` stored in
+        uncompressed deflate blocks."""
+        raw = memoryview(rows.data).cast("B")
+        n = raw.nbytes
+        ihdr = b"IHDR" + struct.pack(">IIBBBBB", self.width, len(rows) * self.height, 8,
+                                     self.color, 0, 0, 0)  # fmt: skip
+        idat: list[bytes | memoryview] = [b"\x78\x01"]  # deflate, 32 KiB window, no dictionary
+        for start in range(0, n, _STORED_BLOCK):
+            end = min(n, start + _STORED_BLOCK)
+            size = end - start
+            idat.append(struct.pack("<BHH", end == n, size, size ^ 0xFFFF))
+            idat.append(raw[start:end])
+        idat.append(struct.pack(">I", zlib.adler32(raw)))
+        data = b"".join(idat)
+        return b"".join([
+            PNG_MAGIC,
+            struct.pack(">I", 13), ihdr, struct.pack(">I", zlib.crc32(ihdr)),
+            struct.pack(">I", len(data)), b"IDAT", data,
+            struct.pack(">I", zlib.crc32(data, zlib.crc32(b"IDAT"))),
+            _IEND,
+        ])  # fmt: skip
+
+
+def _unfilter_first_rows(rows: npt.NDArray[np.uint8], bpp: int) -> None:
+    """Make each image's first row independent of the row above it, which in the stacked
+    PNG is the previous image's last: over a row of zeros, Up is None and Paeth is Sub
+    (its predictor is the left pixel); Average is undone here (its left neighbours only)
+    and marked None. Other filter types are left for libspng to refuse."""
+    first = rows[:, 0]
+    kinds = first[:, 0].copy()
+    first[kinds == 2, 0] = 0
+    first[kinds == 4, 0] = 1
+    avg = np.flatnonzero(kinds == 3)
+    if avg.size:
+        line = first[avg, 1:].astype(np.uint16)
+        for x in range(bpp, line.shape[1], bpp):
+            line[:, x : x + bpp] += line[:, x - bpp : x] >> 1
+            line[:, x : x + bpp] &= 0xFF
+        first[avg, 1:] = line
+        first[avg, 0] = 0
+
+
+def same_size_png(
+    size: tuple[int, int] | None, channels: int, *, max_pixels: int, exif: bool
+) -> LeanPng | None:
+    """The lean routes for a batch of PNGs at the output `size` and `channels`, or None
+    where they do not apply (no imagecodecs, no fixed size, EXIF orientation, an output
+    over `max_pixels`). Decoders that augment or convert their output do not ask."""
+    ic = imagecodecs()
+    if ic is None or size is None or exif or size[0] * size[1] > max_pixels:
+        return None
+    return LeanPng(ic, size, channels)
