@@ -85,3 +85,28 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def import_torch() -> None:
+    """`import torch`, pinned meanwhile to the CPU this process runs on.
+
+    torch's import counts the cores through MKL, which pins the process to each CPU in
+    turn (`sched_setaffinity`, from `at::init_num_threads`). On this VM a process doing
+    that once stayed in the kernel for good (`affine_move_task`, unkillable), and a
+    benchmark that starts a few hundred fresh interpreters hung with it. Pinned to its
+    current CPU, MKL sets only that one and nothing moves; the whole mask comes back
+    after the import (the threads started later get it; torch's own thread count is
+    left at one, which these benchmarks never use)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+        with open("/proc/self/stat") as f:  # field 39, the CPU it last ran on
+            here = int(f.read().rsplit(")", 1)[1].split()[36])
+    except (AttributeError, OSError, ValueError, IndexError):  # not Linux: nothing to pin
+        import torch
+
+        return
+    os.sched_setaffinity(0, {here})
+    try:
+        import torch  # noqa: F401
+    finally:
+        os.sched_setaffinity(0, cpus)

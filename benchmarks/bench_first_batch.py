@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Only the standard library at the top: ferroload-rs 0.1.1's venv runs this script's
 # workers too (its own `ferroload`, no ferroload_core).
 from _memory import maxrss
-from _meta import git_commit, loadavg, utc_now, write_json
+from _meta import git_commit, import_torch, loadavg, utc_now, write_json
 from _rs011_peer import leave
 
 HERE = Path(__file__).resolve().parent
@@ -79,7 +79,7 @@ def _result(t: list[float], n: int) -> None:
 def _worker_rs011(spec: dict[str, Any]) -> None:
     """One rep of ferroload-rs 0.1.1 (this process runs its venv's interpreter)."""
     t0 = time.perf_counter()
-    import torch  # noqa: F401  (out="torch" needs it; timed with the import)
+    import_torch()  # out="torch" needs it; timed with the import
     from _rs011_peer import RS011_VERSION, make_loader
 
     import ferroload
@@ -101,7 +101,7 @@ def _worker(spec: dict[str, Any]) -> None:
         _worker_rs011(spec)
         return
     t0 = time.perf_counter()
-    import torch  # noqa: F401  (out="torch" needs it; timed with the import)
+    import_torch()  # out="torch" needs it; timed with the import
 
     import ferroload
 

@@ -68,7 +68,7 @@ from _harness import (  # noqa: E402
     start_run,
 )
 from _load import Step, competing, parse_loads  # noqa: E402
-from _meta import loadavg, usage, usage_since  # noqa: E402
+from _meta import import_torch, loadavg, usage, usage_since  # noqa: E402
 
 SEED = 20261219
 BATCH = 256
@@ -180,8 +180,18 @@ def _check(batches: list[Any]) -> dict[str, Any]:
     return res
 
 
+#: Seconds a child may take (its epoch takes 1-10): past it, it prints every thread's
+#: stack and exits, and the run fails naming it, rather than waiting for ever
+CHILD_TIMEOUT = 240.0
+
+
 def _child(kind: str, root: Path, load: str, check: bool) -> None:
+    import faulthandler
+
     from _memory import status_kib
+
+    faulthandler.dump_traceback_later(CHILD_TIMEOUT, exit=True)
+    import_torch()  # every kind's batches are torch tensors
 
     sink = _Sink(load, check)
     if kind.startswith("codec"):
@@ -217,9 +227,14 @@ def _run_child(
     env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = "1"  # the step's matmuls: one core
     if check:
         cmd.append("--check")
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    try:
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, check=False, timeout=CHILD_TIMEOUT + 30
+        )
+    except subprocess.TimeoutExpired as exc:  # it did not even print its stacks
+        raise RuntimeError(f"{kind} child ({load}) hung: {str(exc.stderr)[-2000:]}") from exc
     if res.returncode != 0:
-        raise RuntimeError(f"{kind} child failed: {res.stderr[-2000:]}")
+        raise RuntimeError(f"{kind} child ({load}) failed: {res.stderr[-4000:]}")
     out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     out["loadavg"] = loadavg()
     return out

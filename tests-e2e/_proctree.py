@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 
 def run_tree(
@@ -43,11 +44,24 @@ def run_tree(
         )
         try:
             code = proc.wait(timeout=timeout)
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # nothing was left
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        out.seek(0)
-        err.seek(0)
-        text = [f.read().decode(errors="replace") for f in (out, err)]
+        except subprocess.TimeoutExpired as exc:  # with what it printed, for the report
+            _kill(proc)
+            exc.output, exc.stderr = _read(out), _read(err)
+            raise
+        _kill(proc)
+        text = [_read(f).decode(errors="replace") for f in (out, err)]
     return subprocess.CompletedProcess(args, code, *text)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of `proc`'s process group, and reap `proc` (not waiting for ever
+    on a process the kernel does not let die)."""
+    with contextlib.suppress(ProcessLookupError):  # nothing was left
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+
+
+def _read(f: IO[bytes]) -> bytes:
+    f.seek(0)
+    return f.read()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,21 @@ def quick_run(
     out = tmp_path / "results.json"
     cmd = [sys.executable, f"benchmarks/{script}", "--quick", *extra,
            "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = run_tree(cmd, cwd=ROOT, timeout=900, env=env)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = run(cmd, env)
     data: dict[str, Any] = json.loads(out.read_text())
     return data, res.stdout
+
+
+def run(cmd: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark script to its end, or fail with its output's tail: its own timeout
+    comes before pytest-timeout's (600 s), which would leave only the test's stack."""
+    try:
+        res = run_tree(cmd, cwd=ROOT, timeout=540, env=env)
+    except subprocess.TimeoutExpired as exc:
+        tail = [(x or b"")[-3000:] for x in (exc.output, exc.stderr)]
+        pytest.fail(f"{cmd[1]} ran over 540 s; its output ends: {tail}")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res
 
 
 @pytest.mark.slow
@@ -185,8 +197,7 @@ def test_bench_first_batch_quick_run_measures_local_and_remote(
     out = tmp_path / "first.json"
     cmd = [sys.executable, "benchmarks/bench_first_batch.py", "--quick", "--reps", "1",
            "--dir", str(tmp_path / "sets"), "--out", str(out)]  # fmt: skip
-    res = run_tree(cmd, cwd=ROOT, timeout=900, env=rs011_env)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run(cmd, rs011_env)
     data = json.loads(out.read_text())
     for where in ("sets", "remote"):  # local disk, and S3 behind the latency proxy
         assert set(data[where]) == {"tiny", "jpeg"}
