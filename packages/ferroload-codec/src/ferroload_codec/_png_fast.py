@@ -227,28 +227,33 @@ class LeanPng:
             raise ValueError(f"libtiff returned {rows.dtype} {rows.shape}")
         return rows.reshape(k, self.height, self.row)
 
-    def _stacked_png(self, rows: npt.NDArray[np.uint8]) -> bytes:
+    def _stacked_png(self, rows: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
         """One PNG of the images stacked top to bottom, its filtered `rows` stored in
-        uncompressed deflate blocks."""
-        raw = memoryview(rows.data).cast("B")
-        n = raw.nbytes
+        uncompressed deflate blocks, written into one buffer (one copy of the rows)."""
+        raw = rows.reshape(-1)
+        n = raw.size
+        blocks = -(-n // _STORED_BLOCK)
+        size = 2 + 5 * blocks + n + 4  # the IDAT chunk's data: zlib header, blocks, Adler
+        png = np.empty(33 + 8 + size + 4 + len(_IEND), np.uint8)
         ihdr = b"IHDR" + struct.pack(">IIBBBBB", self.width, len(rows) * self.height, 8,
                                      self.color, 0, 0, 0)  # fmt: skip
-        idat: list[bytes | memoryview] = [b"\x78\x01"]  # deflate, 32 KiB window, no dictionary
+        head = PNG_MAGIC + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+        png[:33] = np.frombuffer(head, np.uint8)
+        png[33:43] = np.frombuffer(struct.pack(">I", size) + b"IDAT\x78\x01", np.uint8)
+        pos = 43
         for start in range(0, n, _STORED_BLOCK):
             end = min(n, start + _STORED_BLOCK)
-            size = end - start
-            idat.append(struct.pack("<BHH", end == n, size, size ^ 0xFFFF))
-            idat.append(raw[start:end])
-        idat.append(struct.pack(">I", zlib.adler32(raw)))
-        data = b"".join(idat)
-        return b"".join([
-            PNG_MAGIC,
-            struct.pack(">I", 13), ihdr, struct.pack(">I", zlib.crc32(ihdr)),
-            struct.pack(">I", len(data)), b"IDAT", data,
-            struct.pack(">I", zlib.crc32(data, zlib.crc32(b"IDAT"))),
-            _IEND,
-        ])  # fmt: skip
+            length = end - start
+            block = struct.pack("<BHH", end == n, length, length ^ 0xFFFF)
+            png[pos : pos + 5] = np.frombuffer(block, np.uint8)
+            png[pos + 5 : pos + 5 + length] = raw[start:end]
+            pos += 5 + length
+        png[pos : pos + 4] = np.frombuffer(struct.pack(">I", zlib.adler32(raw)), np.uint8)
+        pos += 4
+        crc = zlib.crc32(png[37:pos])  # the chunk's type and data
+        png[pos : pos + 4] = np.frombuffer(struct.pack(">I", crc), np.uint8)
+        png[pos + 4 :] = np.frombuffer(_IEND, np.uint8)
+        return png
 
 
 def _unfilter_first_rows(rows: npt.NDArray[np.uint8], bpp: int) -> None:
