@@ -248,9 +248,9 @@ class LeanPng:
             png[pos : pos + 5] = np.frombuffer(block, np.uint8)
             png[pos + 5 : pos + 5 + length] = raw[start:end]
             pos += 5 + length
-        png[pos : pos + 4] = np.frombuffer(struct.pack(">I", zlib.adler32(raw)), np.uint8)
+        png[pos : pos + 4] = np.frombuffer(struct.pack(">I", zlib.adler32(raw.data)), np.uint8)
         pos += 4
-        crc = zlib.crc32(png[37:pos])  # the chunk's type and data
+        crc = zlib.crc32(png[37:pos].data)  # the chunk's type and data
         png[pos : pos + 4] = np.frombuffer(struct.pack(">I", crc), np.uint8)
         png[pos + 4 :] = np.frombuffer(_IEND, np.uint8)
         return png
