@@ -258,3 +258,32 @@ print(sorted(m for m in ("turbojpeg", "simplejpeg") if m in sys.modules))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"], out.stdout + out.stderr
+
+
+def test_preload_loads_a_formats_libraries_in_the_background() -> None:
+    """`preload("png")` loads libspng and libtiff (not a JPEG library) on a thread of its
+    own, once; `preload("jpg")` the JPEG binding; an unknown extension nothing. A fork
+    waits for a preload still running."""
+    code = """
+import os, sys, threading
+import ferroload_codec as fc
+from ferroload_codec import _backends
+assert not any(m.startswith("imagecodecs") for m in sys.modules)
+assert fc.preload("PNG") is True and fc.preload("png") is False
+assert fc.preload("txt") is False
+pid = os.fork()  # waits for the preload (a child must not inherit its import lock)
+if pid == 0:
+    os._exit(0 if "imagecodecs._spng" in sys.modules else 3)
+assert os.waitpid(pid, 0)[1] == 0
+for t in _backends._preloading:
+    t.join()
+print(sorted(m for m in ("imagecodecs._spng", "imagecodecs._tiff", "turbojpeg", "simplejpeg")
+             if m in sys.modules))
+assert fc.preload("jpeg") is True and fc.preload("jpg") is False
+for t in _backends._preloading:
+    t.join()
+print(any(m in sys.modules for m in ("turbojpeg", "simplejpeg")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["['imagecodecs._spng', 'imagecodecs._tiff']", "True"]

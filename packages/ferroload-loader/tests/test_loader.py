@@ -243,6 +243,28 @@ except ImportError as e:
     assert out.stdout.split() == ["10", "ImportError", "True"]
 
 
+def test_make_loader_preloads_its_image_codecs(make_dataset: MakeDataset) -> None:
+    """`make_loader` starts loading the libraries its image modalities decode through
+    (PNG here: libspng and libtiff, no JPEG library) before the first batch reads its
+    index; a loader without images loads none."""
+    uri = make_dataset(10)
+    code = f"""
+import sys
+from ferroload_codec import _backends
+from ferroload_loader import make_loader
+make_loader({uri!r}, batch_size=4, meta=["label"], out="numpy")
+print(len(_backends._preloading))
+dl = make_loader({uri!r}, batch_size=4, images=["image"], resize=8, out="numpy")
+for t in _backends._preloading:
+    t.join()
+print(sorted(m for m in ("imagecodecs._spng", "imagecodecs._tiff", "turbojpeg", "simplejpeg")
+             if m in sys.modules))
+print(sum(len(b["sample_id"]) for b in dl))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:3] == ["0", "['imagecodecs._spng', 'imagecodecs._tiff']", "10"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [

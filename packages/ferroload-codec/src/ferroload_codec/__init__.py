@@ -19,7 +19,7 @@ from ferroload_codec._audio import (
     DecodedAudioBatch,
     decode_audio,
 )
-from ferroload_codec._backends import backends
+from ferroload_codec._backends import backends, preload
 from ferroload_codec._errors import (
     AudioTooLongError,
     CodecUnavailableError,
@@ -63,5 +63,6 @@ __all__ = [
     "decode_images",
     "decode_video",
     "image_info",
+    "preload",
     "video_info",
 ]

@@ -15,7 +15,14 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ferroload_codec import AudioDecoder, DecodeError, ImageDecoder, decode_video, image_info
+from ferroload_codec import (
+    AudioDecoder,
+    DecodeError,
+    ImageDecoder,
+    decode_video,
+    image_info,
+    preload,
+)
 from ferroload_codec._pool import DecodePool
 from ferroload_codec._reader import read_ahead
 from ferroload_format import (
@@ -614,12 +621,16 @@ def build_fields(
     if isinstance(meta, str):
         raise TypeError("meta= takes a list of column names, not a str")
     fields.extend(MetaField(name) for name in meta)
+    images_of = {f.name for f in fields if isinstance(f, ImageField | PaddedImageField)}
     for ds in source.datasets:
         for f in fields:
             f.check(ds)
             if isinstance(f, _DecodedField):
                 # from the index's statistics, not a whole column
                 f.with_mask = f.with_mask or not ds.all_present(f.name)
+        for m in ds.modalities:  # their codecs' libraries load while the index is read
+            if m.name in images_of:
+                preload(m.ext)
     names = [f.name for f in fields]
     if len(set(names)) != len(names) or "sample_id" in names:
         raise ValueError(f"each column may appear once (sample_id is always included): {names}")
