@@ -36,12 +36,12 @@ def quick_run(
     out = tmp_path / "results.json"
     cmd = [sys.executable, f"benchmarks/{script}", "--quick", *extra,
            "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
-    res = run(cmd, env)
+    res = run_script(cmd, env)
     data: dict[str, Any] = json.loads(out.read_text())
     return data, res.stdout
 
 
-def run(cmd: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+def run_script(cmd: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
     """Run a benchmark script to its end, or fail with its output's tail: its own timeout
     comes before pytest-timeout's (600 s), which would leave only the test's stack."""
     try:
@@ -197,7 +197,7 @@ def test_bench_first_batch_quick_run_measures_local_and_remote(
     out = tmp_path / "first.json"
     cmd = [sys.executable, "benchmarks/bench_first_batch.py", "--quick", "--reps", "1",
            "--dir", str(tmp_path / "sets"), "--out", str(out)]  # fmt: skip
-    run(cmd, rs011_env)
+    run_script(cmd, rs011_env)
     data = json.loads(out.read_text())
     for where in ("sets", "remote"):  # local disk, and S3 behind the latency proxy
         assert set(data[where]) == {"tiny", "jpeg"}

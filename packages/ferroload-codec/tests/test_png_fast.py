@@ -275,13 +275,11 @@ pid = os.fork()  # waits for the preload (a child must not inherit its import lo
 if pid == 0:
     os._exit(0 if "imagecodecs._spng" in sys.modules else 3)
 assert os.waitpid(pid, 0)[1] == 0
-for t in _backends._preloading:
-    t.join()
+_backends._join_preloads()
 print(sorted(m for m in ("imagecodecs._spng", "imagecodecs._tiff", "turbojpeg", "simplejpeg")
              if m in sys.modules))
 assert fc.preload("jpeg") is True and fc.preload("jpg") is False
-for t in _backends._preloading:
-    t.join()
+_backends._join_preloads()
 print(any(m in sys.modules for m in ("turbojpeg", "simplejpeg")))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -255,8 +255,7 @@ from ferroload_loader import make_loader
 make_loader({uri!r}, batch_size=4, meta=["label"], out="numpy")
 print(len(_backends._preloading))
 dl = make_loader({uri!r}, batch_size=4, images=["image"], resize=8, out="numpy")
-for t in _backends._preloading:
-    t.join()
+_backends._join_preloads()
 print(sorted(m for m in ("imagecodecs._spng", "imagecodecs._tiff", "turbojpeg", "simplejpeg")
              if m in sys.modules))
 print(sum(len(b["sample_id"]) for b in dl))

@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from types import ModuleType
 from typing import Any
@@ -247,12 +248,12 @@ def _jpeg_libs() -> None:
 
 #: What decoding an image of each stored extension loads first (`preload`).
 _PRELOADS = {"png": _png_libs, "jpg": _jpeg_libs, "jpeg": _jpeg_libs}
-_preloading: list[threading.Thread] = []
+_preloading: dict[Callable[[], None], threading.Thread] = {}
 _preload_lock = threading.Lock()
 
 
 def _join_preloads() -> None:
-    for t in _preloading:
+    for t in list(_preloading.values()):
         if t.is_alive() and t is not threading.current_thread():
             t.join()
 
@@ -262,17 +263,18 @@ def preload(ext: str) -> bool:
     with extension `ext` needs (imagecodecs' libspng and libtiff for `png`; the JPEG
     binding and OpenCV for `jpg`), so that a loader's first batch does not wait for
     their imports (~15 ms for PNG, ~30 ms for JPEG) after reading its index. Once per
-    extension and process; returns whether it started one. A fork waits for it first
+    format and process; returns whether it started one. A fork waits for it first
     (a child forked while another thread imports would inherit a held import lock)."""
     fn = _PRELOADS.get(ext.lower())
     if fn is None:
         return False
     with _preload_lock:
-        if any(t.name == f"ferroload-preload-{fn.__name__}" for t in _preloading):
+        if fn in _preloading:
             return False
         if not _preloading and hasattr(os, "register_at_fork"):
             os.register_at_fork(before=_join_preloads)
-        t = threading.Thread(target=fn, name=f"ferroload-preload-{fn.__name__}", daemon=True)
-        _preloading.append(t)
+        t = _preloading[fn] = threading.Thread(
+            target=fn, name=f"ferroload-preload-{fn.__name__}", daemon=True
+        )
     t.start()
     return True

@@ -68,10 +68,10 @@ class LeanPng:
 
     # ------------------------------------------------------------------ one image
 
-    def _idat(self, item: Any) -> Any:
-        """The zlib stream of `item`'s IDAT chunks when it is an 8-bit PNG of this size and
-        mode, not interlaced, with no critical chunk but IHDR, IDAT and IEND; else None.
-        A slice of `item` (uncopied for a memoryview) for one IDAT chunk."""
+    def _spans(self, item: Any) -> list[tuple[int, int]] | None:
+        """Where `item`'s IDAT data lies, `(start, end)` per IDAT chunk, when it is an
+        8-bit PNG of this size and mode, not interlaced, with no critical chunk but IHDR,
+        IDAT and IEND; else None. Nothing is copied (the stacked route slices)."""
         kind = type(item)  # exact types only: this runs once per image
         if kind is not bytes and kind is not memoryview:
             return None
@@ -98,16 +98,16 @@ class LeanPng:
         # IHDR, one IDAT, IEND: what most encoders write for a small image
         end = 41 + length
         if chunk == b"IDAT" and end + 12 <= size and item[end + 8 : end + 12] == b"IEND":
-            return item[41:end]
+            return [(41, end)]
         return self._walk(item, size)
 
     @staticmethod
-    def _walk(item: Any, size: int) -> Any:
-        """The IDAT stream of a PNG with ancillary chunks or several IDAT chunks (one
-        `struct` call per chunk), or None for anything else."""
+    def _walk(item: Any, size: int) -> list[tuple[int, int]] | None:
+        """`_spans` of a PNG with ancillary chunks or several IDAT chunks (one `struct`
+        call per chunk), or None for anything else."""
         unpack = struct.unpack_from
         pos = 33
-        parts: list[Any] = []
+        spans: list[tuple[int, int]] = []
         last = b""
         while pos + 12 <= size:
             length, kind = unpack(">I4s", item, pos)
@@ -115,11 +115,11 @@ class LeanPng:
             if end > size:
                 return None
             if kind == b"IDAT":
-                if parts and last != b"IDAT":
+                if spans and last != b"IDAT":
                     return None  # IDAT chunks must follow each other
-                parts.append(item[pos + 8 : end - 4])
+                spans.append((pos + 8, end - 4))
             elif kind == b"IEND":
-                return (parts[0] if len(parts) == 1 else b"".join(parts)) if parts else None
+                return spans or None
             elif not kind[0] & _ANCILLARY:
                 return None  # PLTE and the unknown: libspng decides
             last = kind
@@ -131,11 +131,11 @@ class LeanPng:
         the general path (which also reports every error). A PNG with compressed
         ancillary chunks (text, ICC profile) goes to libspng without them, so that it
         never inflates them."""
-        stream = self._idat(item)
-        if stream is None:
+        spans = self._spans(item)
+        if spans is None:
             return False
-        if len(item) != _MIN_PNG + len(stream):  # more chunks than IHDR, IDAT, IEND
-            item = png_strip_inflated(item)
+        if len(spans) > 1 or len(item) != _MIN_PNG + spans[0][1] - spans[0][0]:
+            item = png_strip_inflated(item)  # more chunks than IHDR, IDAT, IEND
         try:
             self._spng(item, out=target)
         except Exception:
@@ -167,12 +167,21 @@ class LeanPng:
         streams: list[Any] = []
         rest: list[int] = []
         for i in range(lo, hi):
-            stream = self._idat(items[i])
-            if stream is None or not len(stream):
+            item = items[i]
+            spans = self._spans(item)
+            if spans is None:
                 rest.append(i)
+                continue
+            if len(spans) == 1:
+                start, end = spans[0]
+                stream = item[start:end]
             else:
+                stream = b"".join([item[start:end] for start, end in spans])
+            if len(stream):
                 taken.append(i)
                 streams.append(stream)
+            else:
+                rest.append(i)
         k = len(taken)
         if k < 2:  # (a TIFF stores one strip's offset in its tag, not in an array)
             return list(range(lo, hi))
