@@ -57,6 +57,7 @@ from ferroload_format._manifest import FORMAT_MINOR, FORMAT_VERSION, MAX_MANIFES
 from ferroload_format._progress_bar import hide_progress_bar
 from ferroload_format._records import IdRun, IndexPart, LayerInfo, Modality, ShardInfo, ShardList
 from ferroload_format._rs011_upgrade import UpgradeReport, upgrade
+from ferroload_format._staged import StagedWrite, commit_staged, discard_staged
 from ferroload_format._types import MAX_METADATA_DEPTH, type_from_json, type_to_json
 from ferroload_format._verify_report import Problem, VerifyReport
 from ferroload_format._versions import latest_version, list_versions, read_manifest
@@ -114,6 +115,7 @@ __all__ = [
     "ShardList",
     "ShardNotFoundError",
     "ShardTruncatedError",
+    "StagedWrite",
     "UndeclaredModalityError",
     "UnsafeQueryError",
     "UnsupportedFormatVersionError",
@@ -126,6 +128,8 @@ __all__ = [
     "WriterClosedError",
     "__version__",
     "arrow_array",
+    "commit_staged",
+    "discard_staged",
     "gc",
     "hide_progress_bar",
     "latest_version",

@@ -15,7 +15,7 @@ from ferroload_format._errors import CommitConflictError
 from ferroload_format._index import ROW_GROUP_SIZE, index_schema, write_part
 from ferroload_format._manifest import Manifest, utc_now
 from ferroload_format._part_schema import read_part_as
-from ferroload_format._paths import SHARDS_DIR, merged_part_path, part_path, staged_own_path
+from ferroload_format._paths import merged_part_path, part_path, staged_own_path
 from ferroload_format._records import IndexPart, Modality, ShardInfo
 from ferroload_format._types import fits_in, type_name
 from ferroload_store import Store
@@ -98,7 +98,9 @@ def check_shards_exist(store: Store, pending: PendingCommit) -> None:
     if len(expected) <= 4:  # a small append: a HEAD each, not a listing of shards/ (O(N) locally)
         missing = sorted(p for p in expected if not store.exists(p))
     else:
-        found = {o.path for o in store.list(f"{SHARDS_DIR}{pending.txn}-")}
+        # one listing per transaction (a staged commit's shards come from many writers)
+        txns = {p.rsplit("-", 1)[0] for p in expected}  # shards/<txn>-NNNNN.tar
+        found = {o.path for t in txns for o in store.list(f"{t}-")}
         missing = sorted(expected - found)
     if missing:
         raise CommitConflictError(

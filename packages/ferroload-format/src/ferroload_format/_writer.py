@@ -34,6 +34,7 @@ from ferroload_format._pending import PendingCommit
 from ferroload_format._records import Modality
 from ferroload_format._rs011 import refuse_write
 from ferroload_format._shard_sequence import ShardSequence, sample_members
+from ferroload_format._staged import StagedWrite
 from ferroload_format._tar import BLOCK, padding
 from ferroload_format._types import MAX_METADATA_DEPTH, type_depth, type_name, type_to_json
 from ferroload_format._versions import read_manifest
@@ -393,6 +394,43 @@ class Writer:
             pending.table.num_rows,
         )
         return manifest.version
+
+    def stage(self) -> StagedWrite:
+        """Finish the shards without committing them: what a task of a distributed write
+        calls instead of `close()`, handing the result to the one `commit_staged` that
+        commits every task's samples as one version.
+
+        The shards stay invisible to readers until that commit; uncommitted, they are
+        leftovers that `gc` deletes after its grace period (or `discard_staged` now).
+
+        Returns:
+            The picklable `StagedWrite`: this writer's shards and index rows.
+
+        Raises:
+            WriterClosedError: the writer was closed, aborted or staged already.
+        """
+        self._check_open()
+        try:
+            if self._builder.num_rows == 0:
+                self._shards.abort()  # (an empty write has no shard to keep)
+            else:
+                self._finish_shard()
+            staged = StagedWrite(
+                uri=self.uri,
+                txn=self.txn,
+                name=self.name,
+                mode=self.mode,
+                base_version=self.base_version,
+                modalities=self.modalities,
+                shards=tuple(self._shards.finished),
+                table=self._builder.table([s.path for s in self._shards.finished]),
+                row_group_size=self._row_group_size,
+            )
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        return staged
 
     def abort(self) -> None:
         """Drop everything this writer wrote; the dataset stays as it was."""
