@@ -88,6 +88,23 @@ MaxFileSize = Annotated[
     ),
 ]
 
+RayOpt = Annotated[
+    bool,
+    typer.Option(
+        "--ray",
+        help="run the import as tasks on a Ray cluster (ray.init's, else a local one), "
+        "with one commit (needs the ray extra)",
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(metavar="ADDRESS", help="with --ray: the cluster to connect to (ray.init)"),
+]
+ChunkSize = Annotated[
+    int | None,
+    typer.Option(min=1, metavar="N", help="with --ray: tars, files or row units per task"),
+]
+
 
 @dataclass(frozen=True)
 class _Common:
@@ -110,7 +127,29 @@ _COMMON_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("overwrite", Overwrite, False),
     ("json", Json, False),
     ("storage_option", StorageOptions, None),
+    ("ray", RayOpt, False),
+    ("ray_address", RayAddress, None),
+    ("chunk_size", ChunkSize, None),
 )
+
+
+def _executor(given: dict[str, Any]) -> dict[str, Any]:
+    """`executor=` and `chunk_size=` of `--ray`, `--ray-address`, `--chunk-size`."""
+    if not given["ray"]:
+        if given["ray_address"] is not None or given["chunk_size"] is not None:
+            raise typer.BadParameter("--ray-address and --chunk-size go with --ray")
+        return {}
+    from ferroload_map import RayExecutor
+
+    if given["ray_address"] is not None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise typer.BadParameter(
+                "--ray needs Ray: pip install 'ferroload[ray]'", param_hint="--ray"
+            ) from exc
+        ray.init(address=given["ray_address"], ignore_reinit_error=True)
+    return {"executor": RayExecutor(), "chunk_size": given["chunk_size"]}
 
 
 def _resolve_common(given: dict[str, Any], *, max_file: bool) -> _Common:
@@ -122,6 +161,7 @@ def _resolve_common(given: dict[str, Any], *, max_file: bool) -> _Common:
         "storage_options": storage_options(given["storage_option"]),
         "mode": mode,
         "progress": progress_arg(),
+        **_executor(given),
     }
     sizes = [("shard_size", "--shard-size", "shard_size")]
     if max_file:

@@ -27,6 +27,7 @@ from ferroload_convert._hf import import_hf
 from ferroload_convert._image_folder import export_image_folder, import_image_folder
 from ferroload_convert._parquet import import_parquet
 from ferroload_convert._report import ExportReport, ImportReport, SkippedInput
+from ferroload_convert._sniff import kind_of
 from ferroload_convert._wds_export import export_webdataset
 from ferroload_convert._webdataset import import_webdataset
 
@@ -53,4 +54,5 @@ __all__ = [
     "import_image_folder",
     "import_parquet",
     "import_webdataset",
+    "kind_of",
 ]

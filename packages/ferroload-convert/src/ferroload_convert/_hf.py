@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ferroload_convert._cluster import Executor, SessionOptions, StatelessJob, run_job
 from ferroload_convert._errors import (
     BadInputError,
     ConvertOptionError,
@@ -27,6 +28,8 @@ from ferroload_format import DEFAULT_SHARD_SIZE, WriteMode
 
 #: Rows converted per task (several tasks per worker are in flight).
 BATCH_ROWS = 64
+#: Rows of one unit of a cluster import (`chunk_size` units make one task).
+UNIT_ROWS = 1024
 #: Media features read as bytes (never decoded) -> codec hint.
 MEDIA = {"Image": "image", "Audio": "audio", "Video": "video", "Pdf": "raw", "Nifti": "raw"}
 #: The metadata column naming each sample's split when a `DatasetDict`'s splits are imported.
@@ -48,6 +51,8 @@ def import_hf(
     storage_options: Mapping[str, Any] | None = None,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     mode: WriteMode = "create",
+    executor: Executor | None = None,
+    chunk_size: int | None = None,
 ) -> ImportReport:
     """Import a Hugging Face dataset: a `save_to_disk` folder, a `Dataset` or a `DatasetDict`.
 
@@ -100,6 +105,11 @@ def import_hf(
             must agree; an id it already has gets a `#2` suffix); `"overwrite"` replaces
             its content in a new version (history kept).
 
+        executor: run the import as tasks on a cluster (`ferroload_map.RayExecutor()`),
+            each staging `chunk_size` rows (units of 1,024 rows) (default 8 units: 8,192 rows), with one commit: the
+            same dataset as on this machine, sample for sample (docs/convert.md). The
+            destination and the input must be reachable from every worker.
+        chunk_size: units per task with an `executor`.
     Returns:
         What was imported; `columns` maps each input column to its dataset column(s).
 
@@ -131,45 +141,77 @@ def import_hf(
     parts, split_column = _load(src, split, splits)
     columns, modalities = _plan(parts, id_column, split_column)
     total = sum(len(part.ds) for part in parts)
-    width = max(8, len(str(max(max(len(part.ds) for part in parts) - 1, 0))))
-    with ImportSession(
-        dst,
-        name=name,
-        shard_size=shard_size,
-        storage_options=storage_options,
-        on_error=on_error,
-        progress=progress,
+    units = [
+        (p, start, min(start + UNIT_ROWS, len(part.ds)))
+        for p, part in enumerate(parts)
+        for start in range(0, len(part.ds), UNIT_ROWS)
+    ]
+    job = _HfJob(units, parts, split_column, columns, modalities, id_column, workers,
+                 max_file_bytes)  # fmt: skip
+    options = SessionOptions(
+        os.fspath(dst), name, shard_size, storage_options, on_error, mode, "import hf", "row",
         total=total,
-        mode=mode,
-        desc="import hf",
-        unit="row",
-    ) as session:
-        for modality, ext, kind, hint in modalities:
+    )  # fmt: skip
+    return run_job(job, options, progress=progress, executor=executor, chunk_size=chunk_size)
+
+
+@dataclass(frozen=True)
+class _HfJob(StatelessJob):
+    """`import_hf` as a job: ranges of `UNIT_ROWS` rows, split after split."""
+
+    units: list[tuple[int, int, int]]  # (part, first row, end row)
+    parts: list[_Part]
+    split_column: bool
+    columns: list[Column]
+    modalities: list[tuple[str, str, str, str]]
+    id_column: str | None
+    workers: int
+    max_file_bytes: int
+    kind: str = "hf"
+
+    def start(self, session: ImportSession) -> None:
+        for modality, ext, kind, hint in self.modalities:
             session.declare(modality, ext, kind, hint)
-        convert = functools.partial(
-            convert_rows, columns=columns, id_column=id_column, max_file_bytes=max_file_bytes
-        )
-        for part in parts:
+
+    def _batches(self, units: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, Batch]]:
+        width = max(8, len(str(max(max(len(part.ds) for part in self.parts) - 1, 0))))
+        for p, first, end in units:
+            part = self.parts[p]
             prefix = f"{part.split}-" if part.split else ""
-            id_format = f"{prefix}{{:0{width}d}}"
-            # several splits: an id column's values get the split in front (unique ids)
-            id_prefix = prefix if split_column and id_column is not None else ""
-            batches = (
-                Batch(part.where, id_format, start, table) for start, table in _batches(part.ds)
+            rows = (
+                part.ds.select(range(first, end)) if (first, end) != (0, len(part.ds)) else part.ds
             )
-            for _, rows in ordered_map(batches, convert, workers=workers, window=workers + 2):
-                if isinstance(rows, Failed):
-                    raise rows.error
-                for row in rows:
-                    if isinstance(row, BadInputError):
-                        session.bad(row)
-                        continue
-                    if split_column:
-                        row.meta[SPLIT_COLUMN] = part.split
-                    session.add(id_prefix + row.name, row.data, row.meta)
-                session.advance(len(rows))
-        mapping = {c.source: ", ".join(c.names) for c in columns}
-        return session.finish(mapping)
+            for start, table in _batches(rows):
+                yield p, Batch(part.where, f"{prefix}{{:0{width}d}}", first + start, table)
+
+    def run(
+        self, session: ImportSession, units: Sequence[tuple[int, int, int]], state: None
+    ) -> None:
+        convert = functools.partial(
+            convert_rows, columns=self.columns, id_column=self.id_column,
+            max_file_bytes=self.max_file_bytes,
+        )  # fmt: skip
+        batches = self._batches(units)
+        window = self.workers + 2
+        for (p, _), rows in ordered_map(
+            batches, lambda pb: convert(pb[1]), workers=self.workers, window=window
+        ):
+            if isinstance(rows, Failed):
+                raise rows.error
+            part = self.parts[p]
+            # several splits: an id column's values get the split in front (unique ids)
+            id_prefix = f"{part.split}-" if self.split_column and self.id_column is not None else ""
+            for row in rows:
+                if isinstance(row, BadInputError):
+                    session.bad(row)
+                    continue
+                if self.split_column:
+                    row.meta[SPLIT_COLUMN] = part.split
+                session.add(id_prefix + row.name, row.data, row.meta)
+            session.advance(len(rows))
+
+    def report_columns(self, state: None) -> dict[str, str]:
+        return {c.source: ", ".join(c.names) for c in self.columns}
 
 
 def _datasets() -> Any:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ferroload_convert._cluster import Executor, SessionOptions, StatelessJob, run_job
 from ferroload_convert._errors import BadInputError, ConvertOptionError
 from ferroload_convert._files import check_regular, check_utf8_name
 from ferroload_convert._ids import column_name, metadata_name
@@ -39,6 +41,8 @@ def import_parquet(
     progress: Progress = None,
     storage_options: Mapping[str, Any] | None = None,
     mode: WriteMode = "create",
+    executor: Executor | None = None,
+    chunk_size: int | None = None,
 ) -> ImportReport:
     """Import Parquet files: binary columns become modalities, the others metadata.
 
@@ -72,6 +76,11 @@ def import_parquet(
             must agree; an id it already has gets a `#2` suffix); `"overwrite"` replaces
             its content in a new version (history kept).
 
+        executor: run the import as tasks on a cluster (`ferroload_map.RayExecutor()`),
+            each staging `chunk_size` files (default 1), with one commit: the
+            same dataset as on this machine, sample for sample (docs/convert.md). The
+            destination and the input must be reachable from every worker.
+        chunk_size: units per task with an `executor`.
     Returns:
         What was imported; `columns` maps each input column to its dataset column.
 
@@ -96,43 +105,58 @@ def import_parquet(
     """
     check_common(on_error, workers)
     files = input_files(src, suffixes=PARQUET_SUFFIXES, what="Parquet files")
-    with ImportSession(
-        dst,
-        name=name,
-        shard_size=shard_size,
-        storage_options=storage_options,
-        on_error=on_error,
-        progress=progress,
-        mode=mode,
-        desc="import parquet",
-        unit="row",
-    ) as session:
-        readable: list[tuple[str, str, pq.FileMetaData]] = []
-        fields: dict[str, pa.DataType] = {}
-        for path, rel, root in files:
-            try:
-                check_utf8_name(path, path)  # pyarrow cannot open such a path
-                check_regular(path, root)  # a FIFO would block the open below
-                meta = pq.read_metadata(path)
-                schema = meta.schema.to_arrow_schema()
-                _check_unique_columns(path, schema)
-            except BadInputError as exc:
-                session.bad(exc)
-                continue
-            except (OSError, pa.ArrowException) as exc:
-                session.bad(
-                    BadInputError(f"{path} is not a readable Parquet file: {exc}", path=path)
-                )
-                continue
-            readable.append((path, rel, meta))
-            for f in schema:
-                fields.setdefault(f.name, f.type)
-        session.total = sum(meta.num_rows for _, _, meta in readable)
-        columns, modalities = _plan(readable, fields, id_column, binary_columns)
-        for modality, ext in modalities:
+    readable: list[tuple[str, str, pq.FileMetaData]] = []
+    bad: list[BadInputError] = []
+    fields: dict[str, pa.DataType] = {}
+    for path, rel, root in files:
+        try:
+            check_utf8_name(path, path)  # pyarrow cannot open such a path
+            check_regular(path, root)  # a FIFO would block the open below
+            meta = pq.read_metadata(path)
+            schema = meta.schema.to_arrow_schema()
+            _check_unique_columns(path, schema)
+        except BadInputError as exc:
+            bad.append(exc)
+            continue
+        except (OSError, pa.ArrowException) as exc:
+            bad.append(BadInputError(f"{path} is not a readable Parquet file: {exc}", path=path))
+            continue
+        readable.append((path, rel, meta))
+        for f in schema:
+            fields.setdefault(f.name, f.type)
+    columns, modalities = _plan(readable, fields, id_column, binary_columns)
+    job = _ParquetJob(readable, columns, modalities, fields, id_column, workers, bad)
+    options = SessionOptions(
+        os.fspath(dst), name, shard_size, storage_options, on_error, mode,
+        "import parquet", "row", total=sum(meta.num_rows for _, _, meta in readable),
+    )  # fmt: skip
+    return run_job(job, options, progress=progress, executor=executor, chunk_size=chunk_size)
+
+
+@dataclass(frozen=True)
+class _ParquetJob(StatelessJob):
+    """`import_parquet` as a job: the readable files in order."""
+
+    units: list[tuple[str, str, pq.FileMetaData]]
+    columns: list[Column]
+    modalities: list[tuple[str, str]]
+    fields: dict[str, pa.DataType]
+    id_column: str | None
+    workers: int
+    bad: list[BadInputError]
+    kind: str = "parquet"
+
+    def start(self, session: ImportSession) -> None:
+        for modality, ext in self.modalities:
             session.declare(modality, ext, *kind_of(ext))
-        read = functools.partial(_read_file, columns=columns, fields=fields, id_column=id_column)
-        for _, rows in ordered_streams(readable, read, workers=workers, buffer=2):
+
+    def run(
+        self, session: ImportSession, units: Sequence[tuple[str, str, pq.FileMetaData]], state: None
+    ) -> None:
+        read = functools.partial(
+            _read_file, columns=self.columns, fields=self.fields, id_column=self.id_column
+        )
+        for _, rows in ordered_streams(units, read, workers=self.workers, buffer=2):
             if isinstance(rows, Failed):
                 if not isinstance(rows.error, BadInputError):
                     raise rows.error
@@ -144,7 +168,9 @@ def import_parquet(
                 else:
                     session.bad(row)
             session.advance(len(rows))
-        return session.finish({c.source: c.target for c in columns})
+
+    def report_columns(self, state: None) -> dict[str, str]:
+        return {c.source: c.target for c in self.columns}
 
 
 def _check_unique_columns(path: str, schema: pa.Schema) -> None:

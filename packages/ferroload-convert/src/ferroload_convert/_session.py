@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -26,12 +27,46 @@ from ferroload_convert._report import (
     SkippedInput,
 )
 from ferroload_core import progress_reporter
-from ferroload_format import Dataset, DatasetNotFoundError, WriteMode, Writer
+from ferroload_format import Dataset, DatasetNotFoundError, StagedWrite, WriteMode, Writer
 
 logger = logging.getLogger(__name__)
 
 #: Least time between two progress calls (the first and the last always happen).
 _PROGRESS_EVERY_S = 0.05
+
+
+def existing_ids(uri: str, mode: WriteMode, storage_options: Mapping[str, Any] | None) -> list[str]:
+    """The sample ids an import must not reuse: the dataset's for an append, else none."""
+    if mode != "append":
+        return []
+    try:
+        existing = Dataset.open(uri, storage_options=storage_options, cache=None)
+    except DatasetNotFoundError:
+        return []
+    return existing.column("sample_id").to_pylist() if len(existing) else []
+
+
+@dataclass
+class StagedPart:
+    """What one task of a cluster import wrote, uncommitted, and its account.
+
+    Attributes:
+        staged: its staged write (`Writer.stage`).
+        added: the sample ids it added, in order.
+        num_bytes: payload bytes it added.
+        num_skipped: bad inputs it left out.
+        skipped: the first of them, listed.
+        num_ignored: inputs it passed over.
+        done: inputs it did (what the progress counts).
+    """
+
+    staged: StagedWrite
+    added: list[str]
+    num_bytes: int
+    num_skipped: int
+    skipped: list[SkippedInput]
+    num_ignored: int
+    done: int
 
 
 class ImportSession:
@@ -53,6 +88,8 @@ class ImportSession:
             `overwrite` replaces its content in a new version.
         desc: the progress bar's label.
         unit: what the bar counts.
+        taken: the sample ids already taken (default: the dataset's, for an append);
+            a task of a cluster import gets them from the driver.
     """
 
     def __init__(
@@ -68,6 +105,7 @@ class ImportSession:
         mode: WriteMode = "create",
         desc: str = "import",
         unit: str = "it",
+        taken: Iterable[str] | None = None,
     ) -> None:
         self._start = time.perf_counter()
         self._writer = Writer(
@@ -76,14 +114,11 @@ class ImportSession:
         self.uri = self._writer.uri
         self.existing_modalities = self._writer.modalities
         """The modalities of the dataset appended to (empty for a new one)."""
-        taken: list[str] = []
-        if self._writer.mode == "append":
-            try:
-                existing = Dataset.open(self.uri, storage_options=storage_options, cache=None)
-                taken = existing.column("sample_id").to_pylist() if len(existing) else []
-            except DatasetNotFoundError:
-                pass
+        if taken is None:
+            taken = existing_ids(self.uri, self._writer.mode, storage_options)
         self.ids = IdAllocator(taken)
+        self.added: list[str] = []
+        """The ids this session added, in order."""
         self._on_error = on_error
         self._bar = ExitStack()
         self._progress = self._bar.enter_context(
@@ -119,6 +154,7 @@ class ImportSession:
         """Add one sample under a unique id made from `name`; return the id."""
         sample_id = self.ids.take(name)
         self._writer.add(sample_id, data or None, meta or None)
+        self.added.append(sample_id)
         self.num_samples += 1
         if data:
             self.num_bytes += sum(len(v) for v in data.values())
@@ -174,6 +210,20 @@ class ImportSession:
             num_ignored=self.num_ignored,
             columns=dict(columns),
             seconds=time.perf_counter() - self._start,
+        )
+
+    def stage(self) -> StagedPart:
+        """Stage what was added without committing it (a task of a cluster import): the
+        staged write and this session's account, for the driver's one commit."""
+        staged = self._writer.stage()
+        return StagedPart(
+            staged=staged,
+            added=self.added,
+            num_bytes=self.num_bytes,
+            num_skipped=self.num_skipped,
+            skipped=self._skipped,
+            num_ignored=self.num_ignored,
+            done=self.done,
         )
 
     def __enter__(self) -> ImportSession:

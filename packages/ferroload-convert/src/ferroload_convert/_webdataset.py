@@ -14,11 +14,13 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from ferroload_convert._cluster import Executor, SessionOptions, run_job
 from ferroload_convert._errors import BadInputError, ConvertOptionError
 from ferroload_convert._files import DEFAULT_MAX_FILE_BYTES, check_max_bytes
 from ferroload_convert._ids import column_name
@@ -66,6 +68,8 @@ def import_webdataset(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     max_inflate_ratio: float = DEFAULT_MAX_INFLATE_RATIO,
     mode: WriteMode = "create",
+    executor: Executor | None = None,
+    chunk_size: int | None = None,
 ) -> ImportReport:
     """Import WebDataset tars: every member kept, byte for byte.
 
@@ -126,6 +130,11 @@ def import_webdataset(
         max_inflate_ratio: how many times its size a compressed tar may inflate to
             (default 100).
 
+        executor: run the import as tasks on a cluster (`ferroload_map.RayExecutor()`),
+            each staging `chunk_size` tars (default 1), with one commit: the same dataset
+            as on this machine, sample for sample (docs/convert.md). The destination and
+            the tars must be reachable from every worker.
+        chunk_size: tars per task with an `executor`.
     Returns:
         What was imported; `columns` maps each extension to its modality (or to the
         column it became: `cls` -> `label`, `txt` -> `text`, `json` -> `json_text`).
@@ -164,22 +173,54 @@ def import_webdataset(
     tars = source_files(
         src, suffixes=TAR_SUFFIXES, what="WebDataset tars", storage_options=storage_options
     )
-    with ImportSession(
-        dst,
-        name=name,
-        shard_size=shard_size,
-        storage_options=storage_options,
-        on_error=on_error,
-        progress=progress,
-        mode=mode,
-        desc="import wds",
-        unit="sample",
-    ) as session:
-        names = _Modalities(session)
+    job = _WdsJob(tars, read, workers)
+    options = SessionOptions(
+        os.fspath(dst), name, shard_size, storage_options, on_error, mode, "import wds", "sample"
+    )
+    return run_job(job, options, progress=progress, executor=executor, chunk_size=chunk_size)
+
+
+@dataclass(frozen=True)
+class _WdsState:
+    """What a WebDataset import decides in input order, besides the sample ids: the
+    extension -> modality names, the extensions lifted into columns, the columns the
+    `__ferroload__` markers declared (and the names they reserve), and the columns of
+    every marker a run saw (for `_WdsJob.consistent`)."""
+
+    assigned: dict[str, str] = field(default_factory=dict)
+    lifted: dict[str, str] = field(default_factory=dict)
+    declared: dict[str, pa.DataType] = field(default_factory=dict)
+    reserved: frozenset[str] = frozenset()
+    marker_columns: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class _WdsJob:
+    """`import_webdataset` as a job: the tars in input order."""
+
+    units: list[Any]
+    read: Any
+    workers: int
+    kind: str = "wds"
+    ignored: int = 0
+    bad: tuple[BadInputError, ...] = ()
+
+    def initial_state(self) -> _WdsState:
+        return _WdsState()
+
+    def start(self, session: ImportSession) -> None:
+        pass  # modalities are named as extensions are met
+
+    def run(self, session: ImportSession, units: Sequence[Any], state: _WdsState) -> _WdsState:
+        names = _Modalities(session, state)
+        declared = dict(state.declared)
+        for column, dtype in declared.items():
+            session.declare_column(column, dtype)
         markers: dict[str, MarkerInfo] = {}
-        declared: dict[str, pa.DataType] = {}  # column -> type, from markers
-        for tar, item in ordered_streams(tars, read, workers=workers, buffer=32):
+        seen: set[str] = set()
+        for tar, item in ordered_streams(units, self.read, workers=self.workers, buffer=32):
             if isinstance(item, MarkerInfo):
+                seen.update(item.columns)
                 if _accept_marker(item, tar.path, session, declared, names):
                     markers[tar.path] = item
                 continue
@@ -208,7 +249,44 @@ def import_webdataset(
                 meta["wds_members"] = members
                 session.add(item.key, data, meta)
             session.advance()
-        return session.finish({**names.lifted, **names.assigned})
+        return _WdsState(names.assigned, names.lifted, declared, frozenset(names.reserved),
+                         frozenset(seen))  # fmt: skip
+
+    def consistent(self, given: _WdsState, truth: _WdsState, after: _WdsState) -> bool:
+        """A run's names are what the truth gives when each extension it named anew is
+        either named so in the truth, or new there too and named with no name the truth
+        took since (a name is the first free candidate: only those can change it); its
+        markers decided alike when the markers' state was the same and no column of
+        theirs became a modality name since."""
+        if given == truth:
+            return True
+        since = set(truth.assigned.values()) - set(given.assigned.values())
+        if given.declared != truth.declared or given.reserved != truth.reserved:
+            return False
+        if not after.marker_columns.isdisjoint(since):
+            return False
+        for ext, name in after.assigned.items():
+            if ext in given.assigned:
+                continue
+            if ext in truth.assigned and truth.assigned[ext] != name:
+                return False
+            if ext not in truth.assigned and name in since:
+                return False
+        return True
+
+    def merge(self, given: _WdsState, truth: _WdsState, after: _WdsState) -> _WdsState:
+        return _WdsState(
+            {
+                **truth.assigned,
+                **{e: n for e, n in after.assigned.items() if e not in truth.assigned},
+            },
+            {**truth.lifted, **{e: c for e, c in after.lifted.items() if e not in truth.lifted}},
+            {**truth.declared, **after.declared},
+            truth.reserved | after.reserved,
+        )
+
+    def report_columns(self, state: _WdsState) -> dict[str, str]:
+        return {**state.lifted, **state.assigned}
 
 
 def _accept_marker(
@@ -251,24 +329,28 @@ def _accept_marker(
 
 
 class _Modalities:
-    """Extension -> modality, assigned at first sight (input order: deterministic)."""
+    """Extension -> modality, assigned at first sight (input order: deterministic), from
+    the names a state already holds."""
 
-    def __init__(self, session: ImportSession) -> None:
+    def __init__(self, session: ImportSession, state: _WdsState) -> None:
         self._session = session
-        self.assigned: dict[str, str] = {}
-        self.lifted: dict[str, str] = {}  # extension -> the column it became
-        self._reserved = {*WDS_COLUMNS, *(col for col, _ in LIFTED.values())}
+        self.assigned: dict[str, str] = dict(state.assigned)
+        self.lifted: dict[str, str] = dict(state.lifted)  # extension -> the column it became
+        self._ours = {*WDS_COLUMNS, *(col for col, _ in LIFTED.values())}
+        self.reserved = set(state.reserved)  # the markers' columns
+        self._declared: set[str] = set()  # modalities declared in this session
 
     def reserve(self, columns: Iterable[str]) -> None:
         """Metadata columns no modality may be named after."""
-        self._reserved |= set(columns)
+        self.reserved |= set(columns)
 
     def of(self, ext: str) -> str:
         modality = self.assigned.get(ext)
-        if modality is not None:
+        if modality is not None and modality in self._declared:
             return modality
-        taken = self._reserved | set(self.assigned.values())
-        modality = column_name(ext, taken, prefix="x")
+        if modality is None:
+            taken = self._ours | self.reserved | set(self.assigned.values())
+            modality = column_name(ext, taken, prefix="x")
         fmt_ext = re.sub(r"[^A-Za-z0-9_]", "_", ext.rsplit(".", 1)[-1].lower())[:16] or "bin"
         # an existing dataset (append) already has the modality: reuse it as declared
         old = next((m for m in self._session.existing_modalities if m.name == modality), None)
@@ -277,5 +359,6 @@ class _Modalities:
         else:
             kind, hint = kind_of(ext)
         self._session.declare(modality, fmt_ext, kind, hint)
+        self._declared.add(modality)
         self.assigned[ext] = modality
         return modality
