@@ -744,6 +744,85 @@ def bench_map(results: list[Result], out: Path) -> Section:
     return _runs(results, body)
 
 
+# --- bench_ray_import -----------------------------------------------------------------
+
+_RAY_IMPORT = {
+    "one_machine": "ferroload import_webdataset, one machine (threads)",
+    "ray": "ferroload import_webdataset, executor=RayExecutor()",
+    "ray_parquet": "Ray Data read_webdataset + write_parquet",
+}
+_RAY_SETS = {"tiny": "tiny (32x32 PNG)", "jpeg": "jpeg (256x256 JPEG q90)"}
+_RAY_SERIES = {  # the chart's legend
+    "one_machine": "ferroload, one machine",
+    "ray": "ferroload, RayExecutor",
+    "ray_parquet": "Ray Data to Parquet",
+}
+
+
+def bench_ray_import(results: list[Result], out: Path) -> Section:
+    def body(r: Result, sec: Section) -> None:
+        sets: dict[str, Any] = r.data.get("sets", {})
+        skipped: dict[str, Any] = r.meta.get("skipped") or {}
+        sec.lines += [
+            f"Ray with {r.meta.get('ray_num_cpus', '-')} CPUs; "
+            f"{r.meta.get('rounds', '-')} interleaved round(s), samples/s median (min-max) "
+            "of the end-to-end imports; `ray / this` = the Ray import's median samples/s "
+            "over this row's:",
+            "",
+        ]
+        for k, why in skipped.items():
+            sec.lines += [f"`{k}` was not run: {why}.", ""]
+        names, values = [], []
+        for name, s in sets.items():
+            systems: dict[str, Any] = s.get("systems", {})
+            ray_sps = systems.get("ray", {}).get("samples_per_s", {}).get("median")
+            check = s.get("check", {})
+            sec.lines += [
+                f"**{_RAY_SETS.get(name, name)}**: {num(s.get('samples'))} samples in "
+                f"{num(s.get('tars'))} tars, {mb(s.get('tar_bytes'))} MB on the server; the "
+                f"Ray import equal to the one-machine one: {_yes_no(check.get('ray_equal'))}; "
+                f"Parquet rows {', '.join(num(x) for x in check.get('parquet_rows', [])) or '-'}",
+                "",
+            ]
+            rows = []
+            for k, x in systems.items():
+                if "skipped" in x:
+                    rows.append([_RAY_IMPORT.get(k, k), "not run", "-", "-", "-"])
+                    continue
+                sp = x.get("samples_per_s", {})
+                rows.append(
+                    [
+                        _RAY_IMPORT.get(k, k),
+                        f"{num(sp.get('median'))} ({num(sp.get('min'))}-{num(sp.get('max'))})",
+                        sig(x.get("median_s")),
+                        mb(x.get("bytes_written")),
+                        "" if k == "ray" else times(over(ray_sps, sp.get("median"))),
+                    ]
+                )
+            sec.lines += md_table(
+                ["system", "samples/s", "seconds (median)", "MB written", "ray / this"], rows
+            )
+            names.append(name)
+            values.append({k: x.get("samples_per_s", {}).get("median") for k, x in systems.items()})
+        chart = _png(r, "ray_import_throughput")
+        charts.grouped_bars(
+            out / chart,
+            title="Importing WebDataset tars from S3",
+            ylabel="samples/s (median)",
+            groups=names,
+            series=list(_RAY_SERIES.values()),
+            values=[[v.get(k) for v in values] for k in _RAY_SERIES],
+        )
+        sec.charts.append(chart)
+        sec.lines += image(chart, "WebDataset import throughput")
+
+    return _runs(results, body)
+
+
+def _yes_no(v: Any) -> str:
+    return "not checked" if v is None else ("yes" if v else "no")
+
+
 # --- bench_appends --------------------------------------------------------------------
 
 
@@ -1153,6 +1232,7 @@ RENDERERS: dict[str, Callable[[list[Result], Path], Section]] = {
     "bench_format": bench_format,
     "bench_loader": bench_loader,
     "bench_map": bench_map,
+    "bench_ray_import": bench_ray_import,
     "bench_scale": bench_scale,
     "bench_scale_epoch": bench_scale_epoch,
     "bench_store": bench_store,

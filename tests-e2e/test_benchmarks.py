@@ -151,6 +151,44 @@ def test_bench_map_quick_run_measures_every_figure(tmp_path: Path) -> None:
     assert len(data["goals"]) == 3
 
 
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.ray
+def test_bench_ray_import_quick_run_checks_every_system(tmp_path: Path) -> None:
+    import inspect
+
+    import ferroload
+
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, "benchmarks/bench_ray_import.py", "--quick",
+           "--workdir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    try:  # ~45 s alone on 2 cores (Ray's start included)
+        res = run_tree(cmd, cwd=ROOT, timeout=280)
+    except subprocess.TimeoutExpired as exc:
+        tail = [(x or b"")[-3000:] for x in (exc.output, exc.stderr)]
+        pytest.fail(f"bench_ray_import.py ran over 280 s; its output ends: {tail}")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    # the Ray import is left out, saying why, only where the importer has no executor yet
+    has_executor = "executor" in inspect.signature(ferroload.import_webdataset).parameters
+    skipped = data["meta"]["skipped"]
+    assert set(skipped) == (set() if has_executor else {"ray"})
+    assert set(data["sets"]) == {"tiny", "jpeg"}
+    for name, s in data["sets"].items():
+        assert set(s["systems"]) == {"one_machine", "ray", "ray_parquet"}, name
+        for k, x in s["systems"].items():
+            if k in skipped:
+                assert x == {"skipped": skipped[k]}
+            else:
+                assert len(x["times_s"]) == 1 and x["samples_per_s"]["median"] > 0, (name, k)
+                assert x["bytes_written"] > 0, (name, k)
+        # every sample imported, one Parquet row per sample, the Ray import equal to the other
+        assert s["check"]["samples_ok"] and s["check"]["parquet_rows_ok"], s["check"]
+        assert s["check"]["ray_equal"] is (None if skipped else True), s["check"]
+    assert len(data["goals"]) == (0 if skipped else 2)
+    assert all(g["pass"] for g in data["goals"])
+
+
 def test_bench_convert_quick_run_measures_every_figure(tmp_path: Path) -> None:
     data, _ = quick_run("bench_convert.py", tmp_path)
     systems = data["systems"]
