@@ -10,6 +10,12 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any, get_args
 
+# (`_read`, imported first, says how to install Ray when it is missing)
+import pyarrow as pa
+import ray.data
+from ray.data.block import BlockAccessor
+from ray.data.datasource import Datasink, WriteResult
+
 from ferroload.ray._read import MODALITY_KEY
 from ferroload_convert import kind_of
 from ferroload_core import sniff_ext
@@ -21,16 +27,6 @@ from ferroload_format import (
     Writer,
     commit_staged,
 )
-
-try:
-    import pyarrow as pa
-    import ray.data
-    from ray.data.block import BlockAccessor
-    from ray.data.datasource import Datasink, WriteResult
-except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError(
-        f"ferroload.ray needs Ray Data ({exc}); install it with pip install 'ferroload[ray]'"
-    ) from exc
 
 logger = logging.getLogger(__name__)
 
