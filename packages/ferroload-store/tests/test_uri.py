@@ -51,6 +51,28 @@ def test_object_store_uris(uri: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("uri", "canonical"),
+    [
+        ("gcs://bucket/photos", "gs://bucket/photos"),
+        ("GCS://bucket/photos/", "gs://bucket/photos"),
+        ("s3a://bucket/photos", "s3a://bucket/photos"),
+        ("azure://container/photos", "azure://container/photos"),
+        ("adl://container/photos", "adl://container/photos"),
+    ],
+)
+def test_fsspec_spellings_open(uri: str, canonical: str) -> None:
+    """What fsspec users write opens (obstore's parser knows no `gcs://`)."""
+    from ferroload_store import open_store
+
+    assert parse_uri(uri).uri == canonical
+    options = {"skip_signature": "true"}
+    if canonical.startswith(("azure", "adl")):
+        options["account_name"] = "acct"
+    store = open_store(uri, storage_options=options)
+    assert store.uri == canonical
+
+
+@pytest.mark.parametrize(
     ("uri", "reason"),
     [
         ("", "empty"),

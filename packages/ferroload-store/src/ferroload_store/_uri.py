@@ -17,6 +17,9 @@ OBJECT_SCHEMES = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "http", "https"}
 )
 
+#: Other spellings of a scheme (fsspec's `gcs://` is `gs://`), made canonical.
+_SPELLINGS = {"gcs": "gs"}
+
 
 @dataclass(frozen=True)
 class ParsedURI:
@@ -40,8 +43,9 @@ def parse_uri(uri: str | os.PathLike[str]) -> ParsedURI:
     """Tell which backend serves `uri` and where inside it the data lives.
 
     Plain paths and `file://` URIs are local; `memory://name/prefix` is an in-process store
-    shared by every `open_store` call in this process with the same name; `s3://`, `gs://`,
-    `az://` (and the other Azure forms), `http(s)://` go to obstore.
+    shared by every `open_store` call in this process with the same name; `s3://` (and
+    `s3a://`), `gs://` (and fsspec's `gcs://`, made `gs://`), `az://` (and the other Azure
+    forms: `azure://`, `abfs://`, `abfss://`, `adl://`), `http(s)://` go to obstore.
 
     Raises:
         InvalidURIError: for an empty URI, an unknown scheme, or a `.`/`..` segment in a
@@ -74,6 +78,8 @@ def parse_uri(uri: str | os.PathLike[str]) -> ParsedURI:
     if scheme in OBJECT_SCHEMES:
         if not split.netloc:
             raise InvalidURIError(text, f"{scheme}:// URIs need a bucket or container")
+        if scheme in _SPELLINGS:  # fsspec's names that obstore's parser does not know
+            text = _SPELLINGS[scheme] + text[len(scheme) :]
         return ParsedURI("object", text.rstrip("/"), "", text.rstrip("/"))
     raise InvalidURIError(
         text,
