@@ -120,6 +120,22 @@ def test_info(dataset: str) -> None:
     assert f"size: {_size(info['size_bytes'])} (" in " ".join(human.stdout.split())
 
 
+def test_quiet_and_verbose_go_anywhere_before_double_dash(dataset: str) -> None:
+    """`-q` / `-v` after the command act as before it (the guide writes them there)."""
+    before = run("-q", "info", dataset)
+    assert before.returncode == 0
+    for args in (("info", dataset, "-q"), ("info", "--quiet", dataset)):
+        proc = run(*args)
+        assert (proc.returncode, proc.stdout) == (0, before.stdout), proc.stderr
+    out = Path(dataset).parent / "quiet-verbose"
+    verbose = run("subset", dataset, str(out), "--where", "label = 1", "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert "ferroload: INFO: ferroload_format._writer: committed version 1" in verbose.stderr
+    # after `--` they are arguments again: here a dataset path that does not exist
+    proc = run("info", "--", "-q")
+    assert proc.returncode == 1 and "-q" in proc.stderr
+
+
 def _size(n: int) -> str:
     from ferroload_cli._render import size
 

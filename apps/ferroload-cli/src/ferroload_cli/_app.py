@@ -358,6 +358,9 @@ def _expected(exc: BaseException) -> bool:
     return isinstance(exc, FerroloadError)
 
 
+#: The root's flags that may also come after the command (`_root` reads them).
+_ROOT_FLAG = re.compile(r"-q|--quiet|--verbose|-v+")
+
 #: What `main` passes the arguments through before parsing them, in order: each takes
 #: the arguments and returns those to parse (`_compat_cmds` registers the one for
 #: ferroload-rs 0.1.1's spellings). A hook may print to stderr, and raise as a command.
@@ -378,6 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args[:end]
     if debug:  # `--debug` may come anywhere, as in the other options people retype
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
+        end = args.index("--") if "--" in args else len(args)
+    # so may -q / -v (`ferroload info ds -q`): the root takes them, before the command
+    moved = [a for a in args[:end] if _ROOT_FLAG.fullmatch(a)]
+    args = moved + [a for a in args[:end] if not _ROOT_FLAG.fullmatch(a)] + args[end:]
     try:
         for hook in ARGV_HOOKS:
             args = hook(args)
