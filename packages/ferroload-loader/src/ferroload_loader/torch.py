@@ -26,8 +26,15 @@ from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
-import torch
-import torch.utils.data
+
+try:
+    import torch
+    import torch.utils.data
+except ImportError as exc:  # exercised without torch (tests/test_torch_missing.py)
+    raise ImportError(
+        f"ferroload_loader.torch needs torch ({exc}): pip install 'ferroload-loader[torch]' "
+        "(or pip install torch)"
+    ) from exc
 
 from ferroload_loader._batch import build_batch
 from ferroload_loader._checks import check_epoch
