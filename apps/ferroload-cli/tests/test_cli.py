@@ -509,7 +509,7 @@ def test_subset_materializes_the_matching_samples(dataset: str, tmp_path: Path) 
     src, copy = Dataset.open(dataset), Dataset.open(out)
     assert result == {
         "uri": out,
-        "name": "demo",
+        "name": "ones",  # named after DST, as an import is
         "version": 1,
         "num_samples": 2,
         "num_shards": 1,
@@ -522,6 +522,7 @@ def test_subset_materializes_the_matching_samples(dataset: str, tmp_path: Path) 
     }
     assert result["seconds"] == round(result["seconds"], 3)
     assert "2/2" in proc.stderr  # the library's progress bar (FERROLOAD_PROGRESS=1), on stderr
+    assert "subset: " in proc.stderr and "copy" not in proc.stderr  # the command's name
     assert copy.column("sample_id").to_pylist() == ["s0001", "s0004"]
     assert [copy[i]["image"] for i in range(2)] == [src[1]["image"], src[4]["image"]]
     limited = ok_json(

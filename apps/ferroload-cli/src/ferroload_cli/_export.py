@@ -57,7 +57,7 @@ def _show_export(report: ExportReport, ds: ferroload.Dataset, dst: str, *, json:
         return
     r.line(
         f"exported {r.count(report.num_samples)} to {result['dst']} "
-        f"({report.num_files} files) in {report.seconds:.1f} s"
+        f"({r.count(report.num_files, 'file')}) in {report.seconds:.1f} s"
     )
     for skipped in report.skipped:
         r.line(f"skipped {skipped.where}: {skipped.reason}")

@@ -51,7 +51,7 @@ def subset(
     ],
     name: Annotated[
         str | None,
-        typer.Option(metavar="NAME", help="the new dataset's name (default: the source's)"),
+        typer.Option(metavar="NAME", help="the new dataset's name (default: from DST)"),
     ] = None,
     limit: Annotated[
         int | None, typer.Option(min=0, metavar="N", help="keep at most this many")
@@ -77,11 +77,17 @@ def subset(
     matched = len(view)
     if limit is not None and limit < matched:
         view = view.take(list(range(limit)))
+    from ferroload_core import progress_reporter
+    from ferroload_store import parse_uri
+
+    if name is None and mode == "create":  # named after DST, as `import` names it
+        name = parse_uri(dst).uri.rstrip("/").rsplit("/", 1)[-1] or None
     t0 = time.perf_counter()
-    out = view.copy_to(
-        dst, name=name, mode=mode, storage_options=storage_options(storage_option),
-        progress=progress_arg(),
-    )  # fmt: skip
+    with progress_reporter(progress_arg(), desc="subset", unit="sample", total=len(view)) as bar:
+        out = view.copy_to(
+            dst, name=name, mode=mode, storage_options=storage_options(storage_option),
+            progress=bar,
+        )  # fmt: skip
     seconds = time.perf_counter() - t0
     result = {
         "uri": shown_uri(out.uri),
