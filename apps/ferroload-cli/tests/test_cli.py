@@ -693,9 +693,14 @@ def test_import_export_image_folder(tmp_path: Path) -> None:
     assert "broken.png" in line
     with pytest.raises(ferroload_errors.DatasetNotFoundError):
         Dataset.open(tmp_path / "ds2")  # nothing was written
+    (src / "cat" / "README.txt").write_text("not a photo")
     skipped = run("import", "imagefolder", str(src), str(tmp_path / "ds3"), "--on-error", "skip")
     assert skipped.returncode == 0, skipped.stderr
     assert "imported 6 samples" in skipped.stdout and "broken.png" in skipped.stdout
+    readme = str(src / "cat" / "README.txt")
+    assert f"ignored {readme}: not an image format ferroload reads (.txt;" in skipped.stdout
+    listed = ok_json("import", "imagefolder", str(src), str(tmp_path / "ds5"), "--on-error", "skip")
+    assert listed["num_ignored"] == 1 and listed["ignored"][0]["where"] == readme
     assert (
         run(
             "import", "imagefolder", str(src), str(tmp_path / "x"), "--on-error", "maybe"

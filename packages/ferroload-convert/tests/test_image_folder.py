@@ -268,3 +268,28 @@ def test_file_names_that_are_not_utf8_are_bad_inputs_naming_the_path(tmp_path: P
         f"{src}/\\xfedog/a.png",
     ]
     assert Dataset.open(tmp_path / "ds").column("path").to_pylist() == ["cat/ok.png"]
+
+
+def test_every_file_left_out_is_named_with_its_reason(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    (src / "a" / "x.jpg").write_bytes(image_bytes(0, "JPEG"))
+    (src / "a" / "y.jfif").write_bytes(image_bytes(1, "JPEG"))  # JPEG, by another name
+    (src / "a" / "z.JPEG").write_bytes(image_bytes(2, "JPEG"))
+    (src / "a" / "README.txt").write_text("about the cats")
+    (src / "b" / "p.png").write_bytes(image_bytes(3))
+    (src / "b" / "q.avif").write_bytes(b"\x00\x00\x00\x1cftypavif")
+    (src / "b" / "noext").write_bytes(image_bytes(4))
+    (src / "notes.txt").write_text("at the top")
+    report = import_image_folder(src, tmp_path / "ds")
+    assert report.num_samples == 4
+    assert sorted(Dataset.open(tmp_path / "ds").column("path").to_pylist()) == [
+        "a/x.jpg", "a/y.jfif", "a/z.JPEG", "b/p.png"
+    ]  # fmt: skip
+    reasons = {Path(where).relative_to(src).as_posix(): why for where, why in report.ignored}
+    assert report.num_ignored == len(reasons) == 4
+    assert reasons["notes.txt"] == "not in a class folder (root/<class>/<images>)"
+    assert reasons["a/README.txt"].startswith("not an image format ferroload reads (.txt;")
+    assert ".jfif" in reasons["b/q.avif"] and "(.avif;" in reasons["b/q.avif"]
+    assert reasons["b/noext"] == "no extension: not an image file"

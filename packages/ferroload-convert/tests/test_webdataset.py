@@ -428,3 +428,19 @@ def test_unsafe_original_tar_names_are_replaced_and_an_empty_dst_is_reused(
         "ok/a.tar": [("k2.txt", b"2")],
     }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]
+
+
+def test_members_left_out_are_named_with_their_reason(tmp_path: Path) -> None:
+    write_tar(
+        tmp_path / "src" / "0.tar",
+        [("a.png", image_bytes(0)), ("README", b"no extension"), ("__meta__", b"{}")],
+        dirs=("folder",),
+    )
+    report = import_webdataset(tmp_path / "src", tmp_path / "ds")
+    assert report.num_samples == 1 and report.num_ignored == 3
+    tar = str(tmp_path / "src" / "0.tar")
+    assert sorted(report.ignored) == sorted([
+        (f"folder in {tar}", "a directory entry"),
+        (f"README in {tar}", "no extension: WebDataset cannot tell which field it is"),
+        (f"__meta__ in {tar}", "a WebDataset meta member (__…__)"),
+    ])  # fmt: skip

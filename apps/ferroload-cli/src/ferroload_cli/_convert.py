@@ -226,6 +226,10 @@ def _dataset_fields(
     }
 
 
+#: Ignored inputs an import names in its text output (`--json` lists them all).
+_IGNORED_SHOWN = 20
+
+
 def _run_import(
     fn: Callable[..., ImportReport], src: Any, dst: str, common: _Common, **own: Any
 ) -> None:
@@ -246,6 +250,7 @@ def _run_import(
         "num_skipped": report.num_skipped,
         "skipped": [{"where": x.where, "reason": x.reason} for x in report.skipped],
         "num_ignored": report.num_ignored,
+        "ignored": [{"where": x.where, "reason": x.reason} for x in report.ignored],
         "columns": dict(report.columns),
         "seconds": round(report.seconds, 3),
     }
@@ -260,6 +265,11 @@ def _run_import(
     )
     for skipped in report.skipped:
         r.line(f"skipped {skipped.where}: {skipped.reason}")
+    for ignored in report.ignored[:_IGNORED_SHOWN]:
+        r.line(f"ignored {ignored.where}: {ignored.reason}")
+    if report.num_ignored > _IGNORED_SHOWN:
+        more = report.num_ignored - _IGNORED_SHOWN
+        r.line(f"… and {r.count(more, 'more input')} ignored (--json lists them)")
 
 
 @_import_command(

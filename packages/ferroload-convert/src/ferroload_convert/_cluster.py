@@ -75,7 +75,7 @@ class ImportJob(Protocol[U, S]):
         """The input's units, in order."""
 
     @property
-    def ignored(self) -> int:
+    def ignored(self) -> Sequence[SkippedInput]:
         """Inputs passed over while planning (files that are not inputs of the importer)."""
 
     @property
@@ -104,7 +104,7 @@ class ImportJob(Protocol[U, S]):
 class StatelessJob:
     """The state methods of a job whose only order-dependent state is the sample ids."""
 
-    ignored = 0
+    ignored: Sequence[SkippedInput] = ()
     bad: Sequence[BadInputError] = ()
 
     def initial_state(self) -> None:
@@ -196,8 +196,8 @@ def run_job(
     """Run `job` in one session on this machine, or in tasks on `executor` (module)."""
     if executor is None:
         with options.open(progress) as session:
-            if job.ignored:
-                session.ignore(f"{job.ignored} inputs found while listing", job.ignored)
+            for where, reason in job.ignored:
+                session.ignore(where, reason)
             for error in job.bad:
                 session.bad(error)
             job.start(session)
@@ -287,7 +287,8 @@ def _run_on(
         num_bytes=sum(p.num_bytes for p in parts),
         num_skipped=len(job.bad) + sum(p.num_skipped for p in parts),
         skipped=tuple(skipped),
-        num_ignored=job.ignored + sum(p.num_ignored for p in parts),
+        num_ignored=len(job.ignored) + sum(p.num_ignored for p in parts),
+        ignored=tuple([*job.ignored, *(s for p in parts for s in p.ignored)][:MAX_SKIPPED_LISTED]),
         columns=job.report_columns(state),
         seconds=time.perf_counter() - start,
     )

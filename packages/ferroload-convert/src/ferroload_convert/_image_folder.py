@@ -65,14 +65,15 @@ def import_image_folder(
 ) -> ImportReport:
     """Import an image folder: one class per subfolder of `src`, images at any depth below.
 
-    Every image file (`jpg`, `jpeg`, `png`, `gif`, `webp`, `bmp`, `tif`, `tiff`, any case)
-    becomes a sample with modality `image` (its bytes as they are) and metadata `label`
-    (the index of its class among the sorted class names, as torchvision numbers them),
-    `class_name` and `path` (its path relative to `src`, with `/`). The sample id is the
-    path without its extension, sanitized (`cat/001.jpg` -> `cat~001`). Other files,
-    hidden files and files directly in `src` are ignored and counted. The modality's
-    extension is the most common one among the files; files with another keep theirs in
-    `path` (the decoders read the format from the bytes).
+    Every image file (`jpg`, `jpeg`, `jpe`, `jfif`, `png`, `gif`, `webp`, `bmp`, `dib`,
+    `tif`, `tiff`, any case) becomes a sample with modality `image` (its bytes as they
+    are) and metadata `label` (the index of its class among the sorted class names, as
+    torchvision numbers them), `class_name` and `path` (its path relative to `src`, with
+    `/`). The sample id is the path without its extension, sanitized (`cat/001.jpg` ->
+    `cat~001`). Other files, hidden files and files directly in `src` are left out, each
+    named with its reason in the report's `ignored`. The modality's extension is the most
+    common one among the files; files with another keep theirs in `path` (the decoders
+    read the format from the bytes).
 
     Each image is checked without decoding (its header parses, it is not cut short);
     `workers` threads read and check while the calling thread writes in sorted path order.
@@ -143,7 +144,11 @@ def import_image_folder(
         entries = list(it)
     classes = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
     files: list[tuple[str, str, int]] = []
-    ignored = [e.name for e in entries if not e.is_dir()]
+    ignored = [
+        SkippedInput(str(root / e.name), "not in a class folder (root/<class>/<images>)")
+        for e in entries
+        if not e.is_dir()
+    ]
     for label, cls in enumerate(classes):
         found, other = _class_files(root, cls)
         files.extend((path, rel, label) for path, rel in found)
@@ -156,7 +161,7 @@ def import_image_folder(
         )
     exts = Counter(_suffix(rel) for _, rel, _ in files)
     ext = min(exts, key=lambda e: (-exts[e], e))
-    job = _FolderJob(files, classes, str(root), ext, workers, max_file_bytes, len(ignored))
+    job = _FolderJob(files, classes, str(root), ext, workers, max_file_bytes, ignored)
     options = SessionOptions(
         os.fspath(dst), name, shard_size, storage_options, on_error, mode,
         "import imagefolder", "file", total=len(files),
@@ -174,7 +179,7 @@ class _FolderJob(StatelessJob):
     ext: str
     workers: int
     max_bytes: int
-    ignored: int
+    ignored: list[SkippedInput]
     kind: str = "imagefolder"
 
     def start(self, session: ImportSession) -> None:
@@ -202,14 +207,15 @@ def _suffix(rel: str) -> str:
     return rel.rsplit(".", 1)[-1].lower()
 
 
-def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """(path, path relative to root) of the images under root/cls, sorted; other files.
+def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[SkippedInput]]:
+    """(path, path relative to root) of the images under root/cls, sorted; the other
+    files, each with the reason it is not an image.
 
     A symlinked folder that leads out of `root` is not walked: it is listed with the
     images, and reading it refuses it.
     """
     found: list[tuple[str, str]] = []
-    other: list[str] = []
+    other: list[SkippedInput] = []
     if not inside(str(root / cls), str(root)):
         return [(str(root / cls), cls)], other
     seen: set[str] = set()
@@ -227,12 +233,27 @@ def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[str]
         for f in filenames:
             path = os.path.join(dirpath, f)
             rel = Path(os.path.relpath(path, root)).as_posix()
-            if f.startswith(".") or "." not in f or _suffix(f) not in IMAGE_EXTS:
-                other.append(rel)
+            reason = _not_an_image(f)
+            if reason is not None:
+                other.append(SkippedInput(path, reason))
             else:
                 found.append((path, rel))
     found.sort(key=lambda pr: PurePosixPath(pr[1]).parts)
     return found, other
+
+
+def _not_an_image(name: str) -> str | None:
+    """Why the file `name` is not imported as an image (None: it is)."""
+    if name.startswith("."):
+        return "a hidden file"
+    if "." not in name:
+        return "no extension: not an image file"
+    if _suffix(name) not in IMAGE_EXTS:
+        return (
+            f"not an image format ferroload reads (.{name.rsplit('.', 1)[-1]}; it reads "
+            f".{', .'.join(sorted(IMAGE_EXTS))})"
+        )
+    return None
 
 
 def _read_checked(item: tuple[str, str, int], *, root: str, max_bytes: int) -> bytes:

@@ -23,7 +23,8 @@ MAX_SKIPPED_LISTED = 10_000
 
 
 class SkippedInput(NamedTuple):
-    """An input left out of an import (`on_error="skip"` / `"warn"`) or an export.
+    """An input left out of an import (`on_error="skip"` / `"warn"`, or passed over as
+    not an input of the importer) or of an export.
 
     Attributes:
         where: the input: a file path, `path (member m)` for a tar member, `path (row r)`
@@ -49,6 +50,7 @@ class ImportReport:
         skipped: the first 10,000 of them, as `(where, reason)`.
         num_ignored: files or tar members that are not inputs of this importer and were
             passed over (a text file in an image folder, a directory entry in a tar).
+        ignored: the first 10,000 of them, as `(where, reason)`.
         columns: how the input's columns (or WebDataset extensions, or the image files)
             are named in the dataset: input name -> modality or metadata column.
         seconds: wall time.
@@ -63,6 +65,7 @@ class ImportReport:
     num_ignored: int
     columns: Mapping[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    ignored: tuple[SkippedInput, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ class StagedPart:
         num_skipped: bad inputs it left out.
         skipped: the first of them, listed.
         num_ignored: inputs it passed over.
+        ignored: the first of them, listed.
         done: inputs it did (what the progress counts).
     """
 
@@ -66,6 +67,7 @@ class StagedPart:
     num_skipped: int
     skipped: list[SkippedInput]
     num_ignored: int
+    ignored: list[SkippedInput]
     done: int
 
 
@@ -132,6 +134,7 @@ class ImportSession:
         self.num_ignored = 0
         self.num_skipped = 0
         self._skipped: list[SkippedInput] = []
+        self._ignored: list[SkippedInput] = []
 
     # ----------------------------------------------------------------- writing
 
@@ -173,10 +176,13 @@ class ImportSession:
         if len(self._skipped) < MAX_SKIPPED_LISTED:
             self._skipped.append(SkippedInput(where, reason))
 
-    def ignore(self, what: str, n: int = 1) -> None:
-        """Count `n` inputs that are not for this importer (logged at debug level)."""
-        self.num_ignored += n
-        logger.debug("ignored %s", what)
+    def ignore(self, where: str, reason: str) -> None:
+        """An input that is not for this importer: counted, listed in the report (the
+        first `MAX_SKIPPED_LISTED`) and logged at info level."""
+        self.num_ignored += 1
+        logger.info("ignored %s: %s", where, reason)
+        if len(self._ignored) < MAX_SKIPPED_LISTED:
+            self._ignored.append(SkippedInput(where, reason))
 
     def advance(self, n: int = 1) -> None:
         """`n` more inputs done: call `progress` (at most every 50 ms, and at the end)."""
@@ -208,6 +214,7 @@ class ImportSession:
             num_skipped=self.num_skipped,
             skipped=tuple(self._skipped),
             num_ignored=self.num_ignored,
+            ignored=tuple(self._ignored),
             columns=dict(columns),
             seconds=time.perf_counter() - self._start,
         )
@@ -223,6 +230,7 @@ class ImportSession:
             num_skipped=self.num_skipped,
             skipped=self._skipped,
             num_ignored=self.num_ignored,
+            ignored=self._ignored,
             done=self.done,
         )
 

@@ -15,7 +15,11 @@ import struct
 from ferroload_core import JPEG_SOF_MARKERS, sniff_ext
 
 #: File extensions (lowercase) the importers treat as images.
-IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"})
+#: The extensions of the image formats the importers check and the codecs decode
+#: (`jfif`, `jpe`: JPEG; `dib`: BMP).
+IMAGE_EXTS = frozenset(
+    {"jpg", "jpeg", "jpe", "jfif", "png", "gif", "webp", "bmp", "dib", "tif", "tiff"}
+)
 AUDIO_EXTS = frozenset({"flac", "wav", "mp3", "ogg", "opus", "m4a", "aac"})
 VIDEO_EXTS = frozenset({"mp4", "webm", "mkv", "avi", "mov"})
 TEXT_EXTS = frozenset({"txt", "cls", "json", "jsonl", "csv", "xml", "html", "md", "yaml"})

@@ -55,9 +55,11 @@ class Sample:
 
 @dataclass(frozen=True)
 class Ignored:
-    """A member left out (a directory, no extension, a `__…__` meta member), named."""
+    """A member left out (a directory, no extension, a `__…__` meta member), named, and
+    why."""
 
     name: str
+    reason: str
 
 
 class _Inflated:
@@ -245,8 +247,9 @@ def _scan(
         if info.name == MARKER and info.isreg():
             continue  # a ferroload export's description: `_read_marker` reads it
         match = _KEY_EXT.match(info.name)
-        if not info.isreg() or _SKIP_META.match(info.name) or match is None:
-            groups[f"\0{len(groups)}"] = Ignored(f"{info.name} in {path}")
+        reason = _left_out(info, match)
+        if reason is not None or match is None:
+            groups[f"\0{len(groups)}"] = Ignored(f"{info.name} in {path}", reason or "")
             continue
         if info.name in seen:
             raise BadInputError(
@@ -260,6 +263,17 @@ def _scan(
         assert isinstance(group, list)
         group.append((match[2], info))
     return groups
+
+
+def _left_out(info: tarfile.TarInfo, match: re.Match[str] | None) -> str | None:
+    """Why a member is not part of a sample (None: it is)."""
+    if not info.isreg():
+        return "a directory entry" if info.isdir() else "not a regular file"
+    if _SKIP_META.match(info.name):
+        return "a WebDataset meta member (__…__)"
+    if match is None:
+        return "no extension: WebDataset cannot tell which field it is"
+    return None
 
 
 def _check_complete(

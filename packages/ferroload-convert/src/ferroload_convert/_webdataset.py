@@ -30,6 +30,7 @@ from ferroload_convert._report import (
     ImportReport,
     OnError,
     Progress,
+    SkippedInput,
     check_common,
 )
 from ferroload_convert._session import ImportSession
@@ -93,7 +94,8 @@ def import_webdataset(
     types.
 
     Directory entries, members without an extension and WebDataset's `__…__` meta
-    members are ignored and counted. Image members are checked without decoding; a
+    members are left out, each named with its reason in the report's `ignored`. Image
+    members are checked without decoding; a
     damaged or truncated tar is a bad input as a whole, named by its path.
 
     Reads are bounded: a tar must be a regular file (a FIFO or device is never opened),
@@ -202,7 +204,7 @@ class _WdsJob:
     read: Any
     workers: int
     kind: str = "wds"
-    ignored: int = 0
+    ignored: tuple[SkippedInput, ...] = ()
     bad: tuple[BadInputError, ...] = ()
 
     def initial_state(self) -> _WdsState:
@@ -225,7 +227,7 @@ class _WdsJob:
                     markers[tar.path] = item
                 continue
             if isinstance(item, Ignored):
-                session.ignore(item.name)
+                session.ignore(item.name, item.reason)
                 continue
             if isinstance(item, Failed):
                 if not isinstance(item.error, BadInputError):
