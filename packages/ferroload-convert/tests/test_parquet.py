@@ -202,3 +202,15 @@ def test_file_names_that_are_not_utf8_are_bad_inputs(tmp_path: Path) -> None:
     report = import_parquet(tmp_path / "src", tmp_path / "ds", on_error="skip")
     assert report.num_samples == 1
     assert [s.where for s in report.skipped] == [f"{tmp_path / 'src'}/\\xff.parquet"]
+
+
+def test_files_a_folder_search_passes_over_are_named(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    pq.write_table(pa.table({"n": [1, 2]}), tmp_path / "src" / "part-0.parquet")
+    (tmp_path / "src" / "_SUCCESS").write_text("")
+    report = import_parquet(tmp_path / "src", tmp_path / "ds")
+    assert report.num_samples == 2
+    assert report.ignored == (
+        (str(tmp_path / "src" / "_SUCCESS"),
+         "not one of the Parquet files (names ending in .parquet, .parq, .pq)"),
+    )  # fmt: skip

@@ -444,3 +444,26 @@ def test_members_left_out_are_named_with_their_reason(tmp_path: Path) -> None:
         (f"README in {tar}", "no extension: WebDataset cannot tell which field it is"),
         (f"__meta__ in {tar}", "a WebDataset meta member (__…__)"),
     ])  # fmt: skip
+
+
+def test_files_a_search_passes_over_are_named(tmp_path: Path) -> None:
+    write_tar(tmp_path / "src" / "0.tar", [("a.png", image_bytes(0))])
+    (tmp_path / "src" / "README.md").write_text("how the shards were made")
+    (tmp_path / "src" / ".cache").write_text("hidden")
+    report = import_webdataset(tmp_path / "src", tmp_path / "ds")
+    assert sorted(report.ignored) == [
+        (str(tmp_path / "src" / ".cache"), "a hidden file"),
+        (str(tmp_path / "src" / "README.md"),
+         "not one of the WebDataset tars (names ending in .tar, .tar.gz, .tgz)"),
+    ]  # fmt: skip
+    # the same from an object-store prefix
+    from ferroload_store import open_store
+
+    store = open_store("memory://wds-ignored/src")
+    store.put("0.tar", (tmp_path / "src" / "0.tar").read_bytes())
+    store.put("notes.txt", b"x")
+    remote = import_webdataset("memory://wds-ignored/src/", "memory://wds-ignored/ds")
+    assert remote.ignored == (
+        ("memory://wds-ignored/src/notes.txt",
+         "not one of the WebDataset tars (names ending in .tar, .tar.gz, .tgz)"),
+    )  # fmt: skip

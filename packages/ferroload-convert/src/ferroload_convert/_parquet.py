@@ -16,7 +16,14 @@ from ferroload_convert._errors import BadInputError, ConvertOptionError
 from ferroload_convert._files import check_regular, check_utf8_name
 from ferroload_convert._ids import column_name, metadata_name
 from ferroload_convert._pipeline import Failed, ordered_streams
-from ferroload_convert._report import DEFAULT_WORKERS, ImportReport, OnError, Progress, check_common
+from ferroload_convert._report import (
+    DEFAULT_WORKERS,
+    ImportReport,
+    OnError,
+    Progress,
+    SkippedInput,
+    check_common,
+)
 from ferroload_convert._rows import Batch, Column, Row, convert_rows, ext_of, first_value
 from ferroload_convert._session import ImportSession
 from ferroload_convert._sniff import is_image_ext, kind_of
@@ -104,7 +111,8 @@ def import_parquet(
         {'sample_id': 'b', 'blob': None, 'key': 'b', 'n': 2}
     """
     check_common(on_error, workers)
-    files = input_files(src, suffixes=PARQUET_SUFFIXES, what="Parquet files")
+    ignored: list[SkippedInput] = []
+    files = input_files(src, suffixes=PARQUET_SUFFIXES, what="Parquet files", ignored=ignored)
     readable: list[tuple[str, str, pq.FileMetaData]] = []
     bad: list[BadInputError] = []
     fields: dict[str, pa.DataType] = {}
@@ -125,7 +133,7 @@ def import_parquet(
         for f in schema:
             fields.setdefault(f.name, f.type)
     columns, modalities = _plan(readable, fields, id_column, binary_columns)
-    job = _ParquetJob(readable, columns, modalities, fields, id_column, workers, bad)
+    job = _ParquetJob(readable, columns, modalities, fields, id_column, workers, bad, ignored)
     options = SessionOptions(
         os.fspath(dst), name, shard_size, storage_options, on_error, mode,
         "import parquet", "row", total=sum(meta.num_rows for _, _, meta in readable),
@@ -144,6 +152,7 @@ class _ParquetJob(StatelessJob):
     id_column: str | None
     workers: int
     bad: list[BadInputError]
+    ignored: list[SkippedInput]
     kind: str = "parquet"
 
     def start(self, session: ImportSession) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from ferroload_convert._braces import expand_braces, has_braces
 from ferroload_convert._errors import InputNotFoundError
 from ferroload_convert._files import inside
+from ferroload_convert._report import SkippedInput
 from ferroload_store import ObjectNotFoundError, Store, open_store, parse_uri
 
 #: What `src` may be for the file-based importers.
@@ -23,7 +24,11 @@ Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def input_files(
-    src: Source, *, suffixes: tuple[str, ...], what: str
+    src: Source,
+    *,
+    suffixes: tuple[str, ...],
+    what: str,
+    ignored: list[SkippedInput] | None = None,
 ) -> list[tuple[str, str, str | None]]:
     """(path, name, root) of every input file, in order; `name` is relative to the folder
     given (or to the common folder of the files given), with `/` separators; `root` is the
@@ -34,7 +39,8 @@ def input_files(
     in sorted order; a glob (`*`, `?`, `[`; `**` recurses) is expanded and sorted; a list
     keeps its order. A file given by name is taken whatever its suffix. A symlinked
     folder that leads out of the folder searched is not searched: it is listed as an
-    input, which its reader then refuses.
+    input, which its reader then refuses. The other files a folder search finds (another
+    suffix, hidden) are appended to `ignored`, each with the reason, when it is given.
 
     Raises:
         InputNotFoundError: if an entry matches nothing, or nothing is found at all.
@@ -48,7 +54,7 @@ def input_files(
         path = os.fspath(entry)
         root: str | None = None
         if os.path.isdir(path):
-            files = _walk(path, suffixes)
+            files = _walk(path, suffixes, what, ignored)
             bases.append(path)
             root = path
         elif os.path.isfile(path):
@@ -72,19 +78,30 @@ def input_files(
     return [(f, rel, root) for f, (rel, root) in out.items()]
 
 
-def _walk(root: str, suffixes: tuple[str, ...]) -> list[str]:
-    lowered = tuple(s.lower() for s in suffixes)
+def _left_out(name: str, suffixes: tuple[str, ...], what: str) -> str | None:
+    """Why a file a search found is not an input (None: it is one)."""
+    if any(part.startswith(".") for part in name.split("/")):
+        return "a hidden file"
+    if not name.lower().endswith(tuple(s.lower() for s in suffixes)):
+        return f"not one of the {what} (names ending in {', '.join(suffixes)})"
+    return None
+
+
+def _walk(
+    root: str, suffixes: tuple[str, ...], what: str, ignored: list[SkippedInput] | None
+) -> list[str]:
     files: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for d in [d for d in dirnames if not inside(os.path.join(dirpath, d), root)]:
             dirnames.remove(d)
             files.append(os.path.join(dirpath, d))
-        files.extend(
-            os.path.join(dirpath, f)
-            for f in filenames
-            if f.lower().endswith(lowered) and not f.startswith(".")
-        )
+        for f in filenames:
+            reason = _left_out(f, suffixes, what)
+            if reason is None:
+                files.append(os.path.join(dirpath, f))
+            elif ignored is not None:
+                ignored.append(SkippedInput(os.path.join(dirpath, f), reason))
     return sorted(files, key=lambda p: Path(os.path.relpath(p, root)).parts)
 
 
@@ -117,6 +134,7 @@ def source_files(
     suffixes: tuple[str, ...],
     what: str,
     storage_options: Mapping[str, Any] | None = None,
+    ignored: list[SkippedInput] | None = None,
 ) -> list[InputFile]:
     """Every input file of `src`, in order, local or in an object store.
 
@@ -126,7 +144,8 @@ def source_files(
     or a glob over one prefix, `*` and `?` not crossing `/`). A string entry that names
     nothing as written may be a brace pattern (`train-{0000..0003}.tar`, `{a,b}.tar`,
     see `expand_braces`) or several entries joined by `::` (WebDataset's spelling): each
-    name it expands to is an entry and must match something.
+    name it expands to is an entry and must match something. What a folder or prefix
+    search finds that is not an input goes to `ignored` (as `input_files` says).
 
     Raises:
         InputNotFoundError: if an entry matches nothing, or nothing is given.
@@ -146,17 +165,18 @@ def source_files(
             names.append(text)
     if all(parse_uri(n).kind == "local" for n in names):
         return [
-            InputFile(p, rel, root) for p, rel, root in input_files(names, **_kw(suffixes, what))
+            InputFile(p, rel, root)
+            for p, rel, root in input_files(names, ignored=ignored, **_kw(suffixes, what))
         ]
     found: list[tuple[InputFile, str]] = []  # (file without its name, base)
     stores: dict[str, Store] = {}
     for name in names:
         if parse_uri(name).kind == "local":
-            for p, rel, root in input_files([name], **_kw(suffixes, what)):
+            for p, rel, root in input_files([name], ignored=ignored, **_kw(suffixes, what)):
                 full = os.path.abspath(p)
                 found.append((InputFile(full, "", root), full[: len(full) - len(rel) - 1]))
         else:
-            found.extend(_remote(name, suffixes, what, storage_options, stores))
+            found.extend(_remote(name, suffixes, what, storage_options, stores, ignored))
     base = _common([b for _, b in found])
     out: dict[str, InputFile] = {}
     for f, _ in found:
@@ -177,6 +197,7 @@ def _remote(
     what: str,
     storage_options: Mapping[str, Any] | None,
     stores: dict[str, Store],
+    ignored: list[SkippedInput] | None,
 ) -> list[tuple[InputFile, str]]:
     """(object, base URL) of every object a URL entry names."""
 
@@ -216,13 +237,13 @@ def _remote(
             return [(InputFile(f"{base}/{key}", "", None, store, key, info.size), base)]
     base = url.rstrip("/")  # a prefix, searched
     store = store_at(base)
-    lowered = tuple(s.lower() for s in suffixes)
-    objects = [
-        o
-        for o in store.list("")
-        if o.path.lower().endswith(lowered)
-        and not any(p.startswith(".") for p in o.path.split("/"))
-    ]
+    objects = []
+    for o in store.list(""):
+        reason = _left_out(o.path, suffixes, what)
+        if reason is None:
+            objects.append(o)
+        elif ignored is not None:
+            ignored.append(SkippedInput(f"{base}/{o.path}", reason))
     if not objects:
         raise InputNotFoundError(
             f"no {what} found at {url} (looked for names ending in {', '.join(suffixes)})",

@@ -172,10 +172,12 @@ def import_webdataset(
             column="max_inflate_ratio",
         )
     read = functools.partial(read_tar, max_bytes=max_file_bytes, ratio=max_inflate_ratio)
+    ignored: list[SkippedInput] = []
     tars = source_files(
-        src, suffixes=TAR_SUFFIXES, what="WebDataset tars", storage_options=storage_options
-    )
-    job = _WdsJob(tars, read, workers)
+        src, suffixes=TAR_SUFFIXES, what="WebDataset tars", storage_options=storage_options,
+        ignored=ignored,
+    )  # fmt: skip
+    job = _WdsJob(tars, read, workers, ignored=tuple(ignored))
     options = SessionOptions(
         os.fspath(dst), name, shard_size, storage_options, on_error, mode, "import wds", "sample"
     )
