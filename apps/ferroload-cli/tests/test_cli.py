@@ -784,10 +784,16 @@ def test_import_export_webdataset_and_parquet(tmp_path: Path) -> None:
 def test_import_hf(tmp_path: Path) -> None:
     # the hf extra; the CLI's own isolated install has no `datasets` (skips are allowed there)
     datasets = pytest.importorskip("datasets")
-    hf = datasets.Dataset.from_dict({"text": ["x", "y", "z"], "n": [1, 2, 3]})
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "n": datasets.ClassLabel(names=["a", "b", "c"])}
+    )
+    hf = datasets.Dataset.from_dict({"text": ["x", "y", "z"], "n": [0, 1, 2]}, features=features)
     hf.save_to_disk(str(tmp_path / "hf"))
     hds = str(tmp_path / "hfds")
-    assert ok_json("import", "hf", str(tmp_path / "hf"), hds)["num_samples"] == 3
+    report = ok_json("import", "hf", str(tmp_path / "hf"), hds)
+    assert report["num_samples"] == 3
+    # a class label fills two columns: a list, not a joined string
+    assert report["columns"] == {"text": "text", "n": ["n", "n_name"]}
     assert Dataset.open(hds).column("text").to_pylist() == ["x", "y", "z"]
 
     splits = {

@@ -72,11 +72,11 @@ def test_in_memory_dataset_round_trips(tmp_path: Path) -> None:
     assert report.num_samples == N
     assert dict(report.columns) == {
         "image": "image",
-        "label": "label, label_name",
+        "label": ["label", "label_name"],  # one input column, two dataset columns
         "caption": "caption",
         "scores": "scores",
         "info": "info",
-        "audio": "audio, audio_path",
+        "audio": ["audio", "audio_path"],
     }
     ds = Dataset.open(tmp_path / "ds")
     mods = {m.name: (m.ext, m.kind, m.codec_hint) for m in ds.modalities}

@@ -97,7 +97,7 @@ class ImportJob(Protocol[U, S]):
     def merge(self, given: S, truth: S, after: S) -> S:
         """The true state after a consistent run from `given` that ended in `after`."""
 
-    def report_columns(self, state: S) -> dict[str, str]:
+    def report_columns(self, state: S) -> Mapping[str, str | list[str]]:
         """The report's input name -> column mapping."""
 
 

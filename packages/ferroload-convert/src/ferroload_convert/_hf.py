@@ -210,8 +210,8 @@ class _HfJob(StatelessJob):
                 session.add(id_prefix + row.name, row.data, row.meta)
             session.advance(len(rows))
 
-    def report_columns(self, state: None) -> dict[str, str]:
-        return {c.source: ", ".join(c.names) for c in self.columns}
+    def report_columns(self, state: None) -> dict[str, str | list[str]]:
+        return {c.source: c.target if c.extra is None else list(c.names) for c in self.columns}
 
 
 def _datasets() -> Any:

@@ -52,7 +52,9 @@ class ImportReport:
             passed over (a text file in an image folder, a directory entry in a tar).
         ignored: the first 10,000 of them, as `(where, reason)`.
         columns: how the input's columns (or WebDataset extensions, or the image files)
-            are named in the dataset: input name -> modality or metadata column.
+            are named in the dataset: input name -> modality or metadata column, or the
+            list of columns it fills (a Hugging Face image: the bytes and their path; a
+            class label: the index and its name).
         seconds: wall time.
     """
 
@@ -63,7 +65,7 @@ class ImportReport:
     num_skipped: int
     skipped: tuple[SkippedInput, ...]
     num_ignored: int
-    columns: Mapping[str, str] = field(default_factory=dict)
+    columns: Mapping[str, str | list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     ignored: tuple[SkippedInput, ...] = ()
 

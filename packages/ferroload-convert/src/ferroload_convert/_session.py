@@ -194,7 +194,7 @@ class ImportSession:
 
     # ----------------------------------------------------------------- finishing
 
-    def finish(self, columns: Mapping[str, str]) -> ImportReport:
+    def finish(self, columns: Mapping[str, str | list[str]]) -> ImportReport:
         """Commit what was added; the report. An append that added nothing commits
         nothing; a `create` or `overwrite` commits an empty version."""
         version = self._writer.close()
