@@ -166,10 +166,18 @@ def test_a_missing_split_has_no_hook_and_the_module_prints(data: tuple[str, str]
     assert is_overridden("train_dataloader", train_only)
     for dm in (with_val, train_only):
         text = str(dm)
-        assert text == repr(dm) and "batch_size=8" in text and "'train'" in text
+        assert text == repr(dm) and "batch_size=8" in text and f"train={data[0]!r}" in text
         print(dm)
         assert dm._loaders == []  # describing built no loader
-    assert "'val'" in str(with_val) and "'val'" not in str(train_only)
+    assert f"val={data[1]!r}" in str(with_val) and "val=" not in str(train_only)
+    # what a batch holds: the images, their size, the augmentation, as they were given
+    augmented = FerroDataModule(
+        data[0], batch_size=BATCH, images=["image"], resize=16, crop="random", hflip=0.5
+    )
+    assert repr(augmented) == (
+        f"FerroDataModule(train={data[0]!r}, batch_size=8, images=['image'], resize=16, "
+        "crop='random', hflip=0.5, val_crop='center')"
+    )
 
 
 class NoValidation(Net):

@@ -195,6 +195,18 @@ class LoaderOptions:
     storage_options: Mapping[str, Any] | None = None
     cache: BlockCache | Literal["default"] | None = "default"
 
+    def changed(self) -> dict[str, Any]:
+        """The options that differ from their defaults, by name (what a repr shows)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.default is not dataclasses.MISSING and getattr(self, f.name) != f.default
+        }
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.changed().items())
+        return f"LoaderOptions({shown})"
+
     def __post_init__(self) -> None:
         # the one check of every option that needs no dataset; whatever the mode (only
         # streaming deals lanes, only streaming and buckets use shuffle_buffer)

@@ -15,6 +15,7 @@ Importing this module imports Lightning and torch; importing `ferroload_loader` 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any, Literal, Unpack
 
@@ -93,6 +94,17 @@ class LightningLoader(FerroLoader):
     def __repr__(self) -> str:
         kind = "evaluation" if self.evaluation else "training"
         return f"LightningLoader({kind}, {super().__repr__()})"
+
+
+def _shown(source: Any) -> str:
+    """A split's source in a repr: a URI as written, a dataset by its URI and size."""
+    if isinstance(source, str | os.PathLike):
+        return repr(os.fspath(source))
+    uri, n = getattr(source, "uri", None), getattr(source, "__len__", None)
+    if uri is not None and n is not None:
+        n = len(source)
+        return f"<{type(source).__name__} {uri} ({n} sample{'' if n == 1 else 's'})>"
+    return repr(source)
 
 
 class _SplitHook:
@@ -293,11 +305,16 @@ class FerroDataModule(LightningDataModule):
         self._loaders.clear()
 
     def __repr__(self) -> str:
-        splits = [k for k, v in self.sources.items() if v is not None]
-        return (
-            f"FerroDataModule(splits={splits}, batch_size={self.batch_size}, "
-            f"val_batch_size={self.val_batch_size}, seed={self.seed}, shuffle={self.shuffle})"
+        sources = ", ".join(
+            f"{split}={_shown(source)}" for split, source in self.sources.items() if source
         )
+        options = {**self._options.changed(), "batch_size": self.batch_size}
+        if self.val_batch_size != self.batch_size:
+            options["val_batch_size"] = self.val_batch_size
+        if self._evaluation["crop"] != self._options.crop:
+            options["val_crop"] = self._evaluation["crop"]
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items())
+        return f"FerroDataModule({sources}, {shown})"
 
     #: Lightning's `__str__` builds and iterates every loader; ours only describes them.
     __str__ = __repr__
