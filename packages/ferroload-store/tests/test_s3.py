@@ -28,6 +28,8 @@ from ferroload_store import (
 )
 from ferroload_testing import FaultProxy, MotoServer
 
+from .conftest import BUCKET
+
 pytestmark = pytest.mark.s3
 
 MiB = 1 << 20
@@ -388,3 +390,18 @@ def test_a_forked_child_fails_clearly(moto: MotoServer, s3_uri: str) -> None:
     child.join(timeout=60)
     assert isinstance(got, StoreError)
     assert "spawn" in str(got) and str(os.getpid()) in str(got)
+
+
+def test_remote_errors_point_at_the_fix(s3_options: dict[str, Any]) -> None:
+    """A missing bucket, a plain-http endpoint without allow_http and a server that does
+    not answer each say what to check, not what the request was."""
+    with pytest.raises(ObjectNotFoundError, match=r"bucket .* of s3://no-such-bucket/ds does not"):
+        list(open_store("s3://no-such-bucket/ds", storage_options=s3_options).list(""))
+    plain = {k: v for k, v in s3_options.items() if k != "allow_http"}
+    with pytest.raises(StoreError, match=r"needs storage_options=\{'allow_http': True\}"):
+        open_store(f"s3://{BUCKET}/x", storage_options=plain).get("a")
+    closed = {**s3_options, "endpoint": "http://127.0.0.1:9"}
+    store = open_store(f"s3://{BUCKET}/x", storage_options=closed, io=IOOptions(retries=0))
+    with pytest.raises(StoreError, match="the server did not answer: check the endpoint") as info:
+        store.get("a")
+    assert "IOOptions(retries" not in str(info.value)

@@ -63,6 +63,19 @@ _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504, 507, 509, 520, 521, 522
 #: reqwest error kinds (obstore's `HttpError { kind: … }`) that a retry can cure.
 _RETRY_HTTP_KINDS = frozenset({"Connect", "Request", "Interrupted", "Decode"})
 _HTTP_KIND = re.compile(r"HttpError\s*\{\s*kind:\s*(\w+)")
+#: A request for an object in a bucket (container) that does not exist: S3's, GCS's and
+#: Azure's words for it.
+_NO_BUCKET = re.compile(
+    r"NoSuchBucket|The specified bucket does not exist|ContainerNotFound|"
+    r"The specified container does not exist"
+)
+#: A request that reached no server (refused, unreachable, no such host), as opposed
+#: to a connection that broke (which a retry may mend).
+_NO_CONNECTION = re.compile(
+    r"connection refused|tcp connect error|dns error|failed to lookup address|"
+    r"no route to host|network is unreachable",
+    re.IGNORECASE,
+)
 _STATUS = re.compile(r"(?:status code:|status:)\s*(\d{3})\b")
 _TRANSIENT_TEXT = re.compile(
     r"connection (?:reset|closed|refused|aborted)|broken pipe|incompletemessage|"
@@ -196,6 +209,15 @@ def translate(
     cause = short_message(exc)
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     if kind == "not_found":
+        bucket = _NO_BUCKET.search(str(exc))
+        if bucket is not None:  # the whole bucket, not the object: say which
+            return ObjectNotFoundError(
+                f"the bucket (or container) of {uri} does not exist ({bucket.group(0)}): "
+                "check the bucket name in the URI, and the endpoint and region in "
+                "storage_options or the environment",
+                uri=uri,
+                path=path,
+            )
         return ObjectNotFoundError(f"{where} does not exist", uri=uri, path=path)
     if kind == "exists":
         return ObjectExistsError(f"{where} already exists", uri=uri, path=path)
@@ -225,10 +247,24 @@ def translate(
             uri=uri,
             path=path,
         )
+    if kind == "transient" and _NO_CONNECTION.search(str(exc)):
+        return StoreError(
+            f"{action} {where} failed{tries}: {cause}; the server did not answer: check "
+            "the endpoint in storage_options (or the environment) and that it is reachable",
+            uri=uri,
+            path=path,
+        )
     if kind == "transient":
         return StoreError(
             f"{action} {where} failed{tries}: {cause}"
             + ("; raise IOOptions(retries=…) to retry more" if attempts > 1 else ""),
+            uri=uri,
+            path=path,
+        )
+    if "builder error" in str(exc) and "http://" in str(exc):
+        return StoreError(
+            f"{action} {where} failed: {cause}; the endpoint is plain http://, which needs "
+            "storage_options={'allow_http': True} (or an https:// endpoint)",
             uri=uri,
             path=path,
         )
