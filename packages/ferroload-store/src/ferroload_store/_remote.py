@@ -250,7 +250,7 @@ def translate(
     if kind == "transient" and _NO_CONNECTION.search(str(exc)):
         return StoreError(
             f"{action} {where} failed{tries}: {cause}; the server did not answer: check "
-            "the endpoint in storage_options (or the environment) and that it is reachable",
+            "the endpoint storage option (or the environment) and that it is reachable",
             uri=uri,
             path=path,
         )
@@ -264,7 +264,7 @@ def translate(
     if "builder error" in str(exc) and "http://" in str(exc):
         return StoreError(
             f"{action} {where} failed: {cause}; the endpoint is plain http://, which needs "
-            "storage_options={'allow_http': True} (or an https:// endpoint)",
+            "the storage option allow_http=true (or an https:// endpoint)",
             uri=uri,
             path=path,
         )
