@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -266,9 +267,11 @@ def test_facade_page_lists_every_reexport() -> None:
 # --------------------------------------------------------------------------- site
 
 
-@pytest.mark.slow
-def test_site_builds_strict(tmp_path: Path) -> None:
-    """`mkdocs build --strict`: no broken link, no unresolved reference, no bad docstring."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The docs site, built once by `mkdocs build --strict` (its output checked by
+    `test_site_builds_strict`)."""
+    out = tmp_path_factory.mktemp("docs") / "site"
     proc = subprocess.run(
         [
             sys.executable,
@@ -279,7 +282,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
             "--config-file",
             str(REPO / "mkdocs.yml"),
             "--site-dir",
-            str(tmp_path / "site"),
+            str(out),
         ],
         capture_output=True,
         text=True,
@@ -289,7 +292,12 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         env={**os.environ, "NO_COLOR": "1", "NO_MKDOCS_2_WARNING": "1"},
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}"
-    site = tmp_path / "site"
+    return out
+
+
+@pytest.mark.slow
+def test_site_builds_strict(site: Path) -> None:
+    """`mkdocs build --strict`: no broken link, no unresolved reference, no bad docstring."""
     for page in (
         "index.html",
         "quickstart/index.html",
@@ -299,3 +307,41 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         assert (site / page).is_file(), f"{page} was not built"
     api = (site / "api" / "format" / "index.html").read_text(encoding="utf-8")
     assert "ferroload_format.Writer" in api, "mkdocstrings did not render the Writer class"
+
+
+#: A diagram as the built page holds it before the browser draws it (Material replaces
+#: it with an empty `div.mermaid` whose closed shadow root holds the SVG once drawn).
+_RAW_DIAGRAM = re.compile(r'<pre class="mermaid"><code>')
+_DRAWN_DIAGRAM = '<div class="mermaid"></div>'
+
+
+@pytest.mark.slow
+def test_diagrams_render_offline_in_a_browser(site: Path) -> None:
+    """Every page's mermaid diagrams are drawn by headless Chromium with every network
+    name unresolvable: the renderer comes from the site itself, not from a CDN."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip(
+            "service not available: chromium is not on PATH: install it with "
+            "`apt-get install chromium` (.ci/run does)"
+        )
+    pages = {
+        p: len(_RAW_DIAGRAM.findall(p.read_text(encoding="utf-8")))
+        for p in sorted(site.rglob("*.html"))
+    }
+    pages = {p: n for p, n in pages.items() if n}
+    assert len(pages) >= 8, f"expected the site's diagrams, found pages {sorted(pages)}"
+    for page, diagrams in pages.items():
+        proc = subprocess.run(
+            [
+                browser, "--headless", "--no-sandbox", "--disable-gpu",
+                "--host-resolver-rules=MAP * ~NOTFOUND",  # offline: no name resolves
+                "--virtual-time-budget=15000", "--dump-dom", page.as_uri(),
+            ],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        dom = proc.stdout
+        shown = page.relative_to(site)
+        assert not _RAW_DIAGRAM.search(dom), f"{shown}: a diagram was left as text"
+        assert dom.count(_DRAWN_DIAGRAM) == diagrams, f"{shown}: not every diagram was drawn"
