@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,16 +131,23 @@ def test_markdown_python_blocks(
     # tempfile.mkdtemp() in the docs then creates under tmp_path, which pytest cleans up.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     namespace: dict[str, object] = {"__name__": "__docs__"}
-    for block in blocks:
-        # Pad with blank lines so tracebacks show the Markdown file's own line numbers.
-        source = "\n" * (block.line - 1) + block.code
-        try:
-            exec(compile(source, str(block.path), "exec"), namespace)
-        except Exception:
-            failure = traceback.format_exc()
-        else:
-            continue
-        pytest.fail(f"the Python block at {block.where} failed:\n{failure}", pytrace=False)
+    try:
+        for block in blocks:
+            # Pad with blank lines so tracebacks show the Markdown file's own line numbers.
+            source = "\n" * (block.line - 1) + block.code
+            try:
+                exec(compile(source, str(block.path), "exec"), namespace)
+            except Exception:
+                failure = traceback.format_exc()
+            else:
+                continue
+            pytest.fail(f"the Python block at {block.where} failed:\n{failure}", pytrace=False)
+    finally:
+        # a page is a script of its own: a Ray cluster it started (and did not shut down,
+        # having failed) must not serve the next page run in this process
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
 
 
 # --------------------------------------------------------------------------- doctests

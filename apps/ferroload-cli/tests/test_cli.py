@@ -940,8 +940,8 @@ def test_writing_into_an_existing_dataset_is_explicit(tmp_path: Path) -> None:
     # a dataset of another name: the message names --name, never `name=None`
     line = one_error_line(run("subset", ds, cats, "-w", "label = 0", "--append", "--name", "x"))
     assert line.endswith(
-        f"{cats} holds dataset 'ds', not 'x'; leave out --name (or pass --name 'ds') to append "
-        "to it"
+        f"{cats} holds dataset 'cats', not 'x'; leave out --name (or pass --name 'cats') to "
+        "append to it"
     ), line
 
 

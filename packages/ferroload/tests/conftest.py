@@ -12,10 +12,11 @@ from ferroload_testing import MotoServer
 BUCKET = "ferroload-tests"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A local two-CPU Ray cluster for the session (the `ray` module); its workers keep
-    their block cache in a temporary folder."""
+    """A local two-CPU Ray cluster for a test module (the `ray` module), shut down after
+    it: a cluster left running would serve every later test of this process (the docs'
+    pages, `auto_executor`); its workers keep their block cache in a temporary folder."""
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     cache = tmp_path_factory.mktemp("ray-block-cache")
     ray.init(

@@ -118,3 +118,19 @@ dl.close()
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["4"] and "Exception ignored" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from ferroload.loader.torch import FerroTorchDataset",
+        "import ferroload; ferroload.loader.torch",
+    ],
+)
+def test_the_torch_adapters_without_torch_name_the_install(statement: str) -> None:
+    code = f"import sys; sys.modules['torch'] = None\n{statement}"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1
+    assert "needs torch" in last and "pip install 'ferroload-loader[torch]'" in last, last
