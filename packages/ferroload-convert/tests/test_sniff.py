@@ -60,3 +60,18 @@ def test_audio_and_other_formats_are_sniffed() -> None:
     assert (
         check_image(wav_bytes(0)) == "not an image (no JPEG, PNG, GIF, WebP, BMP or TIFF signature)"
     )
+
+
+@pytest.mark.parametrize(
+    ("ext", "kind"),
+    [
+        ("jfif", ("tensor", "image")),
+        ("JPE", ("tensor", "image")),
+        ("dib", ("tensor", "image")),
+        ("aiff", ("tensor", "audio")),
+        ("aif", ("tensor", "audio")),
+        ("avif", ("bytes", "raw")),  # no codec of ours decodes it: its bytes as they are
+    ],
+)
+def test_every_extension_the_codecs_decode_is_theirs(ext: str, kind: tuple[str, str]) -> None:
+    assert kind_of(ext) == kind

@@ -20,7 +20,7 @@ from ferroload_core import JPEG_SOF_MARKERS, sniff_ext
 IMAGE_EXTS = frozenset(
     {"jpg", "jpeg", "jpe", "jfif", "png", "gif", "webp", "bmp", "dib", "tif", "tiff"}
 )
-AUDIO_EXTS = frozenset({"flac", "wav", "mp3", "ogg", "opus", "m4a", "aac"})
+AUDIO_EXTS = frozenset({"flac", "wav", "mp3", "ogg", "opus", "m4a", "aac", "aiff", "aif"})
 VIDEO_EXTS = frozenset({"mp4", "webm", "mkv", "avi", "mov"})
 TEXT_EXTS = frozenset({"txt", "cls", "json", "jsonl", "csv", "xml", "html", "md", "yaml"})
 
