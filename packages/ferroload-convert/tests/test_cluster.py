@@ -38,6 +38,8 @@ class Shuffled:
 
     def run(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
         self.rounds.append(len(items))
+        # a task carries its own units only, not the whole input's
+        assert all(not item.job.units for item in items)
         for item in reversed(list(items)):
             yield pickle.loads(pickle.dumps(fn(pickle.loads(pickle.dumps(item)))))
 

@@ -25,6 +25,7 @@ anywhere discards every staged write (nothing is committed).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -56,6 +57,10 @@ R = TypeVar("R")
 DEFAULT_CHUNK_SIZES = {"wds": 1, "parquet": 1, "imagefolder": 2000, "hf": 8}
 
 
+#: A job's fields that only the driver needs: a task gets its chunk of the units.
+_PLANNED = ("units", "ignored", "bad")
+
+
 class Executor(Protocol):
     """What runs the tasks of a cluster import: `ferroload_map`'s `RayExecutor` (or any
     object with this `run`). Results may come in any order."""
@@ -64,7 +69,8 @@ class Executor(Protocol):
 
 
 class ImportJob(Protocol[U, S]):
-    """One importer's work (see the module)."""
+    """One importer's work (see the module); a dataclass, whose planned fields (`units`,
+    `ignored`, `bad`) the driver empties in the copy each task gets."""
 
     @property
     def kind(self) -> str:
@@ -224,6 +230,11 @@ def _run_on(
     planned = _planning_skips(job.bad, options.on_error)
     units = list(job.units)
     bounds = [(i, min(i + size, len(units))) for i in range(0, len(units), size)] or [(0, 0)]
+    # each task gets its own units: not the job's whole list (nor what planning found)
+    job_: Any = job
+    light: ImportJob[U, S] = dataclasses.replace(
+        job_, **{f.name: () for f in dataclasses.fields(job_) if f.name in _PLANNED}
+    )
     staged: dict[int, _Done[S]] = {}
     with ExitStack() as stack:
         bar = stack.enter_context(
@@ -234,7 +245,7 @@ def _run_on(
         def submit(first: int, ids: frozenset[str], state: S) -> None:
             nonlocal done
             chunks = [
-                _Chunk(i, job, options, units[a:b], ids, state)
+                _Chunk(i, light, options, units[a:b], ids, state)
                 for i, (a, b) in enumerate(bounds)
                 if i >= first
             ]
