@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from PIL import Image
 
@@ -141,3 +142,19 @@ def test_decoded_arrays_are_refused_naming_the_column(ray_cluster: Any, tmp_path
     decoded = fray.read(uri, columns=["image"], decode={"image": ImageDecoder((8, 8))})
     with pytest.raises(ValueError, match=r"'image' holds .*\(decoded arrays\?\)"):
         fray.write(decoded, str(tmp_path / "copy"))
+
+
+def test_a_block_without_a_modality_s_bytes_keeps_it_a_modality(tmp_path: Path) -> None:
+    """A write task whose later block has only nulls in an image column (Arrow types it
+    null there) still stores that column as the modality, absent in those samples."""
+    from ferroload.ray._write import _Task
+    from ferroload_format import commit_staged
+
+    uri = str(tmp_path / "ds")
+    task = _Task(fray.Sink(uri), 0)
+    task.add(pa.table({"sample_id": ["a", "b"], "image": [png(0), png(1)]}))
+    task.add(pa.table({"sample_id": ["c"], "image": pa.nulls(1)}))
+    commit_staged(uri, [task.writer.stage()], mode="create")
+    got = Dataset.open(uri)
+    assert [m.name for m in got.modalities] == ["image"] and got.metadata_columns == ()
+    assert got.present("image").tolist() == [True, True, False]

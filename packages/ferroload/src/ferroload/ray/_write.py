@@ -74,12 +74,15 @@ class _Task:
         self.rows = 0
 
     def _modality_columns(self, table: pa.Table) -> dict[str, Modality]:
-        """The block's modality columns: `modalities=`, else binary columns marked by
-        `read`, else binary columns named after the format of their first value."""
+        """The block's modality columns: those of earlier blocks (also when all null
+        here), `modalities=`, else binary columns marked by `read`, else binary columns
+        named after the format of their first value."""
         _refuse_arrays(table.schema)
         found: dict[str, Modality] = {}
         for f in table.schema:
-            if f.name in self.sink.modalities:
+            if f.name in self.modalities:
+                found[f.name] = self.modalities[f.name]
+            elif f.name in self.sink.modalities:
                 found[f.name] = self.sink.modalities[f.name]
             elif f.name == self.sink.id_column or not (
                 pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
@@ -88,7 +91,8 @@ class _Task:
             elif f.metadata and MODALITY_KEY in f.metadata:
                 found[f.name] = _declared(f.name, json.loads(f.metadata[MODALITY_KEY]))
             else:
-                first = next((v for v in table.column(f.name).to_pylist() if v), None)
+                present = table.column(f.name).drop_null()
+                first = present[0].as_py() if len(present) else None
                 found[f.name] = _declared(f.name, sniff_ext(first) or UNKNOWN_EXT)
         return found
 
