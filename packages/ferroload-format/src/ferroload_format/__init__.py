@@ -55,6 +55,7 @@ from ferroload_format._index_arrays import ModalityArrays, arrow_array, numpy_co
 from ferroload_format._layers import LayerWriter
 from ferroload_format._manifest import FORMAT_MINOR, FORMAT_VERSION, MAX_MANIFEST_DEPTH, Manifest
 from ferroload_format._progress_bar import hide_progress_bar
+from ferroload_format._reads import read_payloads
 from ferroload_format._records import IdRun, IndexPart, LayerInfo, Modality, ShardInfo, ShardList
 from ferroload_format._rs011_upgrade import UpgradeReport, upgrade
 from ferroload_format._staged import StagedWrite, commit_staged, discard_staged
@@ -136,6 +137,7 @@ __all__ = [
     "list_versions",
     "numpy_column",
     "read_manifest",
+    "read_payloads",
     "type_from_json",
     "type_to_json",
     "upgrade",

@@ -7,7 +7,7 @@ short shard, or a checksum that does not match, into an error naming the sample.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -159,84 +159,20 @@ class SampleReader:
     ) -> list[Any]:
         """Bytes of `modality` for each row (None where absent), one coalesced read per
         region; with `copy=False`, views into the store's buffers instead of bytes."""
-        # one entry per row, by row group
         a = self.index.locate(modality, rows) if located is None else located
-        out: list[Any] = [None] * len(rows)
-        present = np.flatnonzero(a.present)
-        if not len(present):
-            return out
-        codes = a.shard[present]
-        order = np.argsort(codes, kind="stable")
-        bounds = np.flatnonzero(np.diff(codes[order])) + 1
         paths, refs = self.shards()
-        for group in np.split(order, bounds):
-            code = int(codes[group[0]])
-            shard = paths[code]
-            size, tag = refs[code]
-            ks = present[group]  # positions in `rows`
-            try:
-                views = self.store.get_ranges(
-                    shard, a.offset[ks], a.length[ks], size=size, version=tag
-                )
-            except (ObjectNotFoundError, ObjectTruncatedError) as exc:
-                raise self._read_error(exc, shard, rows, ks, a) from exc
-            for k, view in zip(ks.tolist(), views, strict=True):
-                out[k] = bytes(view) if copy else view
-            if self.verify:
-                for k in ks.tolist():
-                    data = out[k]
-                    assert data is not None
-                    self._check(data, int(a.checksum[k]), int(rows[k]), modality, shard)
-        return out
+
+        def shard(code: int) -> tuple[str, int, str]:
+            return (paths[code], *refs[code])
+
+        return read_payloads(
+            self.store, a, shard, column=modality, verify=self.verify, copy=copy,
+            sample_id=lambda k: self._sample_id(int(rows[k])),
+        )  # fmt: skip
 
     def _sample_id(self, row: int) -> str:
         ids = self.index.take(["sample_id"], np.asarray([row], dtype=np.int64))
         return str(ids["sample_id"][0].as_py())
-
-    def _read_error(
-        self,
-        exc: Exception,
-        shard: str,
-        rows: npt.NDArray[np.int64],
-        ks: npt.NDArray[np.int64],
-        a: ModalityArrays,
-    ) -> Exception:
-        """The error for a failed read of entries `ks` of `a` (located at `rows`)."""
-        if isinstance(exc, ObjectTruncatedError):
-            ends = a.offset[ks] + a.length[ks]
-            short = ks[ends > exc.size]
-            k = int(short[0]) if len(short) else int(ks[0])
-            sid = self._sample_id(int(rows[k]))
-            return ShardTruncatedError(
-                f"shard {shard} of {self.uri} is truncated at {exc.size} bytes; sample "
-                f"{sid!r} needs bytes up to {int(a.offset[k] + a.length[k])}. Run "
-                "verify() to list every damaged sample",
-                uri=self.uri,
-                shard=shard,
-                sample_id=sid,
-            )
-        sid = self._sample_id(int(rows[ks[0]]))
-        return ShardNotFoundError(
-            f"shard {shard} of {self.uri} is missing (needed for sample {sid!r})",
-            uri=self.uri,
-            shard=shard,
-            sample_id=sid,
-        )
-
-    def _check(
-        self, data: bytes | memoryview, expected: int, row: int, column: str, shard: str
-    ) -> None:
-        got = xxhash.xxh3_64_intdigest(data)
-        if got != expected:
-            sid = self._sample_id(row)
-            raise ChecksumMismatchError(
-                f"{column!r} of sample {sid!r} in shard {shard} of {self.uri} is damaged: "
-                f"checksum {got:016x}, expected {expected:016x}",
-                uri=self.uri,
-                shard=shard,
-                sample_id=sid,
-                column=column,
-            )
 
     # ----------------------------------------------------------------- shards
 
@@ -263,3 +199,93 @@ class SampleReader:
                 uri=self.uri,
             )
         return (paths[code], *refs[code])
+
+
+def read_payloads(
+    store: Store,
+    a: ModalityArrays,
+    shard: Callable[[int], tuple[str, int, str]],
+    *,
+    column: str,
+    verify: bool,
+    sample_id: Callable[[int], str],
+    copy: bool = True,
+) -> list[Any]:
+    """The payloads `a` locates (None where absent): one coalesced read per shard, each
+    payload checked against its xxh3-64 when `verify`; bytes, or with `copy=False` views
+    of the store's buffers. What `Dataset.read` and a Ray read task (which has the
+    locations but no index) read with.
+
+    Args:
+        store: the dataset's store.
+        a: the payloads' locations.
+        shard: (path, size, cache version) of a shard code (`Dataset.shard_ref`).
+        column: the modality (errors name it).
+        verify: check the checksums.
+        sample_id: the sample id of entry `k` of `a` (called only for an error).
+        copy: return bytes (else views).
+
+    Raises:
+        ShardNotFoundError: a shard is missing.
+        ShardTruncatedError: a shard is shorter than a payload needs.
+        ChecksumMismatchError: a payload's bytes do not match its checksum.
+    """
+    out: list[Any] = [None] * len(a.present)
+    present = np.flatnonzero(a.present)
+    if not len(present):
+        return out
+    codes = a.shard[present]
+    order = np.argsort(codes, kind="stable")
+    for group in np.split(order, np.flatnonzero(np.diff(codes[order])) + 1):
+        path, size, tag = shard(int(codes[group[0]]))
+        ks = present[group]  # entries of `a`
+        try:
+            views = store.get_ranges(path, a.offset[ks], a.length[ks], size=size, version=tag)
+        except (ObjectNotFoundError, ObjectTruncatedError) as exc:
+            raise _read_error(exc, store.uri, path, ks, a, sample_id) from exc
+        for k, view in zip(ks.tolist(), views, strict=True):
+            out[k] = bytes(view) if copy else view
+            if verify:
+                got = xxhash.xxh3_64_intdigest(view)
+                if got != int(a.checksum[k]):
+                    sid = sample_id(k)
+                    raise ChecksumMismatchError(
+                        f"{column!r} of sample {sid!r} in shard {path} of {store.uri} is "
+                        f"damaged: checksum {got:016x}, expected {int(a.checksum[k]):016x}",
+                        uri=store.uri,
+                        shard=path,
+                        sample_id=sid,
+                        column=column,
+                    )
+    return out
+
+
+def _read_error(
+    exc: Exception,
+    uri: str,
+    shard: str,
+    ks: npt.NDArray[np.int64],
+    a: ModalityArrays,
+    sample_id: Callable[[int], str],
+) -> Exception:
+    """The error for a failed read of entries `ks` of `a` from `shard`."""
+    if isinstance(exc, ObjectTruncatedError):
+        ends = a.offset[ks] + a.length[ks]
+        short = ks[ends > exc.size]
+        k = int(short[0]) if len(short) else int(ks[0])
+        sid = sample_id(k)
+        return ShardTruncatedError(
+            f"shard {shard} of {uri} is truncated at {exc.size} bytes; sample {sid!r} needs "
+            f"bytes up to {int(a.offset[k] + a.length[k])}. Run verify() to list every "
+            "damaged sample",
+            uri=uri,
+            shard=shard,
+            sample_id=sid,
+        )
+    sid = sample_id(int(ks[0]))
+    return ShardNotFoundError(
+        f"shard {shard} of {uri} is missing (needed for sample {sid!r})",
+        uri=uri,
+        shard=shard,
+        sample_id=sid,
+    )

@@ -29,7 +29,8 @@ from ferroload_format._errors import (
     DuplicateSampleError,
     SchemaConflictError,
 )
-from ferroload_format._index import MODALITY_TYPE, ROW_GROUP_SIZE, index_schema
+from ferroload_format._index import ROW_GROUP_SIZE, index_schema
+from ferroload_format._index_arrays import absent_modality
 from ferroload_format._manifest import Manifest
 from ferroload_format._names import new_txn_id
 from ferroload_format._pending import PendingCommit
@@ -122,14 +123,12 @@ def _metadata(staged: Sequence[StagedWrite], uri: str) -> list[pa.Field]:
 def _conformed(s: StagedWrite, schema: pa.Schema, modalities: Sequence[str]) -> pa.Table:
     """`s.table` with `schema`: columns it lacks added (modalities absent, metadata null)."""
     n = s.table.num_rows
-    absent = pa.array([{"present": False, "offset": 0, "length": 0, "checksum": 0}] * n,
-                      type=MODALITY_TYPE)  # fmt: skip
     columns = []
     for f in schema:
         if f.name in s.table.column_names:
             columns.append(s.table.column(f.name).cast(f.type))
         elif f.name in modalities:
-            columns.append(absent)
+            columns.append(absent_modality(n))
         else:
             columns.append(pa.nulls(n, f.type))
     return pa.Table.from_arrays(columns, schema=schema)

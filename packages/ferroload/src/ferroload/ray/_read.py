@@ -19,20 +19,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import xxhash
 
 from ferroload_codec import AudioDecoder, ImageDecoder, decode_video
 from ferroload_format import (
-    ChecksumMismatchError,
     ColumnNotFoundError,
     Dataset,
     Modality,
     ModalityArrays,
-    ShardNotFoundError,
-    ShardTruncatedError,
     arrow_array,
+    read_payloads,
 )
-from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store
+from ferroload_store import Store
 
 try:
     import ray.data
@@ -416,7 +413,10 @@ def _read_block(task: _Task) -> list[pa.Table]:
     arrays = {name: task.table.column(name) for name in task.table.column_names}
     fields = dict(zip(task.table.column_names, task.table.schema, strict=True))
     for p in task.payloads:
-        data = _fetch(task, p, ids)
+        data = read_payloads(
+            task.store, p.where, task.shards.__getitem__, column=p.field.name,
+            verify=task.verify, sample_id=ids.__getitem__, copy=False,
+        )  # fmt: skip
         if p.decoder is None:
             arrays[p.field.name] = pa.array(data, pa.binary())
             fields[p.field.name] = p.field
@@ -425,53 +425,6 @@ def _read_block(task: _Task) -> list[pa.Table]:
             fields[p.field.name] = pa.field(p.field.name, arrays[p.field.name].type)
     schema = pa.schema([fields[c] for c in task.columns])
     return [pa.Table.from_arrays([arrays[c] for c in task.columns], schema=schema)]
-
-
-def _fetch(task: _Task, p: _Payloads, ids: list[str]) -> list[memoryview | None]:
-    """`p`'s payload of every row (None where absent), as views of the store's buffers:
-    one coalesced read per shard region, each payload checked against its checksum."""
-    w = p.where
-    out: list[memoryview | None] = [None] * len(w.present)
-    present = np.flatnonzero(w.present)
-    codes = w.shard[present]
-    for code in np.unique(codes):
-        ks = present[codes == code]
-        path, size, tag = task.shards[int(code)]
-        try:
-            views = task.store.get_ranges(path, w.offset[ks], w.length[ks], size=size, version=tag)
-        except (ObjectNotFoundError, ObjectTruncatedError) as exc:
-            raise _shard_error(exc, task.store.uri, path, ids[int(ks[0])]) from exc
-        for k, view in zip(ks.tolist(), views, strict=True):
-            if task.verify and xxhash.xxh3_64_intdigest(view) != int(w.checksum[k]):
-                sid = ids[k]
-                raise ChecksumMismatchError(
-                    f"{p.field.name!r} of sample {sid!r} in shard {path} of {task.store.uri} "
-                    "is damaged: its bytes do not match the recorded checksum. Run verify()",
-                    uri=task.store.uri,
-                    shard=path,
-                    sample_id=sid,
-                    column=p.field.name,
-                )
-            out[k] = view
-    return out
-
-
-def _shard_error(exc: Exception, uri: str, shard: str, sid: str) -> Exception:
-    """The error of a failed read of `shard`, naming a sample it holds."""
-    if isinstance(exc, ObjectTruncatedError):
-        return ShardTruncatedError(
-            f"shard {shard} of {uri} is truncated at {exc.size} bytes (reading sample "
-            f"{sid!r} and others). Run verify() to list every damaged sample",
-            uri=uri,
-            shard=shard,
-            sample_id=sid,
-        )
-    return ShardNotFoundError(
-        f"shard {shard} of {uri} is missing (needed for sample {sid!r})",
-        uri=uri,
-        shard=shard,
-        sample_id=sid,
-    )
 
 
 def _decoded(
