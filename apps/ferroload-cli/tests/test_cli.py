@@ -313,6 +313,7 @@ def test_verify(dataset: str, tmp_path: Path) -> None:
     assert report["checked_bytes"] > 0 and report["seconds"] == round(report["seconds"], 3)
     human = run("verify", dataset)
     assert human.returncode == 0 and human.stdout.startswith("ok:")
+    assert "(1 shard, 6 payloads," in human.stdout  # one shard is not "1 shards"
 
     root = tmp_path / "damaged"
     with Writer(root, "damaged") as w:
@@ -331,6 +332,7 @@ def test_verify(dataset: str, tmp_path: Path) -> None:
     human = run("verify", str(root))
     assert human.returncode == 1
     assert "damaged" in human.stdout and "checksum" in human.stdout
+    assert ": 1 problem (1 shard, 1 payload," in human.stdout
 
 
 def test_verify_checks_the_index_schema_and_any_version(tmp_path: Path) -> None:

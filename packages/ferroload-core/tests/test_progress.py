@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 
 import pytest
 
@@ -52,3 +53,19 @@ def test_the_default_follows_the_terminal_and_the_environment(
 def test_anything_else_is_refused() -> None:
     with pytest.raises(TypeError, match="progress must be"), progress_reporter("yes", desc="x"):  # type: ignore[arg-type]
         pass
+
+
+def test_no_time_left_is_guessed_from_the_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first tick comes after start-up (imports, opening the input): a rate drawn from
+    it gave `1/1200 [00:01<19:50, 1.01file/s]` for a one-second import."""
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with progress_reporter(True, desc="import", unit="file", total=1200) as report:
+        time.sleep(0.3)  # start-up before any file is done
+        report(1)
+        first = err.getvalue()
+        time.sleep(0.6)
+        report(600)
+    ticks = [t for t in err.getvalue().split("\r") if t.strip()]
+    assert "1/1200 [00:00<?, ?file/s]" in first
+    assert any("600/1200" in t and "<?" not in t and "file/s]" in t for t in ticks), ticks

@@ -330,15 +330,15 @@ def verify(
         )
     else:
         checked = (
-            f"{report.shards_checked} shards, {report.payloads_checked} payloads, "
-            f"{r.size(report.bytes_checked)}"
+            f"{r.count(report.shards_checked, 'shard')}, "
+            f"{r.count(report.payloads_checked, 'payload')}, {r.size(report.bytes_checked)}"
         )
         if report.ok:
             r.line(f"ok: {shown_uri(report.uri)} version {report.version} ({checked} checked)")
         else:
             r.line(
                 f"damaged: {shown_uri(report.uri)} version {report.version}: "
-                f"{len(report.problems)} problem(s) ({checked} checked)"
+                f"{r.count(len(report.problems), 'problem')} ({checked} checked)"
             )
             r.table(
                 ["problem", "shard", "sample", "column", "message"],

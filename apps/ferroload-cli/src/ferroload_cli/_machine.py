@@ -156,7 +156,7 @@ def bench(
         r.print_json(summary)
         return
     r.line(
-        f"{shown_uri(ds.uri)}: {len(ds)} samples, batch {batch_size}, "
+        f"{shown_uri(ds.uri)}: {r.count(len(ds))}, batch {batch_size}, "
         f"images {', '.join(image_cols) or 'none'}" + (f" at {size[0]}x{size[1]}" if size else "")
     )
     r.table(
@@ -241,7 +241,7 @@ def doctor(
             if u["reachable"]:
                 r.line(
                     f"{u['uri']}: reachable ({u['name']} version {u['version']}, "
-                    f"{u['num_samples']} samples)"
+                    f"{r.count(u['num_samples'])})"
                 )
             else:
                 r.line(f"{u['uri']}: NOT reachable: {u['error']}")

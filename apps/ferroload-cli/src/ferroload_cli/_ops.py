@@ -110,7 +110,7 @@ def subset(
         r.line(f"the filter matched no sample; wrote an empty dataset to {where_to}")
         return
     verb = {"create": "wrote", "append": "appended", "overwrite": "overwrote with"}[mode]
-    r.line(f"{verb} {len(view)} of {len(ds)} samples to {where_to} in {seconds:.1f} s")
+    r.line(f"{verb} {len(view):,} of {r.count(len(ds))} to {where_to} in {seconds:.1f} s")
 
 
 @app.command(
@@ -174,7 +174,7 @@ def gc(
     for path in report.deleted:
         r.line(f"{verb} {path}")
     r.line(
-        f"{verb} {len(report.deleted)} object(s), {r.size(report.bytes_freed)}; "
+        f"{verb} {r.count(len(report.deleted), 'object')}, {r.size(report.bytes_freed)}; "
         f"kept {report.kept_young} younger than the grace period"
     )
 
@@ -202,13 +202,13 @@ def upgrade(uri: Uri, json: Json = False, storage_option: StorageOptions = None)
         return
     done = "upgraded" if report.status == "upgraded" else "finished upgrading"
     r.line(
-        f"{done} {where}: {report.versions} version(s), {r.count(report.samples)}, "
+        f"{done} {where}: {r.count(report.versions, 'version')}, {r.count(report.samples)}, "
         f"read {r.size(report.bytes_read)}, wrote {r.size(report.bytes_written)} "
         f"(no shard rewritten) in {report.seconds:.1f} s"
     )
     if report.renamed_keys:
         r.line(
-            f"{report.renamed_keys} key(s) were not valid sample ids and got new ones; "
+            f"{r.count(report.renamed_keys, 'key')} not valid as sample ids got new ids; "
             "the keys are in the basename column"
         )
     for item in report.not_kept:

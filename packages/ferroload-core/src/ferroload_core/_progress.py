@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -67,16 +68,30 @@ def progress_reporter(
     from tqdm import tqdm  # type: ignore[import-untyped]
 
     bar: Any = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
+    first_tick: list[float] = []  # when the first work was reported
 
     def report(done: int, total: int | None = None) -> None:
         if total is not None and total != bar.total:
             bar.total = total
+        # the time to the first tick is mostly start-up (imports, threads, opening the
+        # input): a rate and a time left drawn from it are far off (`1/1200 [00:01<19:50]`),
+        # so they show only once work has been reported for a while
+        if done > 0 and not first_tick:
+            first_tick.append(time.monotonic())
+        settled = bool(first_tick) and time.monotonic() - first_tick[0] >= _SETTLE_SECONDS
+        bar.bar_format = None if settled or not bar.total else _NO_ESTIMATE
         bar.update(done - bar.n)
 
     try:
         yield report
     finally:
         bar.close()
+
+
+#: Seconds of reported work before a bar shows its rate and time left.
+_SETTLE_SECONDS = 0.5
+#: tqdm's bar with a known total, without the rate and time left.
+_NO_ESTIMATE = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<?, ?{unit}/s{postfix}]"
 
 
 def _ignore(done: int, total: int | None = None) -> None:
