@@ -79,8 +79,9 @@ def test_export_import_restores_columns_and_types(tmp_path: Path) -> None:
         back.to_table(["sample_id", *META]).to_pylist()
         == src.to_table(["sample_id", *META]).to_pylist()
     )
-    assert [m.name for m in back.modalities] == ["png"]
-    assert back.get(5, ["png"])["png"] == image_bytes(5)
+    # the marker names the modality: it comes back as it was, not named after `.png`
+    assert [(m.name, m.ext, m.codec_hint) for m in back.modalities] == [("image", "png", "image")]
+    assert back.get(5, ["image"])["image"] == image_bytes(5)
 
     # exported again (now as an imported WebDataset dataset): the same tars, byte for byte
     export_webdataset(tmp_path / "back", tmp_path / "wds2")
@@ -292,3 +293,115 @@ def test_metadata_round_trip_of_any_values(rows: list[dict[str, object]]) -> Non
             back.to_table(["sample_id", *_TYPES]).to_pylist()
             == src.to_table(["sample_id", *_TYPES]).to_pylist()
         )
+
+
+def test_members_take_the_extension_of_their_bytes(tmp_path: Path) -> None:
+    """A PNG in a `jpg` modality was exported as `<key>.jpg` (issue 36): tools that trust
+    the extension decoded it as a JPEG. Each member now has its format's extension, the
+    marker maps every such extension to the modality, and the import puts them back in
+    the one modality."""
+    uri = str(tmp_path / "ds")
+    with Writer(uri, "demo") as w:
+        w.declare("image", "jpg", "tensor", "image")
+        w.declare("mask", "png", "tensor", "image")
+        w.declare("clip", "bin", "bytes", "raw")  # not media: never sniffed
+        for i in range(4):
+            image = image_bytes(i, "PNG" if i % 2 else "JPEG")
+            mask = image_bytes(10 + i, "JPEG" if i == 3 else "PNG")
+            payloads = {"image": image, "mask": mask, "clip": b"\x89PNG\r\n\x1a\n?"}
+            w.add(f"s{i}", payloads, {"label": i, "score": i / 2})
+    export_webdataset(uri, tmp_path / "wds")
+    got = members(tmp_path / "wds")["shard-000000.tar"]
+    # `png` is the mask's own extension, so a PNG image is `image.png`; a JPEG mask
+    # `mask.jpg`; the raw modality keeps its extension whatever its bytes look like
+    assert [n for n, _ in got] == [
+        MARKER,
+        "s0.jpg", "s0.png", "s0.bin", "s0.cls", "s0.json",
+        "s1.image.png", "s1.png", "s1.bin", "s1.cls", "s1.json",
+        "s2.jpg", "s2.png", "s2.bin", "s2.cls", "s2.json",
+        "s3.image.png", "s3.mask.jpg", "s3.bin", "s3.cls", "s3.json",
+    ]  # fmt: skip
+    said = json.loads(dict(got)[MARKER])["modalities"]
+    assert said["image"]["members"][:3] == ["jpg", "image.png", "gif"]
+    assert said["mask"]["members"][:2] == ["png", "mask.jpg"]
+    assert said["clip"] == {"ext": "bin", "kind": "bytes", "codec_hint": "raw", "members": ["bin"]}
+    # WebDataset's own decoder trusts the extension: every image decodes
+    tars = [str(tmp_path / "wds" / "shard-000000.tar")]
+    for s in wds.WebDataset(tars, shardshuffle=False).decode("rgb8"):
+        for key, value in s.items():
+            if key.endswith(("jpg", "png")):  # decoded by the extension's decoder
+                assert getattr(value, "ndim", 0) == 3, (s["__key__"], key)
+
+    report = import_webdataset(tmp_path / "wds", tmp_path / "back")
+    back, src = Dataset.open(tmp_path / "back"), Dataset.open(uri)
+    assert report.num_ignored == 0
+    assert [(m.name, m.ext, m.kind, m.codec_hint) for m in back.modalities] == [
+        (m.name, m.ext, m.kind, m.codec_hint) for m in src.modalities
+    ]
+    for i in range(4):
+        assert back.get(i, ["image", "mask", "clip"]) == src.get(i, ["image", "mask", "clip"])
+    # and that import exports back to the same tars, byte for byte (the marker comes back
+    # with the metadata member it was written with)
+    export_webdataset(tmp_path / "back", tmp_path / "wds2")
+    assert members(tmp_path / "wds2") == members(tmp_path / "wds")
+    # without metadata there is no marker: the names still follow the bytes
+    export_webdataset(uri, tmp_path / "plain", metadata="none")
+    assert [n for n, _ in members(tmp_path / "plain")["shard-000000.tar"]][:4] == [
+        "s0.jpg", "s0.png", "s0.bin", "s1.image.png",
+    ]  # fmt: skip
+
+
+def _modality_marker(modalities: object) -> bytes:
+    return json.dumps(
+        {"ferroload": 1, "json": "json", "columns": {}, "modalities": modalities}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    "modalities",
+    [
+        {"../x": {"ext": "png", "kind": "tensor", "codec_hint": "image", "members": ["png"]}},
+        {"img": {"ext": "p/ng", "kind": "tensor", "codec_hint": "image", "members": ["png"]}},
+        {"img": {"ext": "png", "kind": "wat", "codec_hint": "image", "members": ["png"]}},
+        {"img": {"ext": "png", "kind": "tensor", "codec_hint": "image", "members": ["../png"]}},
+        {"img": {"ext": "png", "kind": "tensor", "codec_hint": "image", "members": []}},
+        {"img": {"ext": "png", "kind": "tensor", "codec_hint": "image"}},
+        {f"m{i}": {"ext": "png", "kind": "tensor", "codec_hint": "image", "members": [f"e{i}"]}
+         for i in range(65)},
+        ["img"],
+    ],
+)  # fmt: skip
+def test_a_marker_naming_bad_modalities_is_ignored(tmp_path: Path, modalities: object) -> None:
+    write_members(
+        tmp_path / "t.tar",
+        [(MARKER, _modality_marker(modalities)), ("k.png", image_bytes(0)), ("k.cls", b"1")],
+    )
+    import_webdataset(tmp_path / "t.tar", tmp_path / "ds")
+    ds = Dataset.open(tmp_path / "ds")
+    assert [m.name for m in ds.modalities] == ["png"]  # named by its extension, as any tar's
+    assert ds.get(0, ["label"]) == {"label": 1}
+
+
+def test_a_marker_modality_that_cannot_be_one_here_keeps_extension_names(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An earlier tar without a marker already made `.png` a modality of its own: the
+    marker's `image` cannot take it over; its members are named by their extensions."""
+    spec = {"ext": "jpg", "kind": "tensor", "codec_hint": "image", "members": ["jpg", "png"]}
+    write_members(tmp_path / "a.tar", [("a.png", image_bytes(1))])
+    write_members(
+        tmp_path / "b.tar",
+        [(MARKER, _modality_marker({"image": spec})), ("b.jpg", image_bytes(2, "JPEG")),
+         ("c.png", image_bytes(3))],
+    )  # fmt: skip
+    write_members(
+        tmp_path / "c.tar",
+        [(MARKER, _modality_marker({"label": spec})), ("d.jpg", image_bytes(4, "JPEG"))],
+    )
+    with caplog.at_level("WARNING"):
+        import_webdataset([str(tmp_path / n) for n in ("a.tar", "b.tar", "c.tar")], tmp_path / "ds")
+    ds = Dataset.open(tmp_path / "ds")
+    assert [m.name for m in ds.modalities] == ["png", "jpg"]
+    assert ds.get(2, ["png"])["png"] == image_bytes(3)
+    assert "names modality 'image', which cannot be one here" in caplog.text
+    assert "names modality 'label'" in caplog.text  # a column of ours (`.cls`)

@@ -191,14 +191,18 @@ def test_generic_dataset_exports_to_tars_webdataset_reads(tmp_path: Path) -> Non
         assert s["cls"] == str(i % 3).encode()  # the int label as WebDataset's .cls
         meta = {"blob": base64.b64encode(bytes([i])).decode(), "score": i / 2}
         assert json.loads(s["json"]) == meta
-    # re-importing the export keeps every payload and restores the columns
+    # re-importing the export keeps every payload and restores the modalities (named and
+    # declared as they were: the marker says so) and the columns
     report = import_webdataset(tmp_path / "out", tmp_path / "back")
     assert report.num_ignored == 0  # the __ferroload__ members are read, not ignored
     back = Dataset.open(tmp_path / "back")
-    assert back.get(1, ["image_jpg", "thumb_jpg", "text", "label", "blob", "score"]) == {
-        "image_jpg": image_bytes(1, "JPEG"),
-        "thumb_jpg": image_bytes(51, "JPEG"),
-        "text": "c1",
+    assert [(m.name, m.ext, m.kind) for m in back.modalities] == [
+        (m.name, m.ext, m.kind) for m in Dataset.open(uri).modalities
+    ]
+    assert back.get(1, ["image", "thumb", "caption", "label", "blob", "score"]) == {
+        "image": image_bytes(1, "JPEG"),
+        "thumb": image_bytes(51, "JPEG"),
+        "caption": Dataset.open(uri).get(1, ["caption"])["caption"],
         "label": 1,
         "blob": bytes([1]),
         "score": 0.5,

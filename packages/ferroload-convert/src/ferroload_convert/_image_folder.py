@@ -43,8 +43,7 @@ from ferroload_convert._report import (
     check_common,
 )
 from ferroload_convert._session import ImportSession
-from ferroload_convert._sniff import IMAGE_EXTS, check_image
-from ferroload_core import sniff_ext
+from ferroload_convert._sniff import IMAGE_EXTS, check_image, true_ext
 from ferroload_format import DEFAULT_SHARD_SIZE, Dataset, WriteMode
 
 
@@ -349,7 +348,7 @@ def export_image_folder(
                 if data is None:
                     skipped.append(SkippedInput(sample["sample_id"], f"has no {mod!r}"))
                     continue
-                rel = targets.take(sample, _file_ext(declared, data))
+                rel = targets.take(sample, true_ext(declared, data))
                 target = staged.path / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with open(target, "xb") as f:
@@ -388,14 +387,6 @@ def _image_modality(ds: Dataset, modality: str | None) -> str:
             uri=ds.uri,
         )
     return images[0]
-
-
-def _file_ext(declared: str, data: bytes) -> str:
-    """The file extension for `data`: its format's, else the modality's (`declared`)."""
-    sniffed = sniff_ext(data)
-    if sniffed is None or (sniffed == "jpg" and declared.lower() == "jpeg"):
-        return declared
-    return sniffed
 
 
 class _Targets:

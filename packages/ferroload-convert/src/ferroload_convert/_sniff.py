@@ -11,6 +11,7 @@ imaging library, so `ferroload-convert` does not depend on one.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 from ferroload_core import JPEG_SOF_MARKERS, sniff_ext
 
@@ -42,6 +43,41 @@ def kind_of(ext: str) -> tuple[str, str]:
     if last in TEXT_EXTS:
         return "text", "raw"
     return "bytes", "raw"
+
+
+#: Extensions of one format spelled otherwise, by the spelling `sniff_ext` returns.
+_ALIASES = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg", "tif": "tiff", "dib": "bmp",
+            "aif": "aiff", "aifc": "aiff", "oga": "ogg", "opus": "ogg", "m4v": "mp4",
+            "mov": "mp4"}  # fmt: skip
+
+
+def same_format(a: str, b: str) -> bool:
+    """Whether extensions `a` and `b` name one format (`jpeg` and `JPG`, `tif` and `tiff`).
+
+    Examples:
+        >>> same_format("JPEG", "jpg"), same_format("tif", "tiff"), same_format("png", "jpg")
+        (True, True, False)
+    """
+    a, b = a.lower(), b.lower()
+    return _ALIASES.get(a, a) == _ALIASES.get(b, b)
+
+
+def true_ext(declared: str, data: bytes, formats: Iterable[str] | None = None) -> str:
+    """The file extension of `data`: its format's, as `sniff_ext` reads it from the bytes
+    (only one of `formats`, when given), else `declared` (also when both name one format:
+    a `jpeg` modality's JPEGs stay `.jpeg`).
+
+    Examples:
+        >>> png = b"\\x89PNG\\r\\n\\x1a\\n"
+        >>> true_ext("jpg", png), true_ext("jpeg", b"\\xff\\xd8\\xff"), true_ext("npy", b"?")
+        ('png', 'jpeg', 'npy')
+    """
+    sniffed = sniff_ext(data[:64])
+    if sniffed is None or same_format(sniffed, declared):
+        return declared
+    if formats is not None and sniffed not in formats:
+        return declared
+    return sniffed
 
 
 def is_image_ext(ext: str) -> bool:

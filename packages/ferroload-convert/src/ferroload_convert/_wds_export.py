@@ -23,9 +23,11 @@ from ferroload_convert._export import (
     safe_relative,
 )
 from ferroload_convert._report import ExportReport, Progress
+from ferroload_convert._sniff import same_format, true_ext
 from ferroload_convert._wds_lift import LIFTED
-from ferroload_convert._wds_meta import MARKER, dumps, marker, to_json
+from ferroload_convert._wds_meta import MARKER, ModalityMembers, dumps, marker, to_json
 from ferroload_convert._webdataset import WDS_COLUMNS
+from ferroload_core import MEDIA_EXTS
 from ferroload_format import Dataset
 
 #: Samples per tar when re-sharding (`samples_per_shard` not given, dataset not imported
@@ -58,12 +60,15 @@ def export_webdataset(
     Any other dataset is written as `shard-000000.tar`, … of `samples_per_shard`
     samples (default 10,000), self-contained: each sample as `<sample_id>.<ext>` per
     present modality (`<sample_id>.<modality>.<ext>` for modalities that share an
-    extension), an int `label` as `<sample_id>.cls` (its decimal, as
+    extension; for `image`, `audio` and `video` modalities the extension of the
+    payload's format, read from its bytes: a PNG in a `jpg` modality is `.png`, or
+    `.<modality>.png` where another modality's members are `.png`), an int `label` as `<sample_id>.cls` (its decimal, as
     `webdataset.TarWriter` writes it; none where it is null), and the other metadata
     columns as one JSON object `<sample_id>.json` (every column, null included; `bytes`
     in base64). Each tar opens with a `__ferroload__` member (WebDataset's readers skip
-    `__…__` members) naming the columns and their types, from which `import_webdataset`
-    restores the same columns with the same types. Tars are deterministic
+    `__…__` members) naming the columns and their types and the modalities with their
+    member extensions, from which `import_webdataset` restores the same modalities and
+    the same columns with the same types. Tars are deterministic
     (mode 0644, mtime 0, owner 0). Everything is written into a temporary folder next to
     `dst`, renamed to `dst` only once the export is complete: a failed export leaves
     nothing behind.
@@ -133,7 +138,7 @@ def export_webdataset(
             writer = _Original(ds, staged.path, samples_per_shard, chosen)
         else:
             per_shard = samples_per_shard or DEFAULT_SAMPLES_PER_SHARD
-            writer = _Generic(ds, staged.path, per_shard, chosen)
+            writer = _Generic(ds, staged.path, per_shard, chosen, marked=metadata == "json")
         for chunk in read_chunks(
             ds, writer.columns, progress, order=writer.order, desc="export wds"
         ):
@@ -220,7 +225,11 @@ class _Original(_Tars):
         self.json_columns = chosen
         types = {f.name: f.type for f in ds.schema}
         cls = "cls" if _int_label(ds) else None
-        self.marker = marker("json", cls, {c: types[c] for c in chosen})
+        # as an export of the dataset this one was imported from wrote it (the members
+        # keep their names, which an export of a ferroload dataset chose so)
+        self.marker = marker(
+            "json", cls, {c: types[c] for c in chosen}, _MemberNames(ds).modalities(ds)
+        )
         # the marker opens each original tar with a sample that has a metadata member to
         # write (every tar, when re-sharding, if any sample has one)
         self.marked = _with_metadata_member(ds) if chosen else set()
@@ -341,27 +350,67 @@ def _tar_name(shard: str | None, n: int, used: set[str]) -> str:
     return name
 
 
-class _Generic(_Tars):
-    """Any dataset: `<sample_id>.<ext>` per modality, an int `label` as
-    `<sample_id>.cls`, the other metadata columns as `<sample_id>.json`, and a
-    `__ferroload__` member per tar naming the columns and their types."""
+class _MemberNames:
+    """The member extensions of an exported dataset's modalities: `<ext>`, or
+    `<modality>.<ext>` for modalities that share an extension (`suffix`); for a payload
+    whose bytes are another format than its modality's extension (a PNG in a `jpg`
+    modality), that format's extension where no other member takes it, else
+    `<modality>.<format>` (`other`, per modality and format: fixed up front for every
+    format of the modality's codec family, so each tar's marker names them all); the
+    metadata member's extension (`json`)."""
 
-    def __init__(self, ds: Dataset, out: Path, samples_per_shard: int, chosen: list[str]) -> None:
-        super().__init__(ds, out)
-        self.per_shard = samples_per_shard
+    def __init__(self, ds: Dataset) -> None:
         exts = [m.ext.lower() for m in ds.modalities]
         self.suffix = {
             m.name: m.ext if exts.count(m.ext.lower()) == 1 else f"{m.name}.{m.ext}"
             for m in ds.modalities
         }
-        taken = {s.lower() for s in self.suffix.values()}
-        self.cls = "label" in chosen and _int_label(ds) and "cls" not in taken
+        self.taken = {s.lower() for s in self.suffix.values()}
+        self.json = next(s for s in ("json", "meta.json", "ferroload.json") if s not in self.taken)
+        taken = self.taken | {self.json, "cls"}
+        self.other: dict[str, dict[str, str]] = {}
+        for m in ds.modalities:
+            own = self.other[m.name] = {}
+            for fmt in MEDIA_EXTS.get(m.codec_hint, ()):
+                if not same_format(fmt, m.ext):
+                    plain = "." not in self.suffix[m.name] and fmt not in taken
+                    own[fmt] = fmt if plain else f"{m.name}.{fmt}"
+                    taken.add(own[fmt].lower())
+
+    def modalities(self, ds: Dataset) -> dict[str, ModalityMembers]:
+        """What the marker says of the modalities."""
+        return {
+            m.name: ModalityMembers(
+                m.ext, m.kind, m.codec_hint, (self.suffix[m.name], *self.other[m.name].values())
+            )
+            for m in ds.modalities
+        }
+
+
+class _Generic(_Tars):
+    """Any dataset: `<sample_id>.<ext>` per modality, the extension of the payload's
+    format, an int `label` as `<sample_id>.cls`, the other metadata columns as
+    `<sample_id>.json`, and a `__ferroload__` member per tar naming the columns with
+    their types and the modalities with their member extensions."""
+
+    def __init__(
+        self, ds: Dataset, out: Path, samples_per_shard: int, chosen: list[str], *, marked: bool
+    ) -> None:
+        super().__init__(ds, out)
+        self.per_shard = samples_per_shard
+        names = _MemberNames(ds)
+        self.suffix, self.other, self.json = names.suffix, names.other, names.json
+        self.cls = "label" in chosen and _int_label(ds) and "cls" not in names.taken
         self.meta = [c for c in chosen if not (self.cls and c == "label")]
-        self.json = next(s for s in ("json", "meta.json", "ferroload.json") if s not in taken)
         types = {f.name: f.type for f in ds.schema}
         self.marker = (
-            marker(self.json, "cls" if self.cls else None, {c: types[c] for c in chosen})
-            if chosen
+            marker(
+                self.json,
+                "cls" if self.cls else None,
+                {c: types[c] for c in chosen},
+                names.modalities(ds),
+            )
+            if marked
             else None
         )
         self.columns = ["sample_id", *self.suffix, *chosen]
@@ -374,6 +423,9 @@ class _Generic(_Tars):
         for modality, suffix in self.suffix.items():
             data = sample[modality]
             if data is not None:
+                other = self.other[modality]
+                if other:
+                    suffix = other.get(true_ext(suffix, data, other), suffix)
                 self._add(tar, sid, f"{sid}.{suffix}", data)
                 self.num_bytes += len(data)
         if self.cls and sample["label"] is not None:

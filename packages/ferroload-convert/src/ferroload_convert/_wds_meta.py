@@ -10,18 +10,26 @@ becomes `<key>.cls`) as one JSON object per sample, and, once per tar, a member 
 the extensions of the two members and each column's type in the manifest's form
 (docs/format.md §6). `import_webdataset` reads it and turns those `.json` members back
 into the same columns, of the same types (`bytes` travel as base64).
+
+The marker also names the dataset's modalities and the member extensions that hold each
+(`"modalities": {"image": {"ext": "jpg", "kind": "tensor", "codec_hint": "image",
+"members": ["jpg", "png", …]}}`): a member takes its extension from its bytes' format
+(a PNG in a `jpg` modality is `<key>.png`), and the importer puts every one of those
+members back into the one modality, declared as it was.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from ferroload_format import type_from_json
+from ferroload_core import FerroloadError
+from ferroload_format import check_modality, type_from_json
 from ferroload_format import type_to_json as format_type_to_json
 
 #: The name of the member describing a tar's metadata.
@@ -30,13 +38,30 @@ MARKER = "__ferroload__"
 MAX_MARKER_BYTES = 1 << 20
 
 
+#: The most modalities, and member extensions per modality, a marker may name.
+MAX_MARKER_MODALITIES = 64
+
+
+@dataclass(frozen=True)
+class ModalityMembers:
+    """A modality as a `__ferroload__` member declares it, with the member extensions
+    (`<key>.<extension>`) that hold its payloads."""
+
+    ext: str
+    kind: str
+    codec_hint: str
+    members: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class MarkerInfo:
-    """What a tar's `__ferroload__` member says: its metadata member's extension and the
-    types of the columns that member holds."""
+    """What a tar's `__ferroload__` member says: its metadata member's extension, the
+    types of the columns that member holds, and the modalities (none in markers written
+    before 0.2's exports named them)."""
 
     json_ext: str
     columns: dict[str, pa.DataType]
+    modalities: dict[str, ModalityMembers] = field(default_factory=dict)
 
 
 def type_to_json(t: pa.DataType) -> Any:
@@ -88,9 +113,9 @@ def dumps(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, allow_nan=True).encode("utf-8")
 
 
-def read_marker(data: bytes) -> tuple[str, str | None, dict[str, pa.DataType]] | None:
-    """(the metadata member's extension, the label's or None, column types) that a
-    `__ferroload__` member holds, or None when it is not one of ours."""
+def read_marker(data: bytes) -> MarkerInfo | None:
+    """What a `__ferroload__` member says, or None when it is not one of ours (or names
+    an invalid modality or member extension)."""
     try:
         doc = json.loads(data)
         if not isinstance(doc, dict) or doc.get("ferroload") != 1:
@@ -99,18 +124,46 @@ def read_marker(data: bytes) -> tuple[str, str | None, dict[str, pa.DataType]] |
         json_ext, cls_ext = doc["json"], doc.get("cls")
         if not isinstance(json_ext, str) or not (cls_ext is None or isinstance(cls_ext, str)):
             return None
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        modalities = _read_modalities(doc.get("modalities", {}))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, FerroloadError):
         return None
-    return json_ext, cls_ext, columns
+    return MarkerInfo(json_ext, columns, modalities)
 
 
-def marker(json_ext: str, cls_ext: str | None, columns: dict[str, pa.DataType]) -> bytes:
-    """The `__ferroload__` member for these columns."""
+#: A member extension a marker may name: dot-separated words (`png`, `seg.png`).
+_MEMBER_EXT = re.compile(r"[A-Za-z0-9_-]{1,32}(\.[A-Za-z0-9_-]{1,32}){0,3}")
+
+
+def _read_modalities(doc: Any) -> dict[str, ModalityMembers]:
+    """The `modalities` of a marker, checked (`ValueError`, `InvalidModalityError`)."""
+    if not isinstance(doc, dict) or len(doc) > MAX_MARKER_MODALITIES:
+        raise ValueError("modalities is not an object of at most 64 entries")
+    out: dict[str, ModalityMembers] = {}
+    for name, spec in doc.items():
+        members = spec["members"]
+        if not isinstance(members, list) or not 0 < len(members) <= MAX_MARKER_MODALITIES:
+            raise ValueError(f"the members of {name!r} are not a list of 1 to 64")
+        if not all(isinstance(m, str) and _MEMBER_EXT.fullmatch(m) for m in members):
+            raise ValueError(f"a member extension of {name!r} is not a plain extension")
+        check_modality(name, spec["ext"], spec["kind"], spec["codec_hint"])
+        out[name] = ModalityMembers(spec["ext"], spec["kind"], spec["codec_hint"],
+                                    tuple(dict.fromkeys(members)))  # fmt: skip
+    return out
+
+
+def marker(
+    json_ext: str,
+    cls_ext: str | None,
+    columns: dict[str, pa.DataType],
+    modalities: dict[str, ModalityMembers],
+) -> bytes:
+    """The `__ferroload__` member for these columns and modalities."""
     return dumps(
         {
             "ferroload": 1,
             "json": json_ext,
             "cls": cls_ext,
             "columns": {k: type_to_json(t) for k, t in columns.items()},
+            "modalities": {name: asdict(m) for name, m in modalities.items()},
         }
     )

@@ -179,8 +179,7 @@ def _read_marker(tar: tarfile.TarFile, path: str, max_bytes: int) -> MarkerInfo 
     info = next((i for i in reversed(tar.getmembers()) if i.name == MARKER and i.isreg()), None)
     if info is None or info.size > MAX_MARKER_BYTES:
         return None
-    parsed = read_marker(_read_member(tar, info, path, max_bytes))
-    return None if parsed is None else MarkerInfo(parsed[0], parsed[2])
+    return read_marker(_read_member(tar, info, path, max_bytes))
 
 
 def _check_member_name(name: str, path: str) -> None:

@@ -90,8 +90,9 @@ def import_webdataset(
     bytes back from the columns. Any other such member stays a payload (a `.cls` that
     reads as an int but is spelled otherwise, `" 4\\n"`, also gives `label`). In a tar
     written by `export_webdataset` (it has a `__ferroload__` member naming the columns
-    and their types), each `.json` becomes those metadata columns again, with the same
-    types.
+    and their types, and the modalities with their member extensions), each member goes
+    back into the modality the marker names (declared as it was), and each `.json`
+    becomes those metadata columns again, with the same types.
 
     Directory entries, members without an extension and WebDataset's `__…__` meta
     members are left out, each named with its reason in the report's `ignored`. Image
@@ -188,14 +189,16 @@ def import_webdataset(
 class _WdsState:
     """What a WebDataset import decides in input order, besides the sample ids: the
     extension -> modality names, the extensions lifted into columns, the columns the
-    `__ferroload__` markers declared (and the names they reserve), and the columns of
-    every marker a run saw (for `_WdsJob.consistent`)."""
+    `__ferroload__` markers declared (and the names they reserve), the columns of
+    every marker a run saw (for `_WdsJob.consistent`), and the modalities the markers
+    declared (name -> ext, kind, codec hint)."""
 
     assigned: dict[str, str] = field(default_factory=dict)
     lifted: dict[str, str] = field(default_factory=dict)
     declared: dict[str, pa.DataType] = field(default_factory=dict)
     reserved: frozenset[str] = frozenset()
     marker_columns: frozenset[str] = frozenset()
+    specs: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -221,12 +224,14 @@ class _WdsJob:
         for column, dtype in declared.items():
             session.declare_column(column, dtype)
         markers: dict[str, MarkerInfo] = {}
+        mapped: dict[str, set[str]] = {}  # per tar, the members its marker maps
         seen: set[str] = set()
         for tar, item in ordered_streams(units, self.read, workers=self.workers, buffer=32):
             if isinstance(item, MarkerInfo):
                 seen.update(item.columns)
                 if _accept_marker(item, tar.path, session, declared, names):
                     markers[tar.path] = item
+                mapped[tar.path] = names.adopt(item, tar.path)
                 continue
             if isinstance(item, Ignored):
                 session.ignore(item.name, item.reason)
@@ -241,7 +246,10 @@ class _WdsJob:
                 meta: dict[str, Any] = {"wds_key": item.key, "wds_shard": tar.name}
                 for ext, payload in item.members:
                     marker = markers.get(tar.path)
-                    kept, lifted = lift(ext, payload, meta, marker, declared)
+                    if ext in mapped.get(tar.path, ()):  # a modality's, as the marker says
+                        kept, lifted = False, None
+                    else:
+                        kept, lifted = lift(ext, payload, meta, marker, declared)
                     if kept:
                         members.append({"ext": ext, "modality": lifted})
                         if lifted is not None:
@@ -254,7 +262,7 @@ class _WdsJob:
                 session.add(item.key, data, meta)
             session.advance()
         return _WdsState(names.assigned, names.lifted, declared, frozenset(names.reserved),
-                         frozenset(seen))  # fmt: skip
+                         frozenset(seen), names.specs)  # fmt: skip
 
     def consistent(self, given: _WdsState, truth: _WdsState, after: _WdsState) -> bool:
         """A run's names are what the truth gives when each extension it named anew is
@@ -265,7 +273,9 @@ class _WdsJob:
         if given == truth:
             return True
         since = set(truth.assigned.values()) - set(given.assigned.values())
-        if given.declared != truth.declared or given.reserved != truth.reserved:
+        if (given.declared, given.reserved, given.specs) != (
+            truth.declared, truth.reserved, truth.specs,
+        ):  # fmt: skip
             return False
         if not after.marker_columns.isdisjoint(since):
             return False
@@ -287,6 +297,7 @@ class _WdsJob:
             {**truth.lifted, **{e: c for e, c in after.lifted.items() if e not in truth.lifted}},
             {**truth.declared, **after.declared},
             truth.reserved | after.reserved,
+            specs={**truth.specs, **after.specs},
         )
 
     def report_columns(self, state: _WdsState) -> dict[str, str]:
@@ -342,11 +353,49 @@ class _Modalities:
         self.lifted: dict[str, str] = dict(state.lifted)  # extension -> the column it became
         self._ours = {*WDS_COLUMNS, *(col for col, _ in LIFTED.values())}
         self.reserved = set(state.reserved)  # the markers' columns
+        self.specs = dict(state.specs)  # modality -> (ext, kind, codec hint), from markers
         self._declared: set[str] = set()  # modalities declared in this session
 
     def reserve(self, columns: Iterable[str]) -> None:
         """Metadata columns no modality may be named after."""
         self.reserved |= set(columns)
+
+    def adopt(self, marker: MarkerInfo, path: str) -> set[str]:
+        """Name the modalities of a tar's `__ferroload__` member as it says (each of its
+        member extensions -> its modality); the members so mapped. A modality that
+        cannot be one here keeps its members named by their extensions: a name of ours
+        or a marker's column, a member extension already another modality's, or a name
+        already declared otherwise."""
+        mapped: set[str] = set()
+        for name, m in marker.modalities.items():
+            spec = (m.ext, m.kind, m.codec_hint)
+            taken = name in self._ours or name in self.reserved or name == "sample_id"
+            other = [e for e in m.members if self.assigned.get(e, name) != name]
+            if taken or other or self._spec(name) not in (None, spec):
+                logger.warning(
+                    "%s: its __ferroload__ member names modality %r, which cannot be one "
+                    "here; its members %s are named by their extensions",
+                    path,
+                    name,
+                    ", ".join(m.members),
+                )
+                continue
+            self.specs[name] = spec
+            for ext in m.members:
+                self.assigned[ext] = name
+            mapped.update(m.members)
+            self.of(m.members[0])  # declared now: the marker's order is the dataset's
+        return mapped
+
+    def _spec(self, name: str) -> tuple[str, str, str] | None:
+        """How modality `name` is (or will be) declared, None if it is not one yet."""
+        if name in self.specs:
+            return self.specs[name]
+        old = next((m for m in self._session.existing_modalities if m.name == name), None)
+        if old is not None:
+            return old.ext, old.kind, old.codec_hint
+        ext = next((e for e, n in self.assigned.items() if n == name), None)
+        return None if ext is None else (_format_ext(ext), *kind_of(ext))
 
     def of(self, ext: str) -> str:
         modality = self.assigned.get(ext)
@@ -355,14 +404,15 @@ class _Modalities:
         if modality is None:
             taken = self._ours | self.reserved | set(self.assigned.values())
             modality = column_name(ext, taken, prefix="x")
-        fmt_ext = re.sub(r"[^A-Za-z0-9_]", "_", ext.rsplit(".", 1)[-1].lower())[:16] or "bin"
         # an existing dataset (append) already has the modality: reuse it as declared
-        old = next((m for m in self._session.existing_modalities if m.name == modality), None)
-        if old is not None:
-            fmt_ext, kind, hint = old.ext, old.kind, old.codec_hint
-        else:
-            kind, hint = kind_of(ext)
+        fmt_ext, kind, hint = self._spec(modality) or (_format_ext(ext), *kind_of(ext))
         self._session.declare(modality, fmt_ext, kind, hint)
         self._declared.add(modality)
         self.assigned[ext] = modality
         return modality
+
+
+def _format_ext(ext: str) -> str:
+    """The format extension of a modality named after member extension `ext`: its last
+    part (`seg.png` -> `png`), as the format spells extensions."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", ext.rsplit(".", 1)[-1].lower())[:16] or "bin"

@@ -28,6 +28,7 @@ from ferroload_core._lru import LRU
 from ferroload_core._magic import (
     JPEG_MAGIC,
     JPEG_SOF_MARKERS,
+    MEDIA_EXTS,
     PNG_MAGIC,
     sniff_audio,
     sniff_ext,
@@ -54,6 +55,7 @@ __all__ = [
     "JPEG_MAGIC",
     "JPEG_SOF_MARKERS",
     "LRU",
+    "MEDIA_EXTS",
     "PNG_MAGIC",
     "ContextError",
     "FerroloadError",

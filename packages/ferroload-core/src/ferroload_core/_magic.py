@@ -14,6 +14,13 @@ IMAGE_FORMATS = {"jpg": "jpeg", "png": "png", "gif": "gif", "webp": "webp", "bmp
                  "tiff": "tiff"}  # fmt: skip
 #: The audio formats `sniff_ext` knows (the extension it returns is the format's name).
 AUDIO_FORMATS = frozenset({"wav", "flac", "ogg", "aiff", "mp3", "aac", "m4a"})
+#: Every extension `sniff_ext` returns for images, audio and video, by codec family: what
+#: a payload of an `image`, `audio` or `video` modality can turn out to be.
+MEDIA_EXTS: dict[str, tuple[str, ...]] = {
+    "image": tuple(IMAGE_FORMATS),
+    "audio": tuple(sorted(AUDIO_FORMATS)),
+    "video": ("mp4", "webm", "mkv", "avi"),
+}
 
 
 def sniff_ext(data: bytes | bytearray | memoryview | None) -> str | None:

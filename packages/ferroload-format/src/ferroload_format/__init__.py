@@ -54,6 +54,7 @@ from ferroload_format._index import ROW_GROUP_SIZE
 from ferroload_format._index_arrays import ModalityArrays, arrow_array, numpy_column
 from ferroload_format._layers import LayerWriter
 from ferroload_format._manifest import FORMAT_MINOR, FORMAT_VERSION, MAX_MANIFEST_DEPTH, Manifest
+from ferroload_format._names import check_modality
 from ferroload_format._progress_bar import hide_progress_bar
 from ferroload_format._reads import read_payloads
 from ferroload_format._records import IdRun, IndexPart, LayerInfo, Modality, ShardInfo, ShardList
@@ -129,6 +130,7 @@ __all__ = [
     "WriterClosedError",
     "__version__",
     "arrow_array",
+    "check_modality",
     "commit_staged",
     "discard_staged",
     "gc",
