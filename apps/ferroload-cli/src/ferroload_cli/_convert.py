@@ -174,12 +174,14 @@ def _resolve_common(given: dict[str, Any], *, max_file: bool) -> _Common:
 
 
 def _import_command(
-    name: str, *examples_: str, max_file: bool = True
+    name: str, *examples_: str, max_file: bool = True, alias: str | None = None
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register an import command: the decorated function declares its own arguments and
     a last parameter `common: _Common`; the command takes those, then the options every
     importer takes (`_COMMON_OPTIONS`, without `--max-file-size` when not `max_file`),
     resolved into `common` before the function runs (Typer reads the signature built here).
+    `alias`: the name of the Python function's spelling (`webdataset` for `wds`), a
+    hidden command that runs the same.
     """
 
     def register(fn: Callable[..., None]) -> Callable[..., None]:
@@ -200,6 +202,8 @@ def _import_command(
 
         command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
+        if alias is not None:
+            import_app.command(alias, epilog=examples(*examples_), hidden=True)(command)
         return import_app.command(name, epilog=examples(*examples_))(command)
 
     return register
@@ -277,6 +281,7 @@ def _run_import(
     "ferroload import imagefolder ~/photos ./photos",
     "ferroload import imagefolder ~/photos s3://bucket/photos --on-error skip --json",
     "ferroload import imagefolder ~/more-photos ./photos --append",
+    alias="image-folder",
 )
 def import_imagefolder(src: Src, dst: Dst, common: _Common) -> None:
     """An image folder: one subfolder per class (label = class index, sorted names)."""
@@ -290,6 +295,7 @@ def import_imagefolder(src: Src, dst: Dst, common: _Common) -> None:
     "ferroload import wds ./shards ./ds",
     "ferroload import wds 'train-{0000..0003}.tar' ./ds --json",
     "ferroload import wds s3://bucket/wds/ ./ds --overwrite",
+    alias="webdataset",
 )
 def import_wds(
     src: Annotated[

@@ -106,7 +106,8 @@ def export_wds(
         Metadata,
         typer.Option(
             help="json: label as <key>.cls, the other metadata as <key>.json (and the "
-            "__ferroload__ member that types them); none: modalities only"
+            "__ferroload__ member that types them and names the modalities); none: "
+            "modalities only"
         ),
     ] = Metadata.JSON,
     metadata_columns: Annotated[
@@ -159,3 +160,8 @@ def export_imagefolder(
         ds, dst, modality=modality, where=where, overwrite=overwrite, progress=progress_arg()
     )
     _show_export(report, ds, dst, json=json)
+
+
+# the Python functions' spellings (`export_webdataset`, `export_image_folder`), hidden
+export_app.command("webdataset", hidden=True)(export_wds)
+export_app.command("image-folder", hidden=True)(export_imagefolder)
