@@ -116,8 +116,8 @@ def info(uri: Uri, json: Json = False, storage_option: StorageOptions = None) ->
                 if ds.format != "ferroload"
                 else []
             ),
-            ("samples", ds.num_samples),
-            ("shards", ds.num_shards),
+            ("samples", f"{ds.num_samples:,}"),
+            ("shards", f"{ds.num_shards:,}"),
             ("size", f"{r.size(m.size_bytes)} ({parts}, manifest)"),
         ]
     )
