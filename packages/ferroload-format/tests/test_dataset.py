@@ -56,8 +56,27 @@ def test_positions_slices_and_iteration(uri: str, write: WriteFn) -> None:
         with pytest.raises(SampleIndexError) as info:
             ds[bad]
         assert isinstance(info.value, IndexError)
-    with pytest.raises(TypeError):
-        ds["s00001"]  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=r"indexed by sample position.*ds.column\('label'\)"):
+        ds["label"]  # type: ignore[call-overload]  # a column, as Hugging Face datasets reads it
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [("to_pandas", "ds.to_table().to_pandas()"), ("filter", "ds.subset("),
+     ("select", "ds.take(indices)"), ("shuffle", "make_loader(ds, seed=...)"),
+     ("column_names", "ds.columns"), ("with_format", "out='torch'")],
+)  # fmt: skip
+def test_hugging_face_habits_name_ferroloads_way(
+    uri: str, write: WriteFn, name: str, hint: str
+) -> None:
+    """`ds.to_pandas()` or `ds.filter(...)` said only "no attribute"."""
+    ds = write(uri, 3)
+    with pytest.raises(AttributeError, match="Hugging Face datasets") as info:
+        getattr(ds, name)
+    assert hint in str(info.value) and info.value.name == name
+    assert not hasattr(ds, "to_pandas")  # what libraries probe for stays False
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        ds.nope  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_full_sample_and_projection(uri: str, write: WriteFn) -> None:

@@ -28,6 +28,24 @@ if TYPE_CHECKING:
 _ITER_CHUNK = 256
 
 
+#: What Hugging Face `datasets` (or pandas) users call, and ferroload's way to do it.
+_ELSEWHERE = {
+    "to_pandas": "use ds.to_table().to_pandas()",
+    "filter": 'use ds.subset("label = 3"), a SQL WHERE over the index',
+    "select": "use ds.take(indices)",
+    "shuffle": "use ds.take(numpy.random.default_rng(seed).permutation(len(ds))), or "
+    "make_loader(ds, seed=...) for a training order",
+    "select_columns": "use ds.to_table(columns), or ds.get(i, columns)",
+    "remove_columns": "use ds.to_table(columns) with the columns to keep",
+    "column_names": "use ds.columns",
+    "num_rows": "use len(ds)",
+    "features": "use ds.schema (Arrow types) and ds.modalities",
+    "train_test_split": "use ds.subset(\"split = 'train'\") on a split column, or ds.take",
+    "set_format": "the loaders choose the output: make_loader(ds, out='torch')",
+    "with_format": "the loaders choose the output: make_loader(ds, out='torch')",
+}
+
+
 class Dataset(DatasetBase):
     """A committed version of a ferroload dataset, or a view (subset) of one.
 
@@ -101,10 +119,35 @@ class Dataset(DatasetBase):
     def __getitem__(self, i: slice) -> Dataset: ...
 
     def __getitem__(self, i: IndexLike | slice) -> dict[str, Any] | Dataset:
-        """The full sample at position `i` (a dict), or a view for a slice."""
+        """The full sample at position `i` (a dict), or a view for a slice.
+
+        Raises:
+            TypeError: for a column name (`ds["label"]`, as Hugging Face `datasets`
+                reads a column), naming `column` and `to_table`.
+        """
         if isinstance(i, slice):
             return self.take(np.arange(len(self))[i])
+        key: object = i  # typed as a position; a user may pass anything
+        if isinstance(key, str):
+            raise TypeError(
+                f"ds[{i!r}]: a ferroload Dataset is indexed by sample position (ds[0], "
+                f"ds[10:20]); for a column use ds.column({i!r}) (an Arrow array) or "
+                f"ds.to_table([{i!r}])"
+            )
         return self.get(i)
+
+    if not TYPE_CHECKING:  # type checkers keep flagging unknown attributes
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for a missing attribute: one that Hugging Face `datasets` or pandas
+            users reach for gets an error that names ferroload's way."""
+            hint = _ELSEWHERE.get(name)
+            if hint is None:
+                raise AttributeError(f"'Dataset' object has no attribute {name!r}", name=name)
+            raise AttributeError(
+                f"a ferroload Dataset has no {name!r} (as Hugging Face datasets has); {hint}",
+                name=name,
+            )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Every sample, in order, read in coalesced chunks."""
