@@ -93,6 +93,23 @@ def test_module_and_console_script_agree(dataset: str) -> None:
 # --------------------------------------------------------------------------- reading
 
 
+def test_a_folder_to_import_is_named_with_its_import_command(tmp_path: Path) -> None:
+    """`ferroload info ~/photos` on an image folder said only that it is not a dataset."""
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    (tmp_path / "photos" / "cat" / "a.JPG").write_bytes(b"\xff\xd8\xff")
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "train-0.tar").write_bytes(b"")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    photos = run("info", str(tmp_path / "photos"))
+    assert photos.returncode == 1
+    assert photos.stderr.rstrip().endswith(
+        f"it looks like an image folder: ferroload import imagefolder {tmp_path / 'photos'} DST"
+    )
+    assert "ferroload import wds" in run("info", str(tmp_path / "shards")).stderr
+    assert "looks like" not in run("info", str(tmp_path / "other")).stderr
+
+
 def test_info(dataset: str) -> None:
     info = ok_json("info", dataset)
     assert (info["name"], info["version"], info["num_samples"], info["num_shards"]) == (

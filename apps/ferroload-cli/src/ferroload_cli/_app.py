@@ -242,7 +242,44 @@ def cli_message(exc: BaseException) -> str:
             f"{uri} already holds a dataset: pass --append to add to it or --overwrite to "
             "replace it"
         )
+    if type(exc).__name__ == "NotADatasetError":
+        text += _import_hint(str(getattr(exc, "uri", None) or ""))
     return printable(text)
+
+
+#: Entries `_import_hint` looks at, at most.
+_HINT_ENTRIES = 5000
+
+
+def _import_hint(uri: str) -> str:
+    """For a local folder that is not a dataset: the import command its files call for
+    (`; it looks like an image folder: ferroload import imagefolder SRC DST`), else ""."""
+    from ferroload_convert import kind_of
+
+    path = shown_uri(uri)
+    if "://" in path or not os.path.isdir(path):
+        return ""
+    names: list[str] = []
+    for top, dirs, files in os.walk(path):
+        depth = os.path.relpath(top, path).count(os.sep) + (top != path)
+        names += [f"{depth}/{f.lower()}" for f in files]
+        if depth >= 2 or len(names) > _HINT_ENTRIES:
+            dirs.clear()
+        if len(names) > _HINT_ENTRIES:
+            break
+    shown = path if " " not in path else f"'{path}'"
+    hf = {"0/dataset_info.json", "0/dataset_dict.json", "0/state.json"}
+    looks = (
+        ("a Hugging Face save_to_disk folder", "hf") if hf & set(names)
+        else ("WebDataset tars", "wds") if any(n.endswith((".tar", ".tar.gz", ".tgz")) for n in names)
+        else ("Parquet files", "parquet") if any(n.endswith(".parquet") for n in names)
+        else ("an image folder", "imagefolder")
+        if any(n[0] == "1" and kind_of(n.rsplit(".", 1)[-1])[1] == "image" for n in names)
+        else None
+    )  # fmt: skip
+    if looks is not None:
+        return f"; it looks like {looks[0]}: ferroload import {looks[1]} {shown} DST"
+    return ""
 
 
 # --------------------------------------------------------------------------- the root
