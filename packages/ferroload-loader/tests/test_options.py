@@ -456,7 +456,7 @@ def test_options_and_keywords_are_not_mixed(make_dataset: MakeDataset) -> None:
             continue
         with pytest.raises(TypeError, match=r"not both \(got options= and seed=\)"):
             build(uri, options=options, seed=1)
-        with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
+        with pytest.raises(TypeError, match="'batchsize'; did you mean 'batch_size'"):
             build(uri, batchsize=4)
         with pytest.raises(TypeError, match="missing 1 required keyword-only argument"):
             build(uri, meta=["label"])
@@ -464,6 +464,32 @@ def test_options_and_keywords_are_not_mixed(make_dataset: MakeDataset) -> None:
             build(uri, options=LoaderOptions(meta=["label"]))
         with pytest.raises(TypeError, match="takes a LoaderOptions, got dict"):
             build(uri, options={"batch_size": 4})
+
+
+def test_habits_from_other_loaders_name_the_option_here(make_dataset: MakeDataset) -> None:
+    """`num_workers=` (torch's DataLoader) said only "unexpected keyword argument"."""
+    uri = make_dataset(10)
+    with pytest.raises(TypeError, match=r"'num_workers'; the loader decodes on threads="):
+        make_loader(uri, batch_size=4, num_workers=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"'collate_fn'; .* transform="):
+        make_loader(uri, batch_size=4, collate_fn=list)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"argument 'wat'$"):  # nothing close: no guess
+        make_loader(uri, batch_size=4, wat=1)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "shaping", [{"resize": (8, 8)}, {"crop": "center"}, {"hflip": 0.5}, {"layout": "NCHW"}]
+)
+def test_image_options_without_images_are_refused(
+    make_dataset: MakeDataset, shaping: dict[str, Any]
+) -> None:
+    """`make_loader(uri, batch_size=32, resize=(32, 32))` gave batches of sample ids only:
+    `resize` did nothing, as no image field was named."""
+    uri = make_dataset(10)
+    key = next(iter(shaping))
+    with pytest.raises(ValueError, match=rf"{key}=.*images= .* pass images=\['image'\]"):
+        make_loader(uri, batch_size=4, **shaping)
+    make_loader(uri, batch_size=4, meta=["label"])  # no image option: a loader of metadata
 
 
 def test_each_entry_point_refuses_what_it_cannot_honour(make_dataset: MakeDataset) -> None:

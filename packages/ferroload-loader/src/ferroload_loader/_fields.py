@@ -618,6 +618,25 @@ def build_fields(
             )
         kwargs = {"size": resize, "resize": mode, **opts}
         fields.append(VideoField(name, kwargs, video_pool))
+    if not fields:  # nothing decoded: options that shape images would do nothing
+        given = {
+            "resize": resize,
+            "crop": crop,
+            "hflip": hflip or None,
+            "dtype": dtype,
+            "normalize": normalize,
+            "layout": None if layout == "NHWC" else layout,
+        }
+        shaping = [f"{k}={v!r}" for k, v in given.items() if v is not None]
+        if shaping:
+            found = sorted(
+                {m.name for ds in source.datasets for m in ds.modalities if m.codec_hint == "image"}
+            )
+            raise ValueError(
+                f"{', '.join(shaping)} shape decoded images, but images= (and video=) name "
+                f"none, so batches would hold no image: pass images={found or ['...']!r} "
+                "(the modalities to decode)"
+            )
     if isinstance(meta, str):
         raise TypeError("meta= takes a list of column names, not a str")
     fields.extend(MetaField(name) for name in meta)

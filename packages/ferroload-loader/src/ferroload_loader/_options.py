@@ -9,6 +9,7 @@ them (`field_options`, `make_sampler`), so an option means the same everywhere.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
@@ -65,7 +66,8 @@ class LoaderOptions:
         meta: metadata columns: numbers as arrays/tensors, the rest as lists.
         resize: output `(height, width)` (or an int) of images and video frames, of at
             most `ferroload_codec.DEFAULT_MAX_PIXELS` pixels (or a field's larger
-            `max_pixels`).
+            `max_pixels`). It and the other image options are refused by a loader that
+            decodes no image or video field: name them with `images=` (or `video=`).
         crop: `None` stretches to `resize`; `"center"` scales the shorter side and crops
             the centre; `"pad"` scales the longer side and pads; `"random"` (or a
             `RandomResizedCrop(scale=, ratio=)`) cuts a box of random area and aspect
@@ -265,7 +267,9 @@ def take_options(
     else:
         for name in keywords:
             if name not in _DEFAULTS:
-                raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+                raise TypeError(
+                    f"{caller}() got an unexpected keyword argument {name!r}{_instead(name)}"
+                )
             if name in refused:
                 raise TypeError(f"{caller}() does not take {name}=: {refused[name]}")
         taken = LoaderOptions(**keywords)
@@ -276,6 +280,26 @@ def take_options(
             else f"{caller}() needs a batch size: LoaderOptions(batch_size=...)"
         )
     return taken
+
+
+#: What torch, Hugging Face or WebDataset users pass, and the option that does it here.
+_HABITS = {
+    "num_workers": "; the loader decodes on threads= in this process (no worker "
+    "processes); with torch DataLoader workers, use FerroIterableDataset "
+    "(ferroload.loader.torch)",
+    "collate_fn": "; batches are built as dicts of arrays: change them with transform=",
+    "transforms": "; use transform= (a function of the batch)",
+    "columns": "; name what a batch holds with images=, audio=, video= and meta=",
+    "sampler": "; the order is shuffle=, seed=, where= and rank= / world_size=",
+}
+
+
+def _instead(name: str) -> str:
+    """`; did you mean …?` for an unknown option: a habit's way, or a close name."""
+    if name in _HABITS:
+        return _HABITS[name]
+    close = difflib.get_close_matches(name, list(_DEFAULTS), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class SamplerKeywords(TypedDict, total=False):
