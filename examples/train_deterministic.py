@@ -165,8 +165,7 @@ def train(
         saved = torch.load(resume_from, weights_only=False)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
-        if saved["loader"] is not None:
-            loader.load_state_dict(saved["loader"])
+        loader.load_state_dict(saved["loader"])
         torch.set_rng_state(saved["torch_rng"])
         losses, step, start_epoch = saved["losses"], saved["step"], saved["epoch"]
     model.train()
@@ -186,10 +185,9 @@ def train(
                     {
                         "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(),
-                        # At the end of an epoch the next one starts from its beginning
-                        # (set_epoch): no loader position to save. A position saved there
-                        # by StatefulDataLoader with workers would resume as an empty pass.
-                        "loader": None if epoch_done else loader.state_dict(),
+                        # saved after an epoch's last batch, it resumes with the next
+                        # epoch (with workers too): the loop goes on with that number
+                        "loader": loader.state_dict(),
                         "torch_rng": torch.get_rng_state(),
                         "losses": losses,
                         "step": step,

@@ -4,6 +4,7 @@ epochs, lengths, `StatefulDataLoader` resume and misuse that must fail loudly.""
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
 from typing import Any
 
@@ -191,6 +192,135 @@ def test_stateful_dataloader_iterable_resumes_exactly(uri: str, workers: int, st
     assert before + after == epoch_order(uri, 1)
     assert not [s for s, c in Counter(before + after).items() if c > 1]
     assert following == epoch_order(uri, 2)
+
+
+def _iterable_stateful(
+    uri: str, batch_size: int, workers: int, *, ds: Any = None, **extra: Any
+) -> Any:
+    if ds is None:
+        ds = FerroIterableDataset(uri, batch_size=batch_size, seed=3, **OPTS)
+        ds.set_epoch(1)
+    if workers:
+        extra.setdefault("multiprocessing_context", "fork")
+    return StatefulDataLoader(ds, batch_size=None, num_workers=workers, **extra)
+
+
+def _ids(batches: Any) -> list[list[str]]:
+    return [list(b["sample_id"]) for b in batches]
+
+
+def _epoch_end_states(uri: str, batch_size: int, workers: int, **extra: Any) -> Any:
+    """An uninterrupted run (epochs 1, 2, 3 batch by batch) and the loader states saved
+    one batch before the end of epoch 1 and right after its last batch (before the loop
+    sees the end of the pass)."""
+    dl = _iterable_stateful(uri, batch_size, workers, **extra)
+    it = iter(dl)
+    epoch1, states = [], []
+    for _ in range(len(dl)):
+        states.append(dl.state_dict())
+        epoch1.append(list(next(it)["sample_id"]))
+    states.append(dl.state_dict())
+    with pytest.raises(StopIteration):
+        next(it)
+    runs = [epoch1, _ids(dl), _ids(dl)]
+    assert [flat({"sample_id": s} for s in run) for run in runs] == [
+        epoch_order(uri, e) for e in (1, 2, 3)
+    ]
+    return runs, states[-2], states[-1]
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "workers"),
+    [(8, 2), (10, 2), (8, 3), (10, 3), (8, 1)],
+    ids=["5-batches-2-workers", "4-batches-2-workers", "5-batches-3-workers",
+         "4-batches-3-workers", "5-batches-1-worker"],
+)  # fmt: skip
+def test_stateful_dataloader_iterable_resumes_an_epoch_end_with_the_next_epoch(
+    uri: str, batch_size: int, workers: int
+) -> None:
+    """A state saved after an epoch's last batch: the workers agree that the epoch was
+    consumed, and the resumed loader goes straight on with the next epoch."""
+    (epoch1, epoch2, epoch3), before_last, at_end = _epoch_end_states(uri, batch_size, workers)
+    assert len(epoch1) == N // batch_size + (N % batch_size > 0)
+
+    resumed = _iterable_stateful(uri, batch_size, workers)
+    resumed.load_state_dict(at_end)
+    assert _ids(resumed) == epoch2  # not an empty pass first
+    assert _ids(resumed) == epoch3
+
+    # one batch before the end: exactly the remaining batch, then the end of the pass
+    resumed = _iterable_stateful(uri, batch_size, workers)
+    resumed.load_state_dict(before_last)
+    it = iter(resumed)
+    assert list(next(it)["sample_id"]) == epoch1[-1]
+    with pytest.raises(StopIteration):
+        next(it)
+    assert _ids(resumed) == epoch2
+
+
+@pytest.mark.slow
+def test_stateful_dataloader_iterable_resumes_an_epoch_end_in_spawned_workers(uri: str) -> None:
+    spawn = {"multiprocessing_context": "spawn", "persistent_workers": True}
+    (_, epoch2, epoch3), _, at_end = _epoch_end_states(uri, 8, 2, **spawn)
+    resumed = _iterable_stateful(uri, 8, 2, **spawn)
+    resumed.load_state_dict(at_end)
+    assert _ids(resumed) == epoch2
+    assert _ids(resumed) == epoch3
+
+
+def test_stateful_dataloader_resumes_an_epoch_end_on_each_rank(uri: str) -> None:
+    def make(rank: int) -> Any:
+        ds = FerroIterableDataset(uri, batch_size=4, seed=3, rank=rank, world_size=2, **OPTS)
+        return _iterable_stateful(uri, 4, 2, ds=ds)
+
+    for rank in (0, 1):
+        dl = make(rank)
+        epoch0 = _ids(dl)
+        assert len(epoch0) == 5  # 20 samples a rank, in batches of 4
+        it = iter(dl)
+        for _ in range(5):
+            next(it)
+        at_end = dl.state_dict()
+        epoch2 = _ids(dl)  # the pass that `it` began finished epoch 1
+        resumed = make(rank)
+        resumed.load_state_dict(at_end)
+        assert _ids(resumed) == epoch2
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_one_dataset_resumed_from_two_epoch_ends_in_turn(uri: str, persistent: bool) -> None:
+    """The workers' agreement is the current resume's: what the workers of an earlier
+    resume of the same dataset object left in its shared memory does not count."""
+    (epoch1, epoch2, _), before_last, at_end = _epoch_end_states(uri, 8, 2)
+    ds = FerroIterableDataset(uri, batch_size=8, seed=3, **OPTS)
+    dl = _iterable_stateful(uri, 8, 2, ds=ds, persistent_workers=persistent)
+    for state, want in [(at_end, epoch2), (before_last, epoch1[-1:]), (at_end, epoch2),
+                        (before_last, epoch1[-1:]), (before_last, epoch1[-1:])]:  # fmt: skip
+        dl.load_state_dict(state)
+        assert _ids(dl) == want
+    again = _iterable_stateful(uri, 8, 2, ds=ds, persistent_workers=persistent)
+    again.load_state_dict(at_end)
+    assert _ids(again) == epoch2
+
+
+def _owner_late(worker: int) -> None:
+    """A `worker_init_fn` (torchdata runs it before it restores the worker's state): the
+    owner of the epoch's last batch (worker 0 of 2 for 5 batches) restores late."""
+    if worker == 0:
+        time.sleep(0.5)
+
+
+def test_a_worker_waits_for_the_word_of_this_resume(uri: str) -> None:
+    """The owner of the epoch's last batch restores late: a worker whose share is done
+    waits for the owner's word of this resume, not the one an earlier resume of the same
+    dataset object left in shared memory (which would start the next epoch while the
+    owner still builds the last batch)."""
+    (epoch1, epoch2, _), before_last, at_end = _epoch_end_states(uri, 8, 2)
+    ds = FerroIterableDataset(uri, batch_size=8, seed=3, **OPTS)
+    for state, want in [(at_end, epoch2), (before_last, epoch1[-1:]), (at_end, epoch2)]:
+        dl = _iterable_stateful(uri, 8, 2, ds=ds, worker_init_fn=_owner_late)
+        dl.load_state_dict(state)
+        assert _ids(dl) == want
 
 
 def test_the_main_process_does_not_guess_where_workers_are(uri: str) -> None:

@@ -199,6 +199,8 @@ BAD_WORKER: list[tuple[dict[str, Any], str]] = [
     ({"num_workers": 10**6}, "num_workers"),
     ({"batch_size": 4}, "batch_size"),  # batches counted in another size
     ({"batches": None}, "batches"),
+    ({"first": 2}, "first"),  # the worker that builds a pass's first batch
+    ({"first": "1"}, "first"),
     ({"extra": 0}, "extra"),
     ({"sampler": {"consumed": -16}}, "sampler.consumed"),  # was a raw IndexError
     ({"sampler": {"consumed": "16"}}, "sampler.consumed"),

@@ -11,7 +11,10 @@ they return is what the loader resumes from.
 
 A loader's state: `{"sampler": <sampler state>, "batch_size": B}`, and, for the state of
 one of `k > 1` DataLoader workers of a `FerroIterableDataset`, `worker`, `num_workers`
-and `batches` (that worker's batches of the pass that began at the sampler's position).
+and `batches` (that worker's batches of the pass that began at the sampler's position),
+and `first` where the pass's first batch is not worker 0's (a pass a resume began at the
+start of the next epoch: DataLoader goes on with the worker after the last one it took
+a batch from).
 A sampler's state: `version`, `seed`, `epoch`, `consumed` (items of the epoch's global
 order used, `0 ≤ consumed ≤` the epoch's items), `num_items`, `mode`, and `lanes`
 (streaming) or `buckets` (bucketed batches) where its order has them.
@@ -67,6 +70,7 @@ STATE_VERSION = 3
 _SAMPLER_KEYS = frozenset({"version", "seed", "epoch", "consumed", "num_items", "mode"})
 _LOADER_KEYS = frozenset({"sampler", "batch_size"})
 _WORKER_KEYS = frozenset({"worker", "num_workers", "batches"})
+_WORKER_OPTIONAL = frozenset({"first"})
 
 
 @dataclass(frozen=True)
@@ -83,14 +87,15 @@ class SamplerPosition:
 @dataclass(frozen=True)
 class LoaderPosition:
     """A checked loader state: the sampler's position, the batch size that saved it,
-    and for one DataLoader worker's state its number, the worker count and the batches
-    it yielded (else 0, 1, 0)."""
+    and for one DataLoader worker's state its number, the worker count, the batches
+    it yielded and the worker that builds the pass's first batch (else 0, 1, 0, 0)."""
 
     sampler: SamplerPosition
     batch_size: int
     worker: int
     num_workers: int
     batches: int
+    first: int = 0
 
 
 def _number(state: Mapping[str, Any], key: str, path: str, low: int, high: int, why: str) -> int:
@@ -256,7 +261,10 @@ def check_loader_state(
         LoaderStateError: naming the key and value at fault.
     """
     has_worker = isinstance(state, Mapping) and bool(_WORKER_KEYS & set(state))
-    _keys(state, _LOADER_KEYS | (_WORKER_KEYS if has_worker else frozenset()), frozenset(), "")
+    _keys(
+        state, _LOADER_KEYS | (_WORKER_KEYS if has_worker else frozenset()),
+        _WORKER_OPTIONAL if has_worker else frozenset(), "",
+    )  # fmt: skip
     sampled = check_sampler_state(state["sampler"], sampler, path="sampler.")
     size = _number(state, "batch_size", "", 1, INT64_MAX, "")
     if not has_worker:
@@ -289,8 +297,11 @@ def check_loader_state(
         )
     items = sampler.remaining(sampled.consumed)
     per_rank = items // size if drop_last else -(-items // size)
-    mine = len(range(index, per_rank, workers))
+    first = _number(state, "first", "", 0, workers - 1, "below num_workers") if (
+        "first" in state
+    ) else 0  # fmt: skip
+    mine = len(range((index - first) % workers, per_rank, workers))
     batches = _number(
         state, "batches", "", 0, mine, f"worker {index}'s batches of the rest of its epoch"
     )
-    return LoaderPosition(sampled, size, index, workers, batches)
+    return LoaderPosition(sampled, size, index, workers, batches, first)

@@ -9,8 +9,10 @@ source and fields in `_torch_process`.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import secrets
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Unpack
@@ -38,7 +40,14 @@ from ferroload_loader._torch_shared import (
     SharedRing,
     forget_rings,
     pack,
+    resume_tag,
 )
+
+logger = logging.getLogger(__name__)
+
+#: How long a restored DataLoader worker whose share of the epoch is done waits for the
+#: worker that builds the epoch's last batch to say whether it delivered it.
+SETTLE_TIMEOUT_S = 60
 
 
 class FerroBatch(dict[str, Any]):
@@ -96,7 +105,10 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
 
     **Resume.** With torchdata's `StatefulDataLoader`, `dl.state_dict()` after any batch
     and `load_state_dict` on a new loader continue exactly after that batch, for any
-    `num_workers` (the same count on resume): each worker reports its own position.
+    `num_workers` (the same count on resume): each worker reports its own position. A
+    state saved after an epoch's last batch, before the loop has seen the end of the
+    pass, resumes with the next epoch from its start, with workers or without: the
+    restored workers agree (through shared memory) that the epoch was consumed.
     Without workers, `ds.state_dict()` is `make_loader`'s state (either can load the
     other's) and `ds.load_state_dict(state)` makes the next pass continue after it, also
     under another batch size or world size.
@@ -163,9 +175,10 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         self._uid = secrets.token_hex(8)
         weakref.finalize(self, forget_rings, self._uid + ":")
         # a position restored inside a DataLoader worker (torchdata restores every
-        # worker's own): (seed, epoch, consumed, batches to skip)
-        self._local: tuple[int, int, int, int] | None = None
-        # this process's pass: (seed, epoch, consumed at its start, batches yielded)
+        # worker's own): (seed, epoch, consumed, batches to skip, first worker)
+        self._local: tuple[int, int, int, int, int] | None = None
+        # this process's pass: (seed, epoch, consumed at its start, batches yielded,
+        # the worker that builds its first batch)
         self._pass: list[int] | None = None
 
     # ------------------------------------------------------------------ position
@@ -182,15 +195,17 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         count = len(view) // b if self.drop_last else -(-len(view) // b)
         return count, view
 
-    def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int]:
-        """`(seed, epoch, consumed, batches to skip)` where this worker's next pass
-        starts (see `Sampler` for the rules); with `begin`, start it."""
+    def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int, int]:
+        """`(seed, epoch, consumed, batches to skip, first worker)` where this worker's
+        next pass starts (see `Sampler` for the rules); with `begin`, start it. The
+        pass's batch `j` is built by worker `(first + j) % workers`: `first` is 0 but in
+        a pass that a resume began at the start of the next epoch (`_settle_epoch_end`)."""
         if self._local is not None:  # checked against this worker when it was loaded
-            seed, epoch, consumed, skip = self._local
+            seed, epoch, consumed, skip, first = self._local
             if begin:
                 self._local = None
                 self._passes.record(worker, epoch, finished=False)
-            return seed, epoch, consumed, skip
+            return seed, epoch, consumed, skip, first
         p = self._passes
         seed, epoch, consumed, token = p.head()
         if p.seen(worker) != token:  # the first pass after load_state_dict
@@ -206,7 +221,7 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         if begin:
             p.see(worker, token)
             p.record(worker, epoch, finished=False)
-        return seed, epoch, consumed, 0
+        return seed, epoch, consumed, 0, 0
 
     @staticmethod
     def _worker() -> tuple[int, int]:
@@ -262,7 +277,9 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         can load the other's). Inside a DataLoader worker it is that worker's own
         position, which torchdata's `StatefulDataLoader` gathers from every worker after
         every batch and hands back to the same worker on resume: use
-        `StatefulDataLoader` to checkpoint a `DataLoader` with workers.
+        `StatefulDataLoader` to checkpoint a `DataLoader` with workers. A worker's state
+        has `first`, the worker that builds the pass's first batch, when that is not
+        worker 0 (a pass that a resume began at the start of the next epoch).
 
         Raises:
             RuntimeError: in the main process while DataLoader workers are part-way
@@ -274,10 +291,11 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         mine = torch.utils.data.get_worker_info() is not None or self._passes.runner in (
             0, os.getpid(),
         )  # fmt: skip
+        first = 0
         if self._pass is not None and mine and self._passes.runner != 0:
-            seed, epoch, consumed, batches = self._pass
+            seed, epoch, consumed, batches, first = self._pass
         elif mine:
-            seed, epoch, consumed, batches = self._plan(worker, workers, begin=False)
+            seed, epoch, consumed, batches, first = self._plan(worker, workers, begin=False)
         else:  # DataLoader workers ran the last pass: known only once they finished it
             passes = self._passes.passes(MAX_WORKERS)
             if not passes or not all(f and e == passes[0][0] for e, f in passes):
@@ -295,10 +313,13 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
             items = len(view) if not self.drop_last else count * self.batch_size
             sampler.advance(min(batches * self.batch_size, items))
             return {"sampler": sampler.state_dict(), "batch_size": self.batch_size}
-        return {
+        state = {
             "sampler": sampler.state_dict(), "batch_size": self.batch_size,
             "worker": worker, "num_workers": workers, "batches": batches,
         }  # fmt: skip
+        if first:
+            state["first"] = first
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after a `state_dict()` (of this class or of `make_loader`): the next
@@ -306,7 +327,9 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
 
         In the main process the batch size and world size may differ from the run that
         saved it. Inside a DataLoader worker (torchdata's `StatefulDataLoader` restores
-        each worker's own state) the worker count and batch size must be the same. The
+        each worker's own state) the worker count and batch size must be the same, and a
+        state saved after the epoch's last batch starts the next epoch once the workers
+        agree that it was consumed (`_settle_epoch_end`). The
         state is checked whole before anything changes (`_state.check_loader_state`):
         inside a worker, `StatefulDataLoader` raises the error when its iterator starts,
         before any batch.
@@ -326,9 +349,65 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         if at.lanes is not None:  # a streaming state's order goes on in its own lanes
             self._sampler.set_lanes(at.lanes)
         if worker is not None:
-            self._local = (at.seed, at.epoch, at.consumed, pos.batches)
+            local = (at.seed, at.epoch, at.consumed, pos.batches, pos.first)
+            self._local = self._settle_epoch_end(*worker, local)
         else:
             self._passes.set_head(at.seed, at.epoch, at.consumed, resume=True)
+
+    def _settle_epoch_end(
+        self, worker: int, workers: int, local: tuple[int, int, int, int, int]
+    ) -> tuple[int, int, int, int, int]:
+        """Where this worker's restored pass starts: `local`, or the start of the next
+        epoch when the restored state was saved after the epoch's last batch.
+
+        DataLoader delivers the workers' batches in order, so the epoch was consumed
+        exactly when the worker that builds its last batch (the owner) has delivered
+        it, and only the owner's own state tells. The owner decides alone and says so
+        in shared memory, tagged with this resume (`resume_tag`: a word an earlier
+        resume of this dataset left there does not count); any other worker whose share
+        is done waits for that word (the workers restore side by side as they start, so
+        the wait is short) and follows it; a worker that still has batches to build
+        knows the epoch is not consumed. In the next epoch DataLoader goes on with the
+        worker after the owner: that worker builds the first batch. Without the owner's
+        word within `SETTLE_TIMEOUT_S` (an owner that restored no state), a worker warns
+        and keeps its restored position: an empty pass, as before the workers agreed.
+        """
+        seed, epoch, consumed, skip, first = local
+        count, _ = self._order(seed, epoch, consumed)
+        if workers == 1:  # its state is the loader's: `_plan`'s rule for the main process
+            at_end = consumed >= self._sampler.epoch_items and self._sampler.num_items
+            return (seed, epoch + 1, 0, 0, 0) if at_end else local
+        if not count:
+            return local
+        owner = (first + count - 1) % workers
+        # this worker builds batches at, at + k, ... < count of the pass; done: all sent
+        done = (worker - first) % workers + skip * workers >= count
+        tag = resume_tag(worker)
+        if tag is None:  # no tag to tell this resume's word from an older one
+            return local
+        consumed_all: bool | None = done
+        if worker == owner:
+            self._passes.publish_share(worker, tag, done=done)
+        elif not done:
+            return local
+        else:
+            consumed_all = self._passes.share_done(owner, tag)
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+            while consumed_all is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+                consumed_all = self._passes.share_done(owner, tag)
+            if consumed_all is None:
+                logger.warning(
+                    "DataLoader worker %d of %d: worker %d, which builds the last batch "
+                    "of epoch %d, did not restore its state within %d s; this worker "
+                    "resumes with an empty pass (out of step with that worker if it "
+                    "had delivered the epoch's last batch)",
+                    worker, workers, owner, epoch, SETTLE_TIMEOUT_S,
+                )  # fmt: skip
+                return local
+        if not consumed_all:
+            return local
+        return seed, epoch + 1, 0, 0, (owner + 1) % workers
 
     # ------------------------------------------------------------------ iteration
 
@@ -339,10 +418,11 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         source, fields = self._runtime()
         if torch.utils.data.get_worker_info() is not None:
             self._use_rings(fields, worker)
-        seed, epoch, consumed, skip = self._plan(worker, workers, begin=True)
+        seed, epoch, consumed, skip, first = self._plan(worker, workers, begin=True)
         count, view = self._order(seed, epoch, consumed)
-        self._pass = [seed, epoch, consumed, skip]
-        mine = range(worker + skip * workers, count, workers)  # this worker's batches
+        self._pass = [seed, epoch, consumed, skip, first]
+        at = (worker - first) % workers  # this worker's first batch of the pass
+        mine = range(at + skip * workers, count, workers)  # this worker's batches
         # each computed once (for the index window ahead, kept until the batch is built)
         batch_of = BatchItems(view, self.batch_size, len(mine), first=mine.start, stride=workers)
 

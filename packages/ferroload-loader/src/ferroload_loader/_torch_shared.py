@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import os
 import secrets
 import threading
@@ -51,12 +52,18 @@ class Passes:
     pass's start is a pure function of this table, and every worker of a pass finds
     the same one without locks. The process id of whoever began the last pass tells
     the main process whether it knows the position itself.
+
+    A third slot per worker holds what a worker restored by `load_state_dict` says of its
+    share of the restored pass (done or not), tagged with the resume it belongs to
+    (`resume_tag`): the workers of one resume agree through it whether the epoch was
+    consumed (see `FerroIterableDataset._settle_epoch_end`). The tag tells a word of
+    this resume from one an earlier resume left, so nothing clears these slots.
     """
 
     SEED, EPOCH, CONSUMED, TOKEN, RUNNER, HEAD = 0, 1, 2, 3, 4, 5
 
     def __init__(self, seed: int) -> None:
-        self._t = torch.zeros(self.HEAD + 2 * MAX_WORKERS, dtype=torch.int64)
+        self._t = torch.zeros(self.HEAD + 3 * MAX_WORKERS, dtype=torch.int64)
         self._t[self.SEED] = seed
         self._t.share_memory_()  # type: ignore[no-untyped-call]
 
@@ -79,7 +86,7 @@ class Passes:
 
     def clear_records(self) -> None:
         """Forget the workers' passes: the next pass starts the head's epoch."""
-        self._t[self.HEAD + MAX_WORKERS :] = 0
+        self._t[self.HEAD + MAX_WORKERS : self.HEAD + 2 * MAX_WORKERS] = 0
 
     def seen(self, worker: int) -> int:
         return int(self._t[self.HEAD + worker])
@@ -96,6 +103,31 @@ class Passes:
         """(epoch, finished) of the last pass of each worker that began one."""
         slots = self._t[self.HEAD + MAX_WORKERS : self.HEAD + MAX_WORKERS + workers].tolist()
         return [((v - 1) // 2, (v - 1) % 2 == 1) for v in slots if v > 0]
+
+    def publish_share(self, worker: int, tag: int, *, done: bool) -> None:
+        """Say, for the resume `tag`, whether this worker's share of its restored pass is
+        done (one int64 store: a reader sees the old value or the new one)."""
+        self._t[self.HEAD + 2 * MAX_WORKERS + worker] = (tag & _TAG_MASK) << 2 | (1 + done)
+
+    def share_done(self, worker: int, tag: int) -> bool | None:
+        """What `worker` said of its share for the resume `tag` (None: nothing yet)."""
+        v = int(self._t[self.HEAD + 2 * MAX_WORKERS + worker])
+        if v == 0 or (v >> 2) & _TAG_MASK != tag & _TAG_MASK:
+            return None
+        return v & 3 == 2
+
+
+_TAG_MASK = (1 << 60) - 1
+
+
+def resume_tag(worker: int) -> int | None:
+    """A number that the DataLoader workers of one iterator share, and the workers of
+    every later iterator of this process exceed: the running count of processes that
+    `multiprocessing` started here (a worker's `_identity`), less the worker's id. The
+    workers of an iterator start one after another, so theirs count up with their ids;
+    None outside a `multiprocessing` child."""
+    identity = multiprocessing.current_process()._identity
+    return identity[-1] - worker if identity else None
 
 
 # --------------------------------------------------------------------------- batch rings
