@@ -93,6 +93,19 @@ def test_module_and_console_script_agree(dataset: str) -> None:
 # --------------------------------------------------------------------------- reading
 
 
+def test_import_imagefolder_reads_split_folders_unless_told(tmp_path: Path) -> None:
+    for rel in ("train/cat/a.png", "val/cat/b.png"):
+        (tmp_path / "src" / rel).parent.mkdir(parents=True)
+        (tmp_path / "src" / rel).write_bytes(_png(1))
+    human = run("import", "imagefolder", str(tmp_path / "src"), str(tmp_path / "a"))
+    assert "read as SRC/<split>/<class>/…, with a split column" in human.stdout
+    assert Dataset.open(tmp_path / "a").column("split").to_pylist() == ["train", "val"]
+    flat = ok_json("import", "imagefolder", str(tmp_path / "src"), str(tmp_path / "b"),
+                   "--no-splits")  # fmt: skip
+    assert "<split folder>" not in flat["columns"]
+    assert Dataset.open(tmp_path / "b").column("class_name").to_pylist() == ["train", "val"]
+
+
 def test_a_folder_to_import_is_named_with_its_import_command(tmp_path: Path) -> None:
     """`ferroload info ~/photos` on an image folder said only that it is not a dataset."""
     (tmp_path / "photos" / "cat").mkdir(parents=True)

@@ -4,6 +4,7 @@ the one-machine import, sample for sample, whatever order the tasks finish in.""
 from __future__ import annotations
 
 import pickle
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -114,6 +115,17 @@ def test_image_folder_on_tasks(tmp_path: Path) -> None:
     )
     same(tmp_path / "one", tmp_path / "many")
     assert report_fields(one) == report_fields(many)
+
+    # in splits (src/<split>/<class>/…): the split column alike
+    (tmp_path / "split").mkdir()
+    for split in ("train", "val"):
+        shutil.copytree(tmp_path / "src", tmp_path / "split" / split)
+    one = import_image_folder(tmp_path / "split", tmp_path / "one-split")
+    many = import_image_folder(
+        tmp_path / "split", tmp_path / "many-split", executor=Shuffled(), chunk_size=3
+    )
+    same(tmp_path / "one-split", tmp_path / "many-split")
+    assert "split" in Dataset.open(tmp_path / "many-split").columns
 
 
 def test_parquet_and_appends_on_tasks(tmp_path: Path) -> None:

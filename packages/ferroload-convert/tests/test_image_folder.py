@@ -77,6 +77,70 @@ def test_import_export_round_trip_is_byte_identical(tmp_path: Path) -> None:
     ]  # labels differ only because the empty "bird" is not exported
 
 
+def make_split_folder(root: Path) -> dict[str, bytes]:
+    """`root/<split>/<class>/…`, as Hugging Face's imagefolder reads splits: a class
+    only in `val`, a file beside the class folders of a split."""
+    images = {
+        "train/cat/1.png": image_bytes(1),
+        "train/dog/2.jpg": image_bytes(2, "JPEG"),
+        "train/dog/deep/3.png": image_bytes(3),
+        "val/ant/4.png": image_bytes(4),
+        "val/cat/5.png": image_bytes(5),
+        "Test/dog/6.png": image_bytes(6),
+    }
+    for rel, data in images.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "train" / "notes.txt").write_text("beside the classes")
+    return images
+
+
+def test_a_folder_of_splits_gets_a_split_column(tmp_path: Path) -> None:
+    """`train/cat/…` and `val/cat/…` were read as the classes `train` and `val`: every
+    label was the split's."""
+    images = make_split_folder(tmp_path / "src")
+    report = import_image_folder(tmp_path / "src", tmp_path / "ds")
+    assert report.columns["<split folder>"] == "split"
+    assert [i.where for i in report.ignored] == [str(tmp_path / "src" / "train" / "notes.txt")]
+    rows = (
+        Dataset.open(tmp_path / "ds")
+        .to_table(["sample_id", "split", "class_name", "label", "path"])
+        .to_pylist()
+    )
+    assert [(r["split"], r["class_name"], r["label"]) for r in rows] == [
+        ("Test", "dog", 2), ("train", "cat", 1), ("train", "dog", 2), ("train", "dog", 2),
+        ("val", "ant", 0), ("val", "cat", 1),
+    ]  # fmt: skip  # one numbering over every split's classes
+    assert rows[3] == {"sample_id": "train~dog~deep~3", "split": "train",
+                       "class_name": "dog", "label": 2, "path": "train/dog/deep/3.png"}  # fmt: skip
+    # export writes <split>/<class>/…: the same folder, byte for byte
+    export_image_folder(tmp_path / "ds", tmp_path / "out")
+    assert files_under(tmp_path / "out") == images
+
+    # splits=False: torchvision's ImageFolder on the root (the splits are the classes)
+    import_image_folder(tmp_path / "src", tmp_path / "flat", splits=False)
+    flat = Dataset.open(tmp_path / "flat")
+    assert "split" not in flat.columns
+    assert sorted(set(flat.column("class_name").to_pylist())) == ["Test", "train", "val"]
+
+
+def test_split_layout_is_read_only_when_every_folder_is_a_split(tmp_path: Path) -> None:
+    make_split_folder(tmp_path / "src")
+    (tmp_path / "src" / "extra").mkdir()
+    (tmp_path / "src" / "extra" / "7.png").write_bytes(image_bytes(7))
+    import_image_folder(tmp_path / "src", tmp_path / "ds")  # `extra` is no split: classes
+    assert "split" not in Dataset.open(tmp_path / "ds").columns
+    with pytest.raises(InputNotFoundError, match="'extra' is not named as a split"):
+        import_image_folder(tmp_path / "src", tmp_path / "ds2", splits=True)
+    # a split folder with images but no class folders is not the layout either
+    (tmp_path / "flat" / "train").mkdir(parents=True)
+    (tmp_path / "flat" / "train" / "1.png").write_bytes(image_bytes(1))
+    import_image_folder(tmp_path / "flat", tmp_path / "ds3")
+    assert Dataset.open(tmp_path / "ds3").get(0, ["class_name"]) == {"class_name": "train"}
+    with pytest.raises(ConvertOptionError, match="splits must be"):
+        import_image_folder(tmp_path / "src", tmp_path / "ds4", splits="yes")  # type: ignore[arg-type]
+
+
 def test_duplicate_stems_get_unique_ids(tmp_path: Path) -> None:
     for rel, i in [("c/a.png", 1), ("c/a.jpg", 2), ("c/a#2.png", 3)]:
         (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -267,6 +267,8 @@ def _run_import(
     r.line(
         f"imported {r.count(report.num_samples)} from {src} into {into}) in {report.seconds:.1f} s"
     )
+    if "<split folder>" in report.columns:  # an image folder read as SRC/<split>/<class>/…
+        r.line("read as SRC/<split>/<class>/…, with a split column (--no-splits: as classes)")
     for skipped in report.skipped:
         r.line(f"skipped {skipped.where}: {skipped.reason}")
     for ignored in report.ignored[:_IGNORED_SHOWN]:
@@ -281,13 +283,28 @@ def _run_import(
     "ferroload import imagefolder ~/photos ./photos",
     "ferroload import imagefolder ~/photos s3://bucket/photos --on-error skip --json",
     "ferroload import imagefolder ~/more-photos ./photos --append",
+    "ferroload import imagefolder ~/flowers ./flowers --no-splits  # train/, val/ as classes",
     alias="image-folder",
 )
-def import_imagefolder(src: Src, dst: Dst, common: _Common) -> None:
+def import_imagefolder(
+    src: Src,
+    dst: Dst,
+    splits: Annotated[
+        bool | None,
+        typer.Option(
+            "--splits/--no-splits",
+            help="SRC/<split>/<class>/… with a split column (train, val, test, …), or "
+            "SRC/<class>/… (default: by the subfolders' names)",
+            show_default=False,
+        ),
+    ] = None,
+    *,
+    common: _Common,
+) -> None:
     """An image folder: one subfolder per class (label = class index, sorted names)."""
     from ferroload_convert import import_image_folder
 
-    _run_import(import_image_folder, src, dst, common)
+    _run_import(import_image_folder, src, dst, common, splits=splits)
 
 
 @_import_command(

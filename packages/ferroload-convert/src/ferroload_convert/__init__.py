@@ -24,7 +24,7 @@ from ferroload_convert._errors import (
     UnsafeNameError,
 )
 from ferroload_convert._hf import import_hf
-from ferroload_convert._image_folder import export_image_folder, import_image_folder
+from ferroload_convert._image_folder import SPLIT_NAMES, export_image_folder, import_image_folder
 from ferroload_convert._parquet import import_parquet
 from ferroload_convert._report import ExportReport, ImportReport, SkippedInput
 from ferroload_convert._sniff import kind_of
@@ -37,6 +37,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
 __all__ = [
+    "SPLIT_NAMES",
     "BadInputError",
     "ConvertError",
     "ConvertOptionError",

@@ -61,8 +61,16 @@ def import_image_folder(
     mode: WriteMode = "create",
     executor: Executor | None = None,
     chunk_size: int | None = None,
+    splits: bool | None = None,
 ) -> ImportReport:
     """Import an image folder: one class per subfolder of `src`, images at any depth below.
+
+    A folder split in the Hugging Face way, `src/<split>/<class>/<images>` (every
+    subfolder of `src` named as a split: `train`, `val`, `validation`, `test`, …, see
+    `SPLIT_NAMES`), is read so by default: the classes are the subfolders of the splits
+    (numbered over all splits, so a class has one label everywhere), and a `split`
+    column holds each image's split. `splits=False` reads the split folders as classes
+    (torchvision's `ImageFolder` on `src`), `splits=True` requires the split layout.
 
     Every image file (`jpg`, `jpeg`, `jpe`, `jfif`, `png`, `gif`, `webp`, `bmp`, `dib`,
     `tif`, `tiff`, any case) becomes a sample with modality `image` (its bytes as they
@@ -105,13 +113,16 @@ def import_image_folder(
             dataset as on this machine, sample for sample (docs/convert.md). The
             destination and the files must be reachable from every worker.
         chunk_size: files per task with an `executor`.
+        splits: read `src/<split>/<class>/…` (True), `src/<class>/…` (False), or
+            decide by the subfolders' names (None, the default).
 
     Returns:
         What was imported, skipped and ignored.
 
     Raises:
         DatasetExistsError: with `mode="create"`, if a dataset is already at `dst`.
-        InputNotFoundError: if `src` is not a folder, or holds no class folder with images.
+        InputNotFoundError: if `src` is not a folder, or holds no class folder with images
+            (with `splits=True`: a subfolder that is not named as a split).
         BadInputError: for an unreadable or damaged image, a file that is not a regular
             file, one over `max_file_bytes`, or a symlink out of `src` (with
             `on_error="raise"`), or a file or class folder whose name is not UTF-8.
@@ -139,19 +150,23 @@ def import_image_folder(
         raise InputNotFoundError(
             f"{root} is not a folder (expected root/<class>/<images>)", path=str(root)
         )
-    with os.scandir(root) as it:
-        entries = list(it)
-    classes = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+    if splits not in (None, True, False):
+        raise ConvertOptionError(
+            f"splits must be True, False or None, got {splits!r}", column="splits"
+        )
+    ignored: list[SkippedInput] = []
+    folders = _subfolders(root, "root/<class>/<images>", ignored)
+    split_of = _splits(root, folders, splits, ignored)
+    classes = sorted({c for cs in split_of.values() for c in cs}) if split_of else folders
     files: list[tuple[str, str, int]] = []
-    ignored = [
-        SkippedInput(str(root / e.name), "not in a class folder (root/<class>/<images>)")
-        for e in entries
-        if not e.is_dir()
-    ]
     for label, cls in enumerate(classes):
-        found, other = _class_files(root, cls)
-        files.extend((path, rel, label) for path, rel in found)
-        ignored.extend(other)
+        for split in split_of or [None]:
+            if split is not None and cls not in split_of[split]:
+                continue
+            found, other = _class_files(root, cls if split is None else f"{split}/{cls}")
+            files.extend((path, rel, label) for path, rel in found)
+            ignored.extend(other)
+    files.sort(key=lambda f: PurePosixPath(f[1]).parts)
     if not files:
         raise InputNotFoundError(
             f"{root} holds no images in class folders (expected root/<class>/<images> with "
@@ -160,7 +175,9 @@ def import_image_folder(
         )
     exts = Counter(_suffix(rel) for _, rel, _ in files)
     ext = min(exts, key=lambda e: (-exts[e], e))
-    job = _FolderJob(files, classes, str(root), ext, workers, max_file_bytes, ignored)
+    job = _FolderJob(
+        files, classes, str(root), ext, workers, max_file_bytes, ignored, bool(split_of)
+    )
     options = SessionOptions(
         os.fspath(dst), name, shard_size, storage_options, on_error, mode,
         "import imagefolder", "file", total=len(files),
@@ -179,6 +196,7 @@ class _FolderJob(StatelessJob):
     workers: int
     max_bytes: int
     ignored: list[SkippedInput]
+    splits: bool = False  # src/<split>/<class>/…: a split column
     kind: str = "imagefolder"
 
     def start(self, session: ImportSession) -> None:
@@ -195,11 +213,55 @@ class _FolderJob(StatelessJob):
                 session.bad(data.error)
             else:
                 meta = {"label": label, "class_name": self.classes[label], "path": rel}
+                if self.splits:
+                    meta["split"] = rel.split("/", 1)[0]
                 session.add(rel.rsplit(".", 1)[0], {"image": data}, meta)
             session.advance()
 
     def report_columns(self, state: None) -> dict[str, str]:
-        return {"<image file>": "image", "<class folder>": "class_name", "<relative path>": "path"}
+        split = {"<split folder>": "split"} if self.splits else {}
+        return {"<image file>": "image", **split, "<class folder>": "class_name",
+                "<relative path>": "path"}  # fmt: skip
+
+
+#: Folder names read as splits (any case): `root/<split>/<class>/<images>`, as Hugging
+#: Face's `imagefolder` builder reads them.
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev", "test",
+                         "testing", "eval", "evaluation"})  # fmt: skip
+
+
+def _subfolders(folder: Path, layout: str, ignored: list[SkippedInput]) -> list[str]:
+    """The sorted non-hidden subfolders of `folder`; its files go to `ignored`."""
+    with os.scandir(folder) as it:
+        entries = list(it)
+    ignored.extend(
+        SkippedInput(str(folder / e.name), f"not in a class folder ({layout})")
+        for e in entries
+        if not e.is_dir()
+    )
+    return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+
+
+def _splits(
+    root: Path, folders: list[str], splits: bool | None, ignored: list[SkippedInput]
+) -> dict[str, list[str]]:
+    """Split folder -> its class folders, when `root` is read as split (else empty)."""
+    named = bool(folders) and all(f.lower() in SPLIT_NAMES for f in folders)
+    if splits is False or (splits is None and not named):
+        return {}
+    if not named:
+        other = [f for f in folders if f.lower() not in SPLIT_NAMES] or ["none"]
+        raise InputNotFoundError(
+            f"splits=True reads {root}/<split>/<class>/<images>, but {other[0]!r} is not "
+            f"named as a split ({', '.join(sorted(SPLIT_NAMES))})",
+            path=str(root),
+        )
+    loose: list[SkippedInput] = []  # files beside the class folders of a split
+    found = {f: _subfolders(root / f, "root/<split>/<class>/<images>", loose) for f in folders}
+    if splits is None and not all(found.values()):  # a split with no class: not the layout
+        return {}
+    ignored.extend(loose)
+    return found
 
 
 def _suffix(rel: str) -> str:
@@ -285,7 +347,9 @@ def export_image_folder(
     """Export a dataset's images as an image folder: `dst/<class>/<file>`.
 
     The class folder is the sample's `class_name`, else its `label`, else none (files go
-    straight into `dst`). The file keeps its original name when the sample has a `path`
+    straight into `dst`); a sample with a `split` has its class folder in a folder of its
+    split (`dst/<split>/<class>/<file>`, the layout `import_image_folder` reads splits
+    from). The file keeps its original name when the sample has a `path`
     (as `import_image_folder` records it): under its class folder, the rest of that path
     (so an imported folder comes back byte for byte, same relative paths). Otherwise, or
     when that name is taken or unsafe, it is `<sample_id>.<ext>` with the extension of the
@@ -333,7 +397,7 @@ def export_image_folder(
     ds = open_source(src, where, storage_options)
     mod = _image_modality(ds, modality)
     out = prepare_dst(dst, overwrite=overwrite)
-    meta = [c for c in ("class_name", "label", "path") if c in ds.metadata_columns]
+    meta = [c for c in ("class_name", "label", "path", "split") if c in ds.metadata_columns]
     declared = next(m.ext for m in ds.modalities if m.name == mod)
     targets = _Targets()
     skipped: list[SkippedInput] = []
@@ -414,17 +478,20 @@ class _Targets:
 
     def take(self, sample: dict[str, Any], ext: str) -> str:
         """The file's path for `sample`: its recorded path when that is safe and free,
-        else `<class>/<sample_id>.<ext>` (`~2`, `~3`, … until free)."""
+        else `[<split>/]<class>/<sample_id>.<ext>` (`~2`, `~3`, … until free)."""
         cls = sample.get("class_name")
         if cls is None and sample.get("label") is not None:
             cls = str(sample["label"])
-        prefix = f"{safe_part(str(cls))}/" if cls is not None else ""
+        split = sample.get("split")
+        folders = [safe_part(str(f)) for f in (split or None, cls) if f is not None]
+        prefix = "".join(f"{f}/" for f in folders)
         path = sample.get("path")
         original = safe_relative(path) if isinstance(path, str) else None
         if original is not None:
             parts = original.parts
-            if prefix:  # under the class folder: the rest of the path, else just the name
-                parts = parts[1:] if len(parts) > 1 and parts[0] == prefix[:-1] else parts[-1:]
+            if folders:  # under the folders: the rest of the path, else just the name
+                n = len(folders)
+                parts = parts[n:] if len(parts) > n and list(parts[:n]) == folders else parts[-1:]
             rel = prefix + "/".join(parts)
             if self._free(rel):
                 return self._claim(rel)
