@@ -431,3 +431,29 @@ def test_augmented_resume_with_stateful_dataloader(uri: str) -> None:
     resumed = make()
     resumed.load_state_dict(state)
     assert_same_images({**by_id(head), **by_id(resumed)}, want)
+
+
+@pytest.mark.parametrize("workers", [None, 0, 2], ids=["make_loader", "0-workers", "2-workers"])
+def test_an_epoch_end_with_drop_last_resumes_with_the_next_epoch(uri: str, workers: Any) -> None:
+    """With `drop_last`, the position after the epoch's last whole batch still has the
+    dropped items before it: it was taken for a position inside the epoch, and resumed
+    as an empty pass."""
+
+    def make() -> Any:
+        if workers is None:
+            return make_loader(uri, batch_size=7, seed=3, drop_last=True, out="numpy", **OPTS)
+        ds = FerroIterableDataset(uri, batch_size=7, seed=3, drop_last=True, **OPTS)
+        return _iterable_stateful(uri, 7, workers, ds=ds)
+
+    dl = make()
+    assert N % 7 and len(dl) == N // 7  # items left over, dropped
+    it = iter(dl)
+    for _ in range(len(dl)):
+        next(it)
+    state = dl.state_dict()
+    assert list(it) == []  # the end of that pass, then the next epoch
+    following = _ids(dl)
+    assert len(following) == N // 7
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert _ids(resumed) == following  # straight on with the next epoch

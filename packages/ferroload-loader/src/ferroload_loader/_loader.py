@@ -288,7 +288,7 @@ class FerroLoader:
             worker.stop()
 
     def _begin_pass(self) -> None:
-        self.sampler.begin_pass()
+        self.sampler.begin_pass(self.batch_size)
 
     def close(self) -> None:
         """Stop the prefetch thread of an unfinished iteration."""

@@ -322,13 +322,17 @@ class Sampler:
             self._move(epoch, 0)
             self._resume = False
 
-    def begin_pass(self) -> None:
+    def begin_pass(self, batch_size: int | None = None) -> None:
         """Start a pass: at the restored position after `load_state_dict`, else at the
         start of the next epoch after a finished pass, else at the start of this epoch.
 
-        A restored position at the very end of its epoch starts the next epoch.
+        A restored position at the very end of its epoch starts the next epoch: no item
+        left, or, for a loader of `batch_size` with `drop_last`, no whole batch.
         """
-        if self._resume and self.remaining() == 0 and self.num_items:
+        left = self.remaining()
+        if batch_size is not None and self.drop_last and self.consumed and left < batch_size:
+            left = 0  # only the items drop_last drops: the epoch's batches are done
+        if self._resume and left == 0 and self.num_items:
             self._move(self.epoch + 1, 0)
         elif self._resume:
             pass

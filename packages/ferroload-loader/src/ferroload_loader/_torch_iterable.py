@@ -195,6 +195,11 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         count = len(view) // b if self.drop_last else -(-len(view) // b)
         return count, view
 
+    def _at_end(self, seed: int, epoch: int, consumed: int) -> bool:
+        """Whether a restored position is at the very end of its epoch (it then starts
+        the next one): no batch of the epoch left (`drop_last` may leave items)."""
+        return consumed > 0 and self._order(seed, epoch, consumed)[0] == 0
+
     def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int, int]:
         """`(seed, epoch, consumed, batches to skip, first worker)` where this worker's
         next pass starts (see `Sampler` for the rules); with `begin`, start it. The
@@ -209,7 +214,7 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         p = self._passes
         seed, epoch, consumed, token = p.head()
         if p.seen(worker) != token:  # the first pass after load_state_dict
-            if consumed >= self._sampler.epoch_items and self._sampler.num_items:
+            if self._at_end(seed, epoch, consumed):
                 epoch, consumed = epoch + 1, 0  # restored at the very end: the next epoch
         else:
             consumed = 0
@@ -375,8 +380,7 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         seed, epoch, consumed, skip, first = local
         count, _ = self._order(seed, epoch, consumed)
         if workers == 1:  # its state is the loader's: `_plan`'s rule for the main process
-            at_end = consumed >= self._sampler.epoch_items and self._sampler.num_items
-            return (seed, epoch + 1, 0, 0, 0) if at_end else local
+            return (seed, epoch + 1, 0, 0, 0) if self._at_end(seed, epoch, consumed) else local
         if not count:
             return local
         owner = (first + count - 1) % workers
