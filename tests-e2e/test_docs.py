@@ -331,6 +331,8 @@ def test_pages_load_nothing_from_other_hosts(site: Path) -> None:
     for page in sorted(site.rglob("*.html")):
         found = _REMOTE_RESOURCE.findall(page.read_text(encoding="utf-8"))
         assert not found, f"{page.relative_to(site)} loads {found[:3]}"
+
+
 _DRAWN_DIAGRAM = '<div class="mermaid"></div>'
 
 
