@@ -335,6 +335,9 @@ def test_members_take_the_extension_of_their_bytes(tmp_path: Path) -> None:
     report = import_webdataset(tmp_path / "wds", tmp_path / "back")
     back, src = Dataset.open(tmp_path / "back"), Dataset.open(uri)
     assert report.num_ignored == 0
+    # the members met, not every extension the marker names (`gif`, `webp`, …)
+    assert report.columns == {"cls": "label", "jpg": "image", "png": "mask", "bin": "clip",
+                              "image.png": "image", "mask.jpg": "mask"}  # fmt: skip
     assert [(m.name, m.ext, m.kind, m.codec_hint) for m in back.modalities] == [
         (m.name, m.ext, m.kind, m.codec_hint) for m in src.modalities
     ]

@@ -191,7 +191,8 @@ class _WdsState:
     extension -> modality names, the extensions lifted into columns, the columns the
     `__ferroload__` markers declared (and the names they reserve), the columns of
     every marker a run saw (for `_WdsJob.consistent`), and the modalities the markers
-    declared (name -> ext, kind, codec hint)."""
+    declared (name -> ext, kind, codec hint); and the extensions met as members of a
+    modality (a marker names some that no tar holds: the report lists only these)."""
 
     assigned: dict[str, str] = field(default_factory=dict)
     lifted: dict[str, str] = field(default_factory=dict)
@@ -199,6 +200,7 @@ class _WdsState:
     reserved: frozenset[str] = frozenset()
     marker_columns: frozenset[str] = frozenset()
     specs: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    met: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -262,7 +264,7 @@ class _WdsJob:
                 session.add(item.key, data, meta)
             session.advance()
         return _WdsState(names.assigned, names.lifted, declared, frozenset(names.reserved),
-                         frozenset(seen), names.specs)  # fmt: skip
+                         frozenset(seen), names.specs, frozenset(names.met))  # fmt: skip
 
     def consistent(self, given: _WdsState, truth: _WdsState, after: _WdsState) -> bool:
         """A run's names are what the truth gives when each extension it named anew is
@@ -298,10 +300,11 @@ class _WdsJob:
             {**truth.declared, **after.declared},
             truth.reserved | after.reserved,
             specs={**truth.specs, **after.specs},
+            met=truth.met | after.met,
         )
 
     def report_columns(self, state: _WdsState) -> dict[str, str]:
-        return {**state.lifted, **state.assigned}
+        return {**state.lifted, **{e: n for e, n in state.assigned.items() if e in state.met}}
 
 
 def _accept_marker(
@@ -354,6 +357,7 @@ class _Modalities:
         self._ours = {*WDS_COLUMNS, *(col for col, _ in LIFTED.values())}
         self.reserved = set(state.reserved)  # the markers' columns
         self.specs = dict(state.specs)  # modality -> (ext, kind, codec hint), from markers
+        self.met = set(state.met)  # extensions of members put into a modality
         self._declared: set[str] = set()  # modalities declared in this session
 
     def reserve(self, columns: Iterable[str]) -> None:
@@ -384,7 +388,7 @@ class _Modalities:
             for ext in m.members:
                 self.assigned[ext] = name
             mapped.update(m.members)
-            self.of(m.members[0])  # declared now: the marker's order is the dataset's
+            self.of(m.members[0], met=False)  # declared now: the marker's order is kept
         return mapped
 
     def _spec(self, name: str) -> tuple[str, str, str] | None:
@@ -397,7 +401,11 @@ class _Modalities:
         ext = next((e for e, n in self.assigned.items() if n == name), None)
         return None if ext is None else (_format_ext(ext), *kind_of(ext))
 
-    def of(self, ext: str) -> str:
+    def of(self, ext: str, *, met: bool = True) -> str:
+        """The modality of member extension `ext` (`met`: a member of it was read), named
+        and declared at first sight."""
+        if met:
+            self.met.add(ext)
         modality = self.assigned.get(ext)
         if modality is not None and modality in self._declared:
             return modality
