@@ -488,8 +488,8 @@ def test_image_options_without_images_are_refused(
     uri = make_dataset(10)
     key = next(iter(shaping))
     with pytest.raises(ValueError, match=rf"{key}=.*images= .* pass images=\['image'\]"):
-        make_loader(uri, batch_size=4, **shaping)
-    make_loader(uri, batch_size=4, meta=["label"])  # no image option: a loader of metadata
+        make_loader(uri, batch_size=4, out="numpy", **shaping)
+    make_loader(uri, batch_size=4, meta=["label"], out="numpy")  # no image option: metadata
 
 
 def test_each_entry_point_refuses_what_it_cannot_honour(make_dataset: MakeDataset) -> None:
