@@ -357,3 +357,19 @@ def test_every_file_left_out_is_named_with_its_reason(tmp_path: Path) -> None:
     assert reasons["a/README.txt"].startswith("not an image format ferroload reads (.txt;")
     assert ".jfif" in reasons["b/q.avif"] and "(.avif;" in reasons["b/q.avif"]
     assert reasons["b/noext"] == "no extension: not an image file"
+
+
+def test_files_passed_over_are_counted_and_only_the_first_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder of many other files (an annotation beside each image) costs a count past
+    the listed ones, not an entry each, also while the import plans."""
+    import ferroload_convert._report as report_module
+
+    monkeypatch.setattr(report_module, "MAX_SKIPPED_LISTED", 3)
+    for i in range(4):
+        (tmp_path / "src" / "cat").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / "cat" / f"{i}.png").write_bytes(image_bytes(i))
+        (tmp_path / "src" / "cat" / f"{i}.json").write_text("{}")
+    report = import_image_folder(tmp_path / "src", tmp_path / "ds")
+    assert (report.num_samples, report.num_ignored, len(report.ignored)) == (4, 4, 3)

@@ -39,6 +39,7 @@ from ferroload_convert._report import (
     MAX_SKIPPED_LISTED,
     ImportReport,
     OnError,
+    PassedOver,
     Progress,
     SkippedInput,
 )
@@ -81,7 +82,7 @@ class ImportJob(Protocol[U, S]):
         """The input's units, in order."""
 
     @property
-    def ignored(self) -> Sequence[SkippedInput]:
+    def ignored(self) -> PassedOver:
         """Inputs passed over while planning (files that are not inputs of the importer)."""
 
     @property
@@ -110,7 +111,7 @@ class ImportJob(Protocol[U, S]):
 class StatelessJob:
     """The state methods of a job whose only order-dependent state is the sample ids."""
 
-    ignored: Sequence[SkippedInput] = ()
+    ignored = PassedOver()  # nothing (read only)
     bad: Sequence[BadInputError] = ()
 
     def initial_state(self) -> None:
@@ -202,8 +203,7 @@ def run_job(
     """Run `job` in one session on this machine, or in tasks on `executor` (module)."""
     if executor is None:
         with options.open(progress) as session:
-            for where, reason in job.ignored:
-                session.ignore(where, reason)
+            session.passed_over(job.ignored)
             for error in job.bad:
                 session.bad(error)
             job.start(session)
@@ -298,8 +298,10 @@ def _run_on(
         num_bytes=sum(p.num_bytes for p in parts),
         num_skipped=len(job.bad) + sum(p.num_skipped for p in parts),
         skipped=tuple(skipped),
-        num_ignored=len(job.ignored) + sum(p.num_ignored for p in parts),
-        ignored=tuple([*job.ignored, *(s for p in parts for s in p.ignored)][:MAX_SKIPPED_LISTED]),
+        num_ignored=job.ignored.count + sum(p.num_ignored for p in parts),
+        ignored=tuple(
+            [*job.ignored.listed, *(s for p in parts for s in p.ignored)][:MAX_SKIPPED_LISTED]
+        ),
         columns=job.report_columns(state),
         seconds=time.perf_counter() - start,
     )

@@ -38,6 +38,7 @@ from ferroload_convert._report import (
     ExportReport,
     ImportReport,
     OnError,
+    PassedOver,
     Progress,
     SkippedInput,
     check_common,
@@ -154,7 +155,7 @@ def import_image_folder(
         raise ConvertOptionError(
             f"splits must be True, False or None, got {splits!r}", column="splits"
         )
-    ignored: list[SkippedInput] = []
+    ignored = PassedOver()
     folders = _subfolders(root, "root/<class>/<images>", ignored)
     split_of = _splits(root, folders, splits, ignored)
     classes = sorted({c for cs in split_of.values() for c in cs}) if split_of else folders
@@ -163,9 +164,8 @@ def import_image_folder(
         for split in split_of or [None]:
             if split is not None and cls not in split_of[split]:
                 continue
-            found, other = _class_files(root, cls if split is None else f"{split}/{cls}")
+            found = _class_files(root, cls if split is None else f"{split}/{cls}", ignored)
             files.extend((path, rel, label) for path, rel in found)
-            ignored.extend(other)
     files.sort(key=lambda f: PurePosixPath(f[1]).parts)
     if not files:
         raise InputNotFoundError(
@@ -195,7 +195,7 @@ class _FolderJob(StatelessJob):
     ext: str
     workers: int
     max_bytes: int
-    ignored: list[SkippedInput]
+    ignored: PassedOver
     splits: bool = False  # src/<split>/<class>/…: a split column
     kind: str = "imagefolder"
 
@@ -230,20 +230,21 @@ SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev
                          "testing", "eval", "evaluation"})  # fmt: skip
 
 
-def _subfolders(folder: Path, layout: str, ignored: list[SkippedInput]) -> list[str]:
+def _subfolders(folder: Path, layout: str, ignored: PassedOver) -> list[str]:
     """The sorted non-hidden subfolders of `folder`; its files go to `ignored`."""
+    folders = []
     with os.scandir(folder) as it:
-        entries = list(it)
-    ignored.extend(
-        SkippedInput(str(folder / e.name), f"not in a class folder ({layout})")
-        for e in entries
-        if not e.is_dir()
-    )
-    return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+        for e in it:
+            if e.is_dir():
+                if not e.name.startswith("."):
+                    folders.append(e.name)
+            else:
+                ignored.add(str(folder / e.name), f"not in a class folder ({layout})")
+    return sorted(folders)
 
 
 def _splits(
-    root: Path, folders: list[str], splits: bool | None, ignored: list[SkippedInput]
+    root: Path, folders: list[str], splits: bool | None, ignored: PassedOver
 ) -> dict[str, list[str]]:
     """Split folder -> its class folders, when `root` is read as split (else empty)."""
     named = bool(folders) and all(f.lower() in SPLIT_NAMES for f in folders)
@@ -256,7 +257,7 @@ def _splits(
             f"named as a split ({', '.join(sorted(SPLIT_NAMES))})",
             path=str(root),
         )
-    loose: list[SkippedInput] = []  # files beside the class folders of a split
+    loose = PassedOver()  # files beside the class folders of a split
     found = {f: _subfolders(root / f, "root/<split>/<class>/<images>", loose) for f in folders}
     if splits is None and not all(found.values()):  # a split with no class: not the layout
         return {}
@@ -268,17 +269,16 @@ def _suffix(rel: str) -> str:
     return rel.rsplit(".", 1)[-1].lower()
 
 
-def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[SkippedInput]]:
+def _class_files(root: Path, cls: str, ignored: PassedOver) -> list[tuple[str, str]]:
     """(path, path relative to root) of the images under root/cls, sorted; the other
-    files, each with the reason it is not an image.
+    files go to `ignored`, each with the reason it is not an image.
 
     A symlinked folder that leads out of `root` is not walked: it is listed with the
     images, and reading it refuses it.
     """
     found: list[tuple[str, str]] = []
-    other: list[SkippedInput] = []
     if not inside(str(root / cls), str(root)):
-        return [(str(root / cls), cls)], other
+        return [(str(root / cls), cls)]
     seen: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(root / cls, followlinks=True):
         real = os.path.realpath(dirpath)
@@ -296,11 +296,11 @@ def _class_files(root: Path, cls: str) -> tuple[list[tuple[str, str]], list[Skip
             rel = Path(os.path.relpath(path, root)).as_posix()
             reason = _not_an_image(f)
             if reason is not None:
-                other.append(SkippedInput(path, reason))
+                ignored.add(path, reason)
             else:
                 found.append((path, rel))
     found.sort(key=lambda pr: PurePosixPath(pr[1]).parts)
-    return found, other
+    return found
 
 
 def _not_an_image(name: str) -> str | None:

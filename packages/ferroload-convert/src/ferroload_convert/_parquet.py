@@ -20,8 +20,8 @@ from ferroload_convert._report import (
     DEFAULT_WORKERS,
     ImportReport,
     OnError,
+    PassedOver,
     Progress,
-    SkippedInput,
     check_common,
 )
 from ferroload_convert._rows import Batch, Column, Row, convert_rows, ext_of, first_value
@@ -111,7 +111,7 @@ def import_parquet(
         {'sample_id': 'b', 'blob': None, 'key': 'b', 'n': 2}
     """
     check_common(on_error, workers)
-    ignored: list[SkippedInput] = []
+    ignored = PassedOver()
     files = input_files(src, suffixes=PARQUET_SUFFIXES, what="Parquet files", ignored=ignored)
     readable: list[tuple[str, str, pq.FileMetaData]] = []
     bad: list[BadInputError] = []
@@ -152,7 +152,7 @@ class _ParquetJob(StatelessJob):
     id_column: str | None
     workers: int
     bad: list[BadInputError]
-    ignored: list[SkippedInput]
+    ignored: PassedOver
     kind: str = "parquet"
 
     def start(self, session: ImportSession) -> None:

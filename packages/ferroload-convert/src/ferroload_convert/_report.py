@@ -36,6 +36,26 @@ class SkippedInput(NamedTuple):
     reason: str
 
 
+class PassedOver:
+    """What an importer passes over while it plans (files that are not its inputs): all
+    counted, the first `MAX_SKIPPED_LISTED` listed, so that a folder of a million other
+    files costs a count, not a million entries."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.listed: list[SkippedInput] = []
+
+    def add(self, where: str, reason: str) -> None:
+        self.count += 1
+        if len(self.listed) < MAX_SKIPPED_LISTED:
+            self.listed.append(SkippedInput(where, reason))
+
+    def extend(self, other: PassedOver) -> None:
+        """Take in what `other` passed over (its count, what it listed)."""
+        self.count += other.count
+        self.listed.extend(other.listed[: MAX_SKIPPED_LISTED - len(self.listed)])
+
+
 @dataclass(frozen=True)
 class ImportReport:
     """What one import did.

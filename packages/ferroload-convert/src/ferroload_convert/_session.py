@@ -23,6 +23,7 @@ from ferroload_convert._report import (
     MAX_SKIPPED_LISTED,
     ImportReport,
     OnError,
+    PassedOver,
     Progress,
     SkippedInput,
 )
@@ -183,6 +184,13 @@ class ImportSession:
         logger.info("ignored %s: %s", where, reason)
         if len(self._ignored) < MAX_SKIPPED_LISTED:
             self._ignored.append(SkippedInput(where, reason))
+
+    def passed_over(self, planned: PassedOver) -> None:
+        """What planning passed over, as `ignore` takes each (the count beyond the ones
+        listed is counted only)."""
+        for where, reason in planned.listed:
+            self.ignore(where, reason)
+        self.num_ignored += planned.count - len(planned.listed)
 
     def advance(self, n: int = 1) -> None:
         """`n` more inputs done: call `progress` (at most every 50 ms, and at the end)."""

@@ -16,7 +16,7 @@ from typing import Any
 from ferroload_convert._braces import expand_braces, has_braces
 from ferroload_convert._errors import InputNotFoundError
 from ferroload_convert._files import inside
-from ferroload_convert._report import SkippedInput
+from ferroload_convert._report import PassedOver
 from ferroload_store import ObjectNotFoundError, Store, open_store, parse_uri
 
 #: What `src` may be for the file-based importers.
@@ -28,7 +28,7 @@ def input_files(
     *,
     suffixes: tuple[str, ...],
     what: str,
-    ignored: list[SkippedInput] | None = None,
+    ignored: PassedOver | None = None,
 ) -> list[tuple[str, str, str | None]]:
     """(path, name, root) of every input file, in order; `name` is relative to the folder
     given (or to the common folder of the files given), with `/` separators; `root` is the
@@ -40,7 +40,7 @@ def input_files(
     keeps its order. A file given by name is taken whatever its suffix. A symlinked
     folder that leads out of the folder searched is not searched: it is listed as an
     input, which its reader then refuses. The other files a folder search finds (another
-    suffix, hidden) are appended to `ignored`, each with the reason, when it is given.
+    suffix, hidden) are added to `ignored`, each with the reason, when it is given.
 
     Raises:
         InputNotFoundError: if an entry matches nothing, or nothing is found at all.
@@ -79,17 +79,17 @@ def input_files(
 
 
 def _left_out(name: str, suffixes: tuple[str, ...], what: str) -> str | None:
-    """Why a file a search found is not an input (None: it is one)."""
+    """Why a file a search found is not an input (None: it is one); `suffixes` in
+    lowercase."""
     if any(part.startswith(".") for part in name.split("/")):
         return "a hidden file"
-    if not name.lower().endswith(tuple(s.lower() for s in suffixes)):
+    if not name.lower().endswith(suffixes):
         return f"not one of the {what} (names ending in {', '.join(suffixes)})"
     return None
 
 
-def _walk(
-    root: str, suffixes: tuple[str, ...], what: str, ignored: list[SkippedInput] | None
-) -> list[str]:
+def _walk(root: str, suffixes: tuple[str, ...], what: str, ignored: PassedOver | None) -> list[str]:
+    suffixes = tuple(s.lower() for s in suffixes)
     files: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -101,7 +101,7 @@ def _walk(
             if reason is None:
                 files.append(os.path.join(dirpath, f))
             elif ignored is not None:
-                ignored.append(SkippedInput(os.path.join(dirpath, f), reason))
+                ignored.add(os.path.join(dirpath, f), reason)
     return sorted(files, key=lambda p: Path(os.path.relpath(p, root)).parts)
 
 
@@ -134,7 +134,7 @@ def source_files(
     suffixes: tuple[str, ...],
     what: str,
     storage_options: Mapping[str, Any] | None = None,
-    ignored: list[SkippedInput] | None = None,
+    ignored: PassedOver | None = None,
 ) -> list[InputFile]:
     """Every input file of `src`, in order, local or in an object store.
 
@@ -197,7 +197,7 @@ def _remote(
     what: str,
     storage_options: Mapping[str, Any] | None,
     stores: dict[str, Store],
-    ignored: list[SkippedInput] | None,
+    ignored: PassedOver | None,
 ) -> list[tuple[InputFile, str]]:
     """(object, base URL) of every object a URL entry names."""
 
@@ -238,12 +238,13 @@ def _remote(
     base = url.rstrip("/")  # a prefix, searched
     store = store_at(base)
     objects = []
+    lowered = tuple(s.lower() for s in suffixes)
     for o in store.list(""):
-        reason = _left_out(o.path, suffixes, what)
+        reason = _left_out(o.path, lowered, what)
         if reason is None:
             objects.append(o)
         elif ignored is not None:
-            ignored.append(SkippedInput(f"{base}/{o.path}", reason))
+            ignored.add(f"{base}/{o.path}", reason)
     if not objects:
         raise InputNotFoundError(
             f"no {what} found at {url} (looked for names ending in {', '.join(suffixes)})",

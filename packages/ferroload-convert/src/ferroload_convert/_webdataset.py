@@ -29,8 +29,8 @@ from ferroload_convert._report import (
     DEFAULT_WORKERS,
     ImportReport,
     OnError,
+    PassedOver,
     Progress,
-    SkippedInput,
     check_common,
 )
 from ferroload_convert._session import ImportSession
@@ -173,12 +173,12 @@ def import_webdataset(
             column="max_inflate_ratio",
         )
     read = functools.partial(read_tar, max_bytes=max_file_bytes, ratio=max_inflate_ratio)
-    ignored: list[SkippedInput] = []
+    ignored = PassedOver()
     tars = source_files(
         src, suffixes=TAR_SUFFIXES, what="WebDataset tars", storage_options=storage_options,
         ignored=ignored,
     )  # fmt: skip
-    job = _WdsJob(tars, read, workers, ignored=tuple(ignored))
+    job = _WdsJob(tars, read, workers, ignored=ignored)
     options = SessionOptions(
         os.fspath(dst), name, shard_size, storage_options, on_error, mode, "import wds", "sample"
     )
@@ -211,7 +211,7 @@ class _WdsJob:
     read: Any
     workers: int
     kind: str = "wds"
-    ignored: tuple[SkippedInput, ...] = ()
+    ignored: PassedOver = field(default_factory=PassedOver)
     bad: tuple[BadInputError, ...] = ()
 
     def initial_state(self) -> _WdsState:
