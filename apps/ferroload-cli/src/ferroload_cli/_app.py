@@ -8,6 +8,7 @@ completion answer at once (a test keeps pyarrow, DuckDB, numpy and the format ou
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import os
 import re
@@ -259,14 +260,21 @@ def _import_hint(uri: str) -> str:
     path = shown_uri(uri)
     if "://" in path or not os.path.isdir(path):
         return ""
-    names: list[str] = []
-    for top, dirs, files in os.walk(path):
-        depth = os.path.relpath(top, path).count(os.sep) + (top != path)
-        names += [f"{depth}/{f.lower()}" for f in files]
-        if depth >= 2 or len(names) > _HINT_ENTRIES:
-            dirs.clear()
-        if len(names) > _HINT_ENTRIES:
-            break
+    names: list[str] = []  # "<depth>/<file name>", depth 0 to 2
+    folders, budget = [(path, 0)], _HINT_ENTRIES  # entries (files and folders) left to read
+    while folders and budget > 0:
+        folder, depth = folders.pop(0)
+        try:
+            with os.scandir(folder) as it:  # read lazily: a huge folder is not listed whole
+                for e in itertools.islice(it, budget):
+                    budget -= 1
+                    if e.is_dir(follow_symlinks=False):
+                        if depth < 2:
+                            folders.append((e.path, depth + 1))
+                    else:
+                        names.append(f"{depth}/{e.name.lower()}")
+        except OSError:
+            continue
     shown = path if " " not in path else f"'{path}'"
     hf = {"0/dataset_info.json", "0/dataset_dict.json", "0/state.json"}
     looks = (
