@@ -11,7 +11,6 @@ imaging library, so `ferroload-convert` does not depend on one.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
 
 from ferroload_core import JPEG_SOF_MARKERS, sniff_ext
 
@@ -62,22 +61,18 @@ def same_format(a: str, b: str) -> bool:
     return _ALIASES.get(a, a) == _ALIASES.get(b, b)
 
 
-def true_ext(declared: str, data: bytes, formats: Iterable[str] | None = None) -> str:
-    """The file extension of `data`: its format's, as `sniff_ext` reads it from the bytes
-    (only one of `formats`, when given), else `declared` (also when both name one format:
-    a `jpeg` modality's JPEGs stay `.jpeg`).
+def true_ext(declared: str, data: bytes) -> str:
+    """The file extension of `data`: its format's, as `sniff_ext` reads it from the bytes,
+    else `declared` (also when both name one format: a `jpeg` modality's JPEGs stay
+    `.jpeg`).
 
     Examples:
         >>> png = b"\\x89PNG\\r\\n\\x1a\\n"
         >>> true_ext("jpg", png), true_ext("jpeg", b"\\xff\\xd8\\xff"), true_ext("npy", b"?")
         ('png', 'jpeg', 'npy')
     """
-    sniffed = sniff_ext(data[:64])
-    if sniffed is None or same_format(sniffed, declared):
-        return declared
-    if formats is not None and sniffed not in formats:
-        return declared
-    return sniffed
+    sniffed = sniff_ext(data)
+    return declared if sniffed is None or same_format(sniffed, declared) else sniffed
 
 
 def is_image_ext(ext: str) -> bool:

@@ -23,11 +23,11 @@ from ferroload_convert._export import (
     safe_relative,
 )
 from ferroload_convert._report import ExportReport, Progress
-from ferroload_convert._sniff import same_format, true_ext
+from ferroload_convert._sniff import same_format
 from ferroload_convert._wds_lift import LIFTED
 from ferroload_convert._wds_meta import MARKER, ModalityMembers, dumps, marker, to_json
 from ferroload_convert._webdataset import WDS_COLUMNS
-from ferroload_core import MEDIA_EXTS
+from ferroload_core import MEDIA_EXTS, sniff_ext
 from ferroload_format import Dataset
 
 #: Samples per tar when re-sharding (`samples_per_shard` not given, dataset not imported
@@ -62,7 +62,8 @@ def export_webdataset(
     present modality (`<sample_id>.<modality>.<ext>` for modalities that share an
     extension; for `image`, `audio` and `video` modalities the extension of the
     payload's format, read from its bytes: a PNG in a `jpg` modality is `.png`, or
-    `.<modality>.png` where another modality's members are `.png`), an int `label` as `<sample_id>.cls` (its decimal, as
+    `.<modality>.png` where another modality's members are `.png`), an int `label` as
+    `<sample_id>.cls` (its decimal, as
     `webdataset.TarWriter` writes it; none where it is null), and the other metadata
     columns as one JSON object `<sample_id>.json` (every column, null included; `bytes`
     in base64). Each tar opens with a `__ferroload__` member (WebDataset's readers skip
@@ -228,7 +229,7 @@ class _Original(_Tars):
         # as an export of the dataset this one was imported from wrote it (the members
         # keep their names, which an export of a ferroload dataset chose so)
         self.marker = marker(
-            "json", cls, {c: types[c] for c in chosen}, _MemberNames(ds).modalities(ds)
+            "json", cls, {c: types[c] for c in chosen}, _MemberNames(ds).modalities
         )
         # the marker opens each original tar with a sample that has a metadata member to
         # write (every tar, when re-sharding, if any sample has one)
@@ -357,7 +358,8 @@ class _MemberNames:
     modality), that format's extension where no other member takes it, else
     `<modality>.<format>` (`other`, per modality and format: fixed up front for every
     format of the modality's codec family, so each tar's marker names them all); the
-    metadata member's extension (`json`)."""
+    metadata member's extension (`json`); and what the marker says of the modalities
+    (`modalities`)."""
 
     def __init__(self, ds: Dataset) -> None:
         exts = [m.ext.lower() for m in ds.modalities]
@@ -376,10 +378,7 @@ class _MemberNames:
                     plain = "." not in self.suffix[m.name] and fmt not in taken
                     own[fmt] = fmt if plain else f"{m.name}.{fmt}"
                     taken.add(own[fmt].lower())
-
-    def modalities(self, ds: Dataset) -> dict[str, ModalityMembers]:
-        """What the marker says of the modalities."""
-        return {
+        self.modalities = {
             m.name: ModalityMembers(
                 m.ext, m.kind, m.codec_hint, (self.suffix[m.name], *self.other[m.name].values())
             )
@@ -408,7 +407,7 @@ class _Generic(_Tars):
                 self.json,
                 "cls" if self.cls else None,
                 {c: types[c] for c in chosen},
-                names.modalities(ds),
+                names.modalities,
             )
             if marked
             else None
@@ -423,9 +422,8 @@ class _Generic(_Tars):
         for modality, suffix in self.suffix.items():
             data = sample[modality]
             if data is not None:
-                other = self.other[modality]
-                if other:
-                    suffix = other.get(true_ext(suffix, data, other), suffix)
+                # `other` has the formats named otherwise than the modality's extension
+                suffix = self.other[modality].get(sniff_ext(data) or "", suffix)
                 self._add(tar, sid, f"{sid}.{suffix}", data)
                 self.num_bytes += len(data)
         if self.cls and sample["label"] is not None:
