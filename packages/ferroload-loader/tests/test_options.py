@@ -466,6 +466,16 @@ def test_options_and_keywords_are_not_mixed(make_dataset: MakeDataset) -> None:
             build(uri, options={"batch_size": 4})
 
 
+def test_repr_shows_the_options_set() -> None:
+    """Only what differs from the defaults; numpy's `dtype == None` (float64) does not hide
+    a dtype, and an array, which has no single truth value, does not break the repr."""
+    options = LoaderOptions(batch_size=4, images=["image"], resize=8, hflip=0.5)
+    assert repr(options) == "LoaderOptions(batch_size=4, images=['image'], resize=8, hflip=0.5)"
+    assert repr(LoaderOptions()) == "LoaderOptions()"
+    assert "dtype=dtype('float64')" in repr(LoaderOptions(dtype=np.dtype("float64")))
+    assert "meta=array(['label']" in repr(LoaderOptions(meta=np.array(["label"])))
+
+
 def test_habits_from_other_loaders_name_the_option_here(make_dataset: MakeDataset) -> None:
     """`num_workers=` (torch's DataLoader) said only "unexpected keyword argument"."""
     uri = make_dataset(10)

@@ -200,9 +200,9 @@ class LoaderOptions:
     def changed(self) -> dict[str, Any]:
         """The options that differ from their defaults, by name (what a repr shows)."""
         return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.default is not dataclasses.MISSING and getattr(self, f.name) != f.default
+            name: value
+            for name, default in _DEFAULTS.items()
+            if _differs(value := getattr(self, name), default)
         }
 
     def __repr__(self) -> str:
@@ -227,6 +227,18 @@ class LoaderOptions:
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(LoaderOptions)}
+
+
+def _differs(value: Any, default: Any) -> bool:
+    """Whether an option's value is other than its default: anything but `None` where
+    that is the default (numpy takes `dtype == None` for float64), else by `!=`, a value
+    that cannot say (an array) counting as other."""
+    if default is None or value is default:
+        return value is not default
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):  # `np.array([...]) != ()`: no single truth value
+        return True
 
 
 def take_options(
@@ -258,7 +270,7 @@ def take_options(
                 f"{caller}(options=...) takes a LoaderOptions, got {type(options).__name__}"
             )
         for name, instead in refused.items():
-            if getattr(options, name) != _DEFAULTS[name]:
+            if _differs(getattr(options, name), _DEFAULTS[name]):
                 raise ValueError(
                     f"{caller} does not take {name} (its options have "
                     f"{name}={getattr(options, name)!r}): {instead}"
