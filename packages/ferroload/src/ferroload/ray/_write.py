@@ -8,7 +8,7 @@ import logging
 import os
 import secrets
 from collections.abc import Iterable, Mapping
-from typing import Any, get_args
+from typing import Any
 
 # (`_read`, imported first, says how to install Ray when it is missing)
 import pyarrow as pa
@@ -27,6 +27,7 @@ from ferroload_format import (
     Writer,
     commit_staged,
 )
+from ferroload_format._write_modes import check_mode
 
 logger = logging.getLogger(__name__)
 
@@ -174,9 +175,7 @@ class Sink(Datasink[tuple[int, StagedWrite]]):
         min_rows_per_write: int | None = None,
     ) -> None:
         self.uri = os.fspath(uri)
-        if mode not in get_args(WriteMode):
-            raise ValueError(f"mode must be 'create', 'append' or 'overwrite', got {mode!r}")
-        self.mode: WriteMode = mode
+        self.mode: WriteMode = check_mode(mode)
         self.name = name
         self.modalities = {k: _declared(k, v) for k, v in (modalities or {}).items()}
         self.id_column = id_column
