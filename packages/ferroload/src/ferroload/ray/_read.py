@@ -409,26 +409,30 @@ def _field(m: Modality) -> pa.Field:
 
 def _read_block(task: _Task) -> list[pa.Table]:
     """The block of one read task."""
-    ids = task.table.column("sample_id").to_pylist()
+    ids = task.table.column("sample_id")
+
+    def sample_id(k: int) -> str:  # asked for errors and decoders only: no list of every id
+        return str(ids[k].as_py())
+
     arrays = {name: task.table.column(name) for name in task.table.column_names}
     fields = dict(zip(task.table.column_names, task.table.schema, strict=True))
     for p in task.payloads:
         data = read_payloads(
             task.store, p.where, task.shards.__getitem__, column=p.field.name,
-            verify=task.verify, sample_id=ids.__getitem__, copy=False,
+            verify=task.verify, sample_id=sample_id, copy=False,
         )  # fmt: skip
         if p.decoder is None:
             arrays[p.field.name] = pa.array(data, pa.binary())
             fields[p.field.name] = p.field
         else:
-            arrays[p.field.name] = _decoded(data, p.decoder, p.field.name, ids)
+            arrays[p.field.name] = _decoded(data, p.decoder, p.field.name, sample_id)
             fields[p.field.name] = pa.field(p.field.name, arrays[p.field.name].type)
     schema = pa.schema([fields[c] for c in task.columns])
     return [pa.Table.from_arrays([arrays[c] for c in task.columns], schema=schema)]
 
 
 def _decoded(
-    data: list[memoryview | None], decoder: Decoder, column: str, ids: list[str]
+    data: list[memoryview | None], decoder: Decoder, column: str, sample_id: Callable[[int], str]
 ) -> pa.Array:
     """The decoded payloads as one column: a tensor column for arrays, else Arrow's type of
     the values; null where a payload is absent."""
@@ -437,15 +441,16 @@ def _decoded(
     for k in present:
         payload = data[k]
         assert payload is not None
+        sid = sample_id(k)
         try:
             if isinstance(decoder, ImageDecoder):
-                values.append(decoder.decode(payload, sample_id=ids[k]))
+                values.append(decoder.decode(payload, sample_id=sid))
             elif isinstance(decoder, AudioDecoder):
-                values.append(decoder.decode(payload, sample_id=ids[k])[0])
+                values.append(decoder.decode(payload, sample_id=sid)[0])
             else:
                 values.append(decoder(bytes(payload)))
         except Exception as exc:
-            exc.add_note(f"decoding {column!r} of sample {ids[k]!r}")
+            exc.add_note(f"decoding {column!r} of sample {sid!r}")
             raise
     if not values:
         return pa.nulls(len(data))
