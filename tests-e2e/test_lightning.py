@@ -178,6 +178,15 @@ def test_a_missing_split_has_no_hook_and_the_module_prints(data: tuple[str, str]
         f"FerroDataModule(train={data[0]!r}, batch_size=8, images=['image'], resize=16, "
         "crop='random', hflip=0.5, val_crop='center')"
     )
+    # a split of no sample is still a split; options set on the module since are shown
+    from ferroload_format import Dataset
+
+    empty = Dataset.open(data[1]).subset(where="label < 0")
+    assert len(empty) == 0
+    dm = FerroDataModule(data[0], val=empty, batch_size=BATCH, seed=3)
+    dm.seed, dm.shuffle = 0, False
+    assert f"val=<{type(empty).__name__} " in repr(dm) and "(0 samples)>" in repr(dm)
+    assert repr(dm).endswith(", batch_size=8, shuffle=False)")
 
 
 class NoValidation(Net):

@@ -30,8 +30,10 @@ from ferroload_loader._augment import RandomResizedCrop
 from ferroload_loader._fields import Crop
 from ferroload_loader._loader import FerroLoader, make_loader
 from ferroload_loader._options import (
+    _DEFAULTS,
     LoaderKeywords,
     LoaderOptions,
+    _differs,
     check_batch_size,
     take_options,
 )
@@ -244,6 +246,15 @@ class FerroDataModule(LightningDataModule):
             return None, None
         return trainer.global_rank, trainer.world_size
 
+    def _current(self) -> dict[str, Any]:
+        """The training options the module's attributes hold now (read whenever a loader
+        is made; Lightning's batch size finder sets `batch_size`)."""
+        return {
+            "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
+            "drop_last": self.drop_last, "streaming": self.streaming,
+            "shuffle_buffer": self.shuffle_buffer,
+        }  # fmt: skip
+
     def _source(self, split: str) -> Any:
         source = self.sources[split]
         if source is None:
@@ -256,11 +267,7 @@ class FerroDataModule(LightningDataModule):
     def _loader(self, split: str, **options: Any) -> LightningLoader:
         """A loader of `split` with the module's options, changed by `options`."""
         rank, world_size = self._rank()
-        current = {
-            "seed": self.seed, "shuffle": self.shuffle, "drop_last": self.drop_last,
-            "streaming": self.streaming, "shuffle_buffer": self.shuffle_buffer, "rank": rank,
-            "world_size": world_size,
-        }  # fmt: skip
+        current = {**self._current(), "rank": rank, "world_size": world_size}
         o = dataclasses.replace(self._options, **{**current, **options})
         loader = LightningLoader(
             make_loader(self._source(split), options=o), evaluation=split != "train"
@@ -306,9 +313,16 @@ class FerroDataModule(LightningDataModule):
 
     def __repr__(self) -> str:
         sources = ", ".join(
-            f"{split}={_shown(source)}" for split, source in self.sources.items() if source
+            f"{split}={_shown(source)}"
+            for split, source in self.sources.items()
+            if source is not None  # an empty dataset is a split too
         )
-        options = {**self._options.changed(), "batch_size": self.batch_size}
+        options = self._options.changed()
+        for name, value in self._current().items():  # as a loader made now would take it
+            if name == "batch_size" or _differs(value, _DEFAULTS[name]):
+                options[name] = value
+            else:
+                options.pop(name, None)
         if self.val_batch_size != self.batch_size:
             options["val_batch_size"] = self.val_batch_size
         if self._evaluation["crop"] != self._options.crop:
