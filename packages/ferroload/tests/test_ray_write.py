@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from ferroload_codec import ImageDecoder
-from ferroload_format import Dataset, DatasetExistsError, gc
+from ferroload_format import Dataset, DatasetExistsError, InvalidModalityError, gc
 from ferroload_store import open_store
 
 pytestmark = pytest.mark.ray
@@ -158,3 +158,11 @@ def test_a_block_without_a_modality_s_bytes_keeps_it_a_modality(tmp_path: Path) 
     got = Dataset.open(uri)
     assert [m.name for m in got.modalities] == ["image"] and got.metadata_columns == ()
     assert got.present("image").tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize("spec", [{"kind": "tensor"}, "../x", {"ext": 5}])
+def test_a_bad_modality_spec_is_refused_naming_the_column(spec: Any, tmp_path: Path) -> None:
+    """`modalities=` is checked when the sink is made, not first in a write task."""
+    with pytest.raises(InvalidModalityError, match="of modality 'image' is invalid") as info:
+        fray.Sink(str(tmp_path / "ds"), modalities={"image": spec})
+    assert info.value.column == "image"

@@ -25,6 +25,7 @@ from ferroload_format import (
     StagedWrite,
     WriteMode,
     Writer,
+    check_modality,
     commit_staged,
 )
 from ferroload_format._write_modes import check_mode
@@ -39,12 +40,16 @@ ModalitySpec = str | Modality | Mapping[str, str]
 
 def _declared(name: str, spec: ModalitySpec) -> Modality:
     """A `Modality` from a `modalities=` value: an extension, a `Modality` or a mapping
-    with `ext` (and `kind`, `codec_hint`)."""
+    with `ext` (and `kind`, `codec_hint`), checked (`InvalidModalityError` naming `name`)."""
     if isinstance(spec, Modality):
-        return Modality(name, spec.ext, spec.kind, spec.codec_hint)
-    fields = {"ext": spec} if isinstance(spec, str) else dict(spec)
-    kind, hint = kind_of(fields["ext"])
-    return Modality(name, fields["ext"], fields.get("kind", kind), fields.get("codec_hint", hint))
+        m = Modality(name, spec.ext, spec.kind, spec.codec_hint)
+    else:
+        fields = {"ext": spec} if isinstance(spec, str) else dict(spec)
+        ext = fields.get("ext", "")
+        kind, hint = kind_of(ext) if isinstance(ext, str) else ("bytes", "raw")  # checked below
+        m = Modality(name, ext, fields.get("kind", kind), fields.get("codec_hint", hint))
+    check_modality(m.name, m.ext, m.kind, m.codec_hint)
+    return m
 
 
 def _refuse_arrays(schema: pa.Schema | None) -> None:
