@@ -362,6 +362,12 @@ def test_audio_and_video_fields(tmp_path: object) -> None:
     ))  # fmt: skip
     # random audio crops are seeded per (seed, epoch, item): the same run gives the same crops
     assert all(np.array_equal(x["audio"], y["audio"]) for x, y in zip(batches, again, strict=True))
+    # audio alone: the image options would do nothing, as without any field
+    with pytest.raises(ValueError, match=r"resize=16, hflip=0\.5 shape decoded images"):
+        make_loader(
+            root, batch_size=3, out="numpy", resize=16, hflip=0.5,
+            audio={"audio": {"length": 2000, "sample_rate": 4000}},
+        )  # fmt: skip
 
 
 def test_payloads_read_whole_are_read_ahead_audio_crops_are_not(

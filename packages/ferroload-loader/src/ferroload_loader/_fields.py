@@ -618,7 +618,8 @@ def build_fields(
             )
         kwargs = {"size": resize, "resize": mode, **opts}
         fields.append(VideoField(name, kwargs, video_pool))
-    if not fields:  # nothing decoded: options that shape images would do nothing
+    if not any(isinstance(f, ImageField | PaddedImageField | VideoField) for f in fields):
+        # no image decoded (audio at most): options that shape images would do nothing
         given = {
             "resize": resize,
             "crop": crop,
