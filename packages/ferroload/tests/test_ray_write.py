@@ -166,3 +166,9 @@ def test_a_bad_modality_spec_is_refused_naming_the_column(spec: Any, tmp_path: P
     with pytest.raises(InvalidModalityError, match="of modality 'image' is invalid") as info:
         fray.Sink(str(tmp_path / "ds"), modalities={"image": spec})
     assert info.value.column == "image"
+
+
+def test_a_bad_shard_size_is_refused_before_any_task_runs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="shard_size must be a positive number of bytes"):
+        fray.Sink(str(tmp_path / "ds"), shard_size=0).on_write_start(None)
+    assert not (tmp_path / "ds").exists()

@@ -69,13 +69,7 @@ class _Task:
     def __init__(self, sink: Sink, task_idx: int) -> None:
         self.sink = sink
         self.task_idx = task_idx
-        self.writer = Writer(
-            sink.uri,
-            sink.name,
-            mode=sink.mode,
-            shard_size=sink.shard_size,
-            storage_options=sink.storage_options,
-        )
+        self.writer = sink._writer()
         self.modalities: dict[str, Modality] = {}
         self.rows = 0
 
@@ -202,10 +196,21 @@ class Sink(Datasink[tuple[int, StagedWrite]]):
         return self._min_rows
 
     def on_write_start(self, schema: pa.Schema | None = None) -> None:
-        """Refuse a `create` on an existing dataset, and the like, and columns of decoded
-        arrays, before tasks run."""
+        """Refuse a `create` on an existing dataset, and the like, a bad `shard_size`, and
+        columns of decoded arrays, before tasks run."""
         _refuse_arrays(schema)
-        Writer(self.uri, self.name, mode=self.mode, storage_options=self.storage_options).abort()
+        self._writer().abort()
+
+    def _writer(self) -> Writer:
+        """A `Writer` with this sink's options: each write task's, and the one that checks
+        them (and the destination) on the driver before any task runs."""
+        return Writer(
+            self.uri,
+            self.name,
+            mode=self.mode,
+            shard_size=self.shard_size,
+            storage_options=self.storage_options,
+        )
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> tuple[int, StagedWrite]:
         """Stage the task's blocks; return its index and its `StagedWrite`."""
