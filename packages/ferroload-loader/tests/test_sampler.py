@@ -285,3 +285,18 @@ def test_a_slurm_array_task_is_not_a_training_rank(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "8")
     s = Sampler(10)
     assert (s.rank, s.world_size) == (0, 1)
+
+
+def test_at_epoch_end_counts_whole_batches_with_drop_last() -> None:
+    """The rule that `begin_pass` and `FerroIterableDataset` both resume by: no item left,
+    or with `drop_last` no whole batch of the loader's size."""
+    s = Sampler(20, seed=1, drop_last=True)
+    assert not s.at_epoch_end(7)  # the start of the epoch, however few items
+    s.advance(14)
+    assert s.at_epoch_end(7) and not s.at_epoch_end(6) and not s.at_epoch_end()
+    s.advance(6)
+    assert s.at_epoch_end() and s.at_epoch_end(7)
+    kept = Sampler(20, seed=1)  # without drop_last the 6 items make a batch
+    kept.advance(14)
+    assert not kept.at_epoch_end(7)
+    assert not Sampler(0).at_epoch_end()  # an empty dataset never moves on

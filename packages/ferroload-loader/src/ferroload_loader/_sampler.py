@@ -326,13 +326,10 @@ class Sampler:
         """Start a pass: at the restored position after `load_state_dict`, else at the
         start of the next epoch after a finished pass, else at the start of this epoch.
 
-        A restored position at the very end of its epoch starts the next epoch: no item
-        left, or, for a loader of `batch_size` with `drop_last`, no whole batch.
+        A restored position at the very end of its epoch starts the next epoch (see
+        `at_epoch_end`).
         """
-        left = self.remaining()
-        if batch_size is not None and self.drop_last and self.consumed and left < batch_size:
-            left = 0  # only the items drop_last drops: the epoch's batches are done
-        if self._resume and left == 0 and self.num_items:
+        if self._resume and self.at_epoch_end(batch_size):
             self._move(self.epoch + 1, 0)
         elif self._resume:
             pass
@@ -341,6 +338,15 @@ class Sampler:
         else:
             self.consumed = 0
         self._resume = self._finished = False
+
+    def at_epoch_end(self, batch_size: int | None = None) -> bool:
+        """Whether the position is at the very end of its epoch (a restored one starts the
+        next epoch): no item left on this rank, or, for a loader of `batch_size` with
+        `drop_last`, no whole batch (only the items `drop_last` drops)."""
+        left = self.remaining()
+        if batch_size is not None and self.drop_last and self.consumed and left < batch_size:
+            return True
+        return left == 0 and self.num_items > 0
 
     def end_pass(self) -> None:
         """Record that a pass delivered the rest of its epoch: the next one moves on."""

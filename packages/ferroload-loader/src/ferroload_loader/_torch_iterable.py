@@ -197,8 +197,9 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
 
     def _at_end(self, seed: int, epoch: int, consumed: int) -> bool:
         """Whether a restored position is at the very end of its epoch (it then starts
-        the next one): no batch of the epoch left (`drop_last` may leave items)."""
-        return consumed > 0 and self._order(seed, epoch, consumed)[0] == 0
+        the next one): `Sampler.at_epoch_end`, `make_loader`'s rule."""
+        self._order(seed, epoch, consumed)  # the sampler at that position
+        return self._sampler.at_epoch_end(self.batch_size)
 
     def _plan(self, worker: int, workers: int, *, begin: bool) -> tuple[int, int, int, int, int]:
         """`(seed, epoch, consumed, batches to skip, first worker)` where this worker's
@@ -378,9 +379,9 @@ class FerroIterableDataset(PerProcess, torch.utils.data.IterableDataset[dict[str
         and keeps its restored position: an empty pass, as before the workers agreed.
         """
         seed, epoch, consumed, skip, first = local
-        count, _ = self._order(seed, epoch, consumed)
         if workers == 1:  # its state is the loader's: `_plan`'s rule for the main process
             return (seed, epoch + 1, 0, 0, 0) if self._at_end(seed, epoch, consumed) else local
+        count, _ = self._order(seed, epoch, consumed)
         if not count:
             return local
         owner = (first + count - 1) % workers
