@@ -319,6 +319,7 @@ def test_site_builds_strict(site: Path) -> None:
 #: A diagram as the built page holds it before the browser draws it (Material replaces
 #: it with an empty `div.mermaid` whose closed shadow root holds the SVG once drawn).
 _RAW_DIAGRAM = re.compile(r'<pre class="mermaid"><code>')
+_DRAWN_DIAGRAM = '<div class="mermaid"></div>'
 #: A stylesheet, script, font or image that a page loads from another host.
 _REMOTE_RESOURCE = re.compile(r'<(?:link|script|img)\b[^>]*\b(?:href|src)="(?:https?:)?//[^"]+')
 
@@ -331,9 +332,6 @@ def test_pages_load_nothing_from_other_hosts(site: Path) -> None:
     for page in sorted(site.rglob("*.html")):
         found = _REMOTE_RESOURCE.findall(page.read_text(encoding="utf-8"))
         assert not found, f"{page.relative_to(site)} loads {found[:3]}"
-
-
-_DRAWN_DIAGRAM = '<div class="mermaid"></div>'
 
 
 @pytest.mark.slow
