@@ -31,6 +31,18 @@ def test_manifest_round_trips(uri: str, write: WriteFn) -> None:
     )
 
 
+def test_whether_payloads_carry_checksums_is_read_in_one_place(uri: str, write: WriteFn) -> None:
+    """`Dataset.read`, `verify` and the Ray read task all ask `has_checksums`: the Ray
+    task asked `== "xxh3_64"` and would have skipped the checks of another algorithm's
+    name, which the others check."""
+    import dataclasses
+
+    m = write(uri, 2).manifest
+    assert m.has_checksums
+    assert dataclasses.replace(m, checksum_algorithm="xxh3_128").has_checksums
+    assert not dataclasses.replace(m, checksum_algorithm="none").has_checksums  # 0.1.1
+
+
 def test_unknown_fields_and_extensions_survive_a_new_commit(uri: str, write: WriteFn) -> None:
     write(uri, 3)
     store = open_store(uri)

@@ -54,6 +54,9 @@ READABLE_FORMAT_VERSIONS = (FORMAT_VERSION, FORMAT_VERSION_FEATURES)
 FEATURE_SHARD_LISTS = "shard_lists"
 KNOWN_FEATURES = frozenset({FEATURE_SHARD_LISTS})
 CHECKSUM_ALGORITHM = "xxh3_64"
+#: The `checksum_algorithm` of a version whose index records no checksums (ferroload-rs
+#: 0.1.1's, read as they are).
+NO_CHECKSUMS = "none"
 #: The deepest nesting of JSON objects and arrays a manifest may have (docs/format.md,
 #: "Limits"); deeper manifests are refused with `ManifestError`.
 MAX_MANIFEST_DEPTH = 128
@@ -184,6 +187,11 @@ class Manifest:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             object.__setattr__(self, k, v)
+
+    @property
+    def has_checksums(self) -> bool:
+        """Whether the index records a checksum per payload (reads then check them)."""
+        return self.checksum_algorithm != NO_CHECKSUMS
 
     @property
     def size_bytes(self) -> int:

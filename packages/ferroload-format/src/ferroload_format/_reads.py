@@ -24,7 +24,6 @@ from ferroload_format._errors import (
 from ferroload_format._index_arrays import ModalityArrays
 from ferroload_format._index_columns import IndexColumns
 from ferroload_format._manifest import Manifest
-from ferroload_format._rs011 import NO_CHECKSUMS
 from ferroload_store import ObjectNotFoundError, ObjectTruncatedError, Store
 
 
@@ -46,7 +45,7 @@ class SampleReader:
         self.uri = store.uri
         self.index = index
         # a version without checksums (ferroload-rs 0.1.1 recorded none) has none to check
-        self.verify = verify and manifest.checksum_algorithm != NO_CHECKSUMS
+        self.verify = verify and manifest.has_checksums
         # base then layer modalities and metadata columns (docs/format.md §10)
         self.modalities = dict(index.modalities)
         self.meta_names = (

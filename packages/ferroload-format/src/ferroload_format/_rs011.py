@@ -35,7 +35,13 @@ from ferroload_core import UnsafePathError, check_relative_path
 from ferroload_format._errors import ManifestError
 from ferroload_format._index import MODALITY_TYPE, write_part
 from ferroload_format._index_arrays import arrow_array, numpy_column
-from ferroload_format._manifest import FORMAT_MINOR, FORMAT_NAME, FORMAT_VERSION, Manifest
+from ferroload_format._manifest import (
+    FORMAT_MINOR,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    NO_CHECKSUMS,
+    Manifest,
+)
 from ferroload_format._names import (
     EXT_RE,
     MODALITY_RE,
@@ -64,7 +70,6 @@ MAX_SIDE_INDEX_BYTES = 256 << 20
 #: The marker a translated manifest carries (a top-level field: kept, never written).
 MARKER = "rs011"
 #: The checksum algorithm of a translated version: 0.1.1 recorded none.
-NO_CHECKSUMS = "none"
 
 _VERSION_KEY = re.compile(r"versions/v([1-9][0-9]{0,9})\.json")
 _CODECS = {"image": "image", "audio": "audio", "video": "video", "npy": "npy"}

@@ -22,7 +22,7 @@ from ferroload_format._manifest import Manifest
 from ferroload_format._names import member_name
 from ferroload_format._part_files import PartFiles, read_part_table
 from ferroload_format._records import ShardInfo
-from ferroload_format._rs011 import MARKER, MAX_SIDE_INDEX_BYTES, NO_CHECKSUMS, side_members
+from ferroload_format._rs011 import MARKER, MAX_SIDE_INDEX_BYTES, side_members
 from ferroload_format._shard_lists import shards_of
 from ferroload_format._tar import BLOCK
 from ferroload_format._verify_index import (
@@ -160,7 +160,7 @@ def _verify(
     # (shard, the modalities whose payloads it holds), in the order of `index.shards`
     owners = [(s, manifest.modalities) for s in shards_of(store, manifest)]
     owners += [(s, layer.modalities) for layer in manifest.layers for s in layer.shards]
-    sums = manifest.checksum_algorithm != NO_CHECKSUMS  # 0.1.1 recorded none
+    sums = manifest.has_checksums  # 0.1.1 recorded none
     for code, (shard, modalities) in enumerate(owners):
         progress(code, len(owners))
         report.shards_checked += 1

@@ -191,7 +191,7 @@ class Datasource(ray.data.Datasource):
         positions = np.arange(len(view), dtype=np.int64)
         self._store = ds.store
         self._uri = ds.uri
-        self._verify = ds.manifest.checksum_algorithm == "xxh3_64"
+        self._verify = ds.manifest.has_checksums
         # sample_id always: errors name the sample
         meta = [c for c in self._columns if c not in modalities and c != "sample_id"]
         self._table = view.to_table(["sample_id", *meta])
