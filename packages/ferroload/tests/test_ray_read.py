@@ -174,6 +174,9 @@ def test_errors(ray_cluster: Any, uri: str, tmp_path: Path) -> None:
         read(uri, where="label = = 3")
     with pytest.raises(ValueError, match="not a modality read"):
         read(uri, columns=["image"], decode={"text": bytes.decode})
+    for bad in (0, True, 2.0):  # a bool is no count, though Python's bool is an int
+        with pytest.raises(ValueError, match="rows_per_block must be a positive int"):
+            Datasource(uri, rows_per_block=bad)  # type: ignore[arg-type]
     damaged = str(tmp_path / "ds")
     write(damaged, 0, 3)
     ds = Dataset.open(damaged)

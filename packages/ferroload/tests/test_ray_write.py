@@ -172,3 +172,19 @@ def test_a_bad_shard_size_is_refused_before_any_task_runs(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="shard_size must be a positive number of bytes"):
         fray.Sink(str(tmp_path / "ds"), shard_size=0).on_write_start(None)
     assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("meta", [b"{not json", b"[1, 2]", b"7"])
+def test_bad_modality_field_metadata_is_refused_naming_the_column(
+    meta: bytes, tmp_path: Path
+) -> None:
+    """A column's `ferroload.modality` metadata that is no modality raised a bare
+    JSONDecodeError (or a TypeError) from inside a write task."""
+    from ferroload.ray._read import MODALITY_KEY
+    from ferroload.ray._write import _Task
+
+    field = pa.field("image", pa.binary(), metadata={MODALITY_KEY: meta})
+    table = pa.table({"sample_id": ["a"], "image": [png(0)]}, schema=pa.schema(
+        [pa.field("sample_id", pa.string()), field]))  # fmt: skip
+    with pytest.raises(InvalidModalityError, match=r"column 'image' has 'ferroload\.modality'"):
+        _Task(fray.Sink(str(tmp_path / "ds")), 0).add(table)

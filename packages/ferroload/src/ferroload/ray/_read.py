@@ -164,7 +164,9 @@ class Datasource(ray.data.Datasource):
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if rows_per_block is not None and (
-            not isinstance(rows_per_block, int) or rows_per_block < 1
+            not isinstance(rows_per_block, int)
+            or isinstance(rows_per_block, bool)
+            or rows_per_block < 1
         ):
             raise ValueError(f"rows_per_block must be a positive int, got {rows_per_block!r}")
         ds = Dataset.open(uri, version=version, storage_options=storage_options)

@@ -21,6 +21,7 @@ from ferroload_convert import kind_of
 from ferroload_core import sniff_ext
 from ferroload_format import (
     DEFAULT_SHARD_SIZE,
+    InvalidModalityError,
     Modality,
     StagedWrite,
     WriteMode,
@@ -50,6 +51,22 @@ def _declared(name: str, spec: ModalitySpec) -> Modality:
         m = Modality(name, ext, fields.get("kind", kind), fields.get("codec_hint", hint))
     check_modality(m.name, m.ext, m.kind, m.codec_hint)
     return m
+
+
+def _field_spec(f: pa.Field) -> ModalitySpec:
+    """The modality a column's `ferroload.modality` field metadata declares (as `read`
+    writes it), checked: `InvalidModalityError` naming the column."""
+    try:
+        spec = json.loads(f.metadata[MODALITY_KEY])
+    except ValueError:
+        spec = None
+    if not isinstance(spec, str | dict):
+        raise InvalidModalityError(
+            f"column {f.name!r} has {MODALITY_KEY.decode()!r} field metadata that is not a "
+            "modality (an extension, or an object with ext, kind, codec_hint)",
+            column=f.name,
+        )
+    return spec
 
 
 def _refuse_arrays(schema: pa.Schema | None) -> None:
@@ -89,7 +106,7 @@ class _Task:
             ):
                 continue
             elif f.metadata and MODALITY_KEY in f.metadata:
-                found[f.name] = _declared(f.name, json.loads(f.metadata[MODALITY_KEY]))
+                found[f.name] = _declared(f.name, _field_spec(f))
             else:
                 present = table.column(f.name).drop_null()
                 first = present[0].as_py() if len(present) else None
